@@ -1,0 +1,23 @@
+//! Errors of the engine layer.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// A configuration value is out of range; names the parameter.
+    #[error("invalid {param}: {reason}")]
+    InvalidConfig { param: &'static str, reason: String },
+    /// Every candidate victim is pinned or dirty: the caller should clean or wait, then retry.
+    #[error("no evictable block in tier `{tier}`: retry after writeback")]
+    Retry { tier: String },
+}
+
+impl CoreError {
+    pub fn config(param: &'static str, reason: impl Into<String>) -> Self {
+        CoreError::InvalidConfig {
+            param,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! tiercache-core: the cache engine shared by the simulator and the live mount. No I/O.
+//!
+//! Parts:
+//! - [`ids`]: newtype ids (`FileId`, `BlockIndex`, `BlockKey`, `SlotId`, `BlockSize`);
+//! - [`class`]: block classes (`priority`, `normal`) and pools (`protected`, `normal`);
+//! - [`policy`]: eviction policies behind [`policy::EvictionPolicy`] (LRU, FIFO, CLOCK, SIEVE,
+//!   S3-FIFO, ARC), each O(1) per access and allocation-free in steady state;
+//! - [`partition`]: partitioners deciding pool sizes and which pool gives up a block
+//!   (`none`, `basic`, `dirprio` = paper 000's controller, `static`);
+//! - [`tier`]: one cache level = key map + slots + pools + partitioner;
+//! - [`hierarchy`]: an ordered list of tiers with placement modes (inclusive, exclusive, pinned);
+//! - [`stats`]: counters per tier, pool and class.
+//!
+//! Policies and partitioners only *decide*; a tier applies the decision to metadata and reports
+//! what happened ([`tier::Outcome`]) so the caller (simulator or live cache) can do the I/O.
+
+pub mod class;
+pub mod error;
+pub mod hierarchy;
+pub mod ids;
+pub mod partition;
+pub mod policy;
+pub mod stats;
+pub mod tier;
+
+pub use class::{Class, PoolId};
+pub use error::CoreError;
+pub use ids::{BlockIndex, BlockKey, BlockSize, FileId, SlotId};
+
+/// One block access as the engine sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub key: BlockKey,
+    pub class: Class,
+    pub write: bool,
+}
+
+impl Access {
+    pub const fn read(key: BlockKey, class: Class) -> Self {
+        Self {
+            key,
+            class,
+            write: false,
+        }
+    }
+}

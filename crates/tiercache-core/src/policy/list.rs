@@ -1,0 +1,157 @@
+//! An intrusive doubly linked list over slot numbers, backed by two preallocated arrays.
+//!
+//! Every queue-based policy (LRU, FIFO, SIEVE, S3-FIFO, ARC) keeps its order here, so an access is
+//! O(1) with no allocation. A slot is in at most one list of a given `SlotList` arena; `NIL` marks
+//! "no neighbour" and "not linked".
+
+/// Sentinel for "no slot".
+pub const NIL: u32 = u32::MAX;
+
+/// Several lists sharing one `prev`/`next` arena (a slot belongs to at most one of them).
+#[derive(Debug, Clone)]
+pub struct SlotLists<const N: usize> {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    /// `member[i]` = which list slot i is in, or `u8::MAX` when unlinked.
+    member: Vec<u8>,
+    head: [u32; N],
+    tail: [u32; N],
+    len: [usize; N],
+}
+
+impl<const N: usize> SlotLists<N> {
+    /// Lists able to hold slots `0..capacity`.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            prev: vec![NIL; capacity],
+            next: vec![NIL; capacity],
+            member: vec![u8::MAX; capacity],
+            head: [NIL; N],
+            tail: [NIL; N],
+            len: [0; N],
+        }
+    }
+
+    #[inline]
+    pub fn len(&self, list: usize) -> usize {
+        self.len[list]
+    }
+    #[inline]
+    pub fn is_empty(&self, list: usize) -> bool {
+        self.len[list] == 0
+    }
+    /// Which list `slot` is on, if any.
+    #[inline]
+    pub fn list_of(&self, slot: u32) -> Option<usize> {
+        let m = self.member[slot as usize];
+        (m != u8::MAX).then_some(m as usize)
+    }
+    /// Most recently pushed end.
+    #[inline]
+    pub fn head(&self, list: usize) -> Option<u32> {
+        let h = self.head[list];
+        (h != NIL).then_some(h)
+    }
+    /// Oldest end.
+    #[inline]
+    pub fn tail(&self, list: usize) -> Option<u32> {
+        let t = self.tail[list];
+        (t != NIL).then_some(t)
+    }
+    /// The neighbour towards the head (newer), if any.
+    #[inline]
+    pub fn newer(&self, slot: u32) -> Option<u32> {
+        let p = self.prev[slot as usize];
+        (p != NIL).then_some(p)
+    }
+
+    /// Link `slot` at the head of `list`. The slot must be unlinked.
+    #[inline]
+    pub fn push_head(&mut self, list: usize, slot: u32) {
+        debug_assert_eq!(self.member[slot as usize], u8::MAX, "slot already linked");
+        let s = slot as usize;
+        let old = self.head[list];
+        self.prev[s] = NIL;
+        self.next[s] = old;
+        if old != NIL {
+            self.prev[old as usize] = slot;
+        } else {
+            self.tail[list] = slot;
+        }
+        self.head[list] = slot;
+        self.member[s] = list as u8;
+        self.len[list] += 1;
+    }
+
+    /// Unlink `slot` from whatever list holds it; no-op when unlinked.
+    #[inline]
+    pub fn unlink(&mut self, slot: u32) {
+        let s = slot as usize;
+        let m = self.member[s];
+        if m == u8::MAX {
+            return;
+        }
+        let list = m as usize;
+        let (p, n) = (self.prev[s], self.next[s]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        } else {
+            self.head[list] = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        } else {
+            self.tail[list] = p;
+        }
+        self.prev[s] = NIL;
+        self.next[s] = NIL;
+        self.member[s] = u8::MAX;
+        self.len[list] -= 1;
+    }
+
+    /// Move `slot` to the head of `list` (from any list, or from nowhere).
+    #[inline]
+    pub fn move_to_head(&mut self, list: usize, slot: u32) {
+        if self.head[list] == slot {
+            return;
+        }
+        self.unlink(slot);
+        self.push_head(list, slot);
+    }
+
+    /// Unlink and return the tail of `list`.
+    #[inline]
+    pub fn pop_tail(&mut self, list: usize) -> Option<u32> {
+        let t = self.tail(list)?;
+        self.unlink(t);
+        Some(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_pop_order_and_lengths() {
+        let mut l = SlotLists::<2>::new(8);
+        for s in 0..4 {
+            l.push_head(0, s);
+        }
+        l.push_head(1, 7);
+        assert_eq!(l.len(0), 4);
+        assert_eq!(l.tail(0), Some(0));
+        l.move_to_head(0, 0);
+        assert_eq!(l.tail(0), Some(1));
+        l.move_to_head(1, 2); // moves across lists
+        assert_eq!((l.len(0), l.len(1)), (3, 2));
+        assert_eq!(l.list_of(2), Some(1));
+        assert_eq!(l.pop_tail(0), Some(1));
+        assert_eq!(l.pop_tail(0), Some(3));
+        assert_eq!(l.pop_tail(0), Some(0));
+        assert_eq!(l.pop_tail(0), None);
+        assert_eq!(l.pop_tail(1), Some(7));
+        assert_eq!(l.pop_tail(1), Some(2));
+        assert!(l.is_empty(1));
+    }
+}
