@@ -1,1 +1,355 @@
-//! (in progress)
+//! One cache level: the key map, the slots, the pools and the partitioner that splits them.
+//!
+//! Invariants (checked by `tests/engine_model.rs`):
+//! - `map`, `keys` and the pools agree: a resident block has exactly one slot, is in exactly one
+//!   pool's policy, and `len() ≤ capacity`;
+//! - a slot with pins or dirty data is never chosen as a victim (the live cache relies on this);
+//! - nothing allocates after construction: the map and every policy are sized for `capacity`.
+
+use crate::class::{Class, PoolId};
+use crate::error::CoreError;
+use crate::ids::{BlockKey, SlotId};
+use crate::partition::{new_partitioner, PartitionConfig, Partitioner, PoolSizes};
+use crate::policy::{new_policy, EvictionPolicy, PolicyKind};
+use crate::stats::TierStats;
+use rustc_hash::FxHashMap;
+
+/// How a tier is built.
+#[derive(Debug, Clone)]
+pub struct TierConfig {
+    pub name: String,
+    /// Capacity B in blocks.
+    pub capacity: usize,
+    /// Policy inside each pool.
+    pub policy: PolicyKind,
+    pub partition: PartitionConfig,
+}
+
+impl TierConfig {
+    pub fn new(name: impl Into<String>, capacity: usize, policy: PolicyKind) -> Self {
+        Self { name: name.into(), capacity, policy, partition: PartitionConfig::none() }
+    }
+}
+
+/// Per-slot state beside the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotMeta {
+    pub class: Class,
+    pub pool: PoolId,
+    /// Holds data newer than the layer below (live cache only).
+    pub dirty: bool,
+    /// Readers or writers currently using the slot's data (live cache only).
+    pub pins: u16,
+}
+
+impl SlotMeta {
+    const EMPTY: SlotMeta = SlotMeta { class: Class::Normal, pool: PoolId::Normal, dirty: false, pins: 0 };
+    #[inline]
+    fn evictable(&self) -> bool {
+        !self.dirty && self.pins == 0
+    }
+}
+
+/// A block pushed out to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    pub key: BlockKey,
+    pub class: Class,
+}
+
+/// Where an inserted block went and what left for it. The evicted block's slot is the new
+/// block's slot: the caller must be done with its data before reusing it (it was unpinned and
+/// clean, so there is nothing to write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inserted {
+    pub slot: SlotId,
+    pub evicted: Option<Evicted>,
+}
+
+/// How many unevictable candidates a victim search requeues before giving up with `Retry`.
+const MAX_SKIPS: usize = 64;
+
+/// One cache level. See the module docs for its invariants.
+#[derive(Debug)]
+pub struct Tier {
+    name: String,
+    capacity: usize,
+    policy: PolicyKind,
+    map: FxHashMap<BlockKey, SlotId>,
+    keys: Vec<BlockKey>,
+    meta: Vec<SlotMeta>,
+    free: Vec<u32>,
+    pools: [Box<dyn EvictionPolicy>; 2],
+    partitioner: Box<dyn Partitioner>,
+    stats: TierStats,
+}
+
+impl Tier {
+    pub fn new(cfg: &TierConfig) -> Result<Self, CoreError> {
+        if cfg.capacity == 0 || cfg.capacity >= u32::MAX as usize {
+            return Err(CoreError::config("capacity", format!("{} blocks is out of range", cfg.capacity)));
+        }
+        let c = cfg.capacity;
+        let partitioner = new_partitioner(&cfg.partition, c as u64)?;
+        let mut pools = [new_policy(cfg.policy, c), new_policy(cfg.policy, c)];
+        for p in &mut pools {
+            p.set_capacity(c);
+        }
+        let mut map = FxHashMap::default();
+        map.reserve(c);
+        let mut tier = Self {
+            name: cfg.name.clone(),
+            capacity: c,
+            policy: cfg.policy,
+            map,
+            keys: vec![BlockKey::new(0, 0); c],
+            meta: vec![SlotMeta::EMPTY; c],
+            free: (0..c as u32).rev().collect(),
+            pools,
+            partitioner,
+            stats: TierStats::default(),
+        };
+        tier.size_pools();
+        Ok(tier)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+    pub fn policy(&self) -> PolicyKind {
+        self.policy
+    }
+    pub fn len(&self) -> usize {
+        self.capacity - self.free.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn is_full(&self) -> bool {
+        self.free.is_empty()
+    }
+    pub fn stats(&self) -> &TierStats {
+        &self.stats
+    }
+    pub fn stats_mut(&mut self) -> &mut TierStats {
+        &mut self.stats
+    }
+    pub fn partitioner(&self) -> &dyn Partitioner {
+        self.partitioner.as_ref()
+    }
+    pub fn s_target(&self) -> Option<u64> {
+        self.partitioner.s_target()
+    }
+    pub fn pool_sizes(&self) -> PoolSizes {
+        PoolSizes { protected: self.pools[0].len(), normal: self.pools[1].len() }
+    }
+    /// S_cur: blocks in the protected pool.
+    pub fn s_cur(&self) -> u64 {
+        self.pools[PoolId::Protected.index()].len() as u64
+    }
+
+    /// Tells adaptive policies how large each pool may grow.
+    fn size_pools(&mut self) {
+        let target = self.partitioner.s_target().map(|t| t as usize);
+        let (p, n) = match target {
+            Some(t) => (t.max(1), (self.capacity - t.min(self.capacity)).max(1)),
+            None => (self.capacity, self.capacity),
+        };
+        self.pools[0].set_capacity(p);
+        self.pools[1].set_capacity(n);
+    }
+
+    /// Looks `key` up as one request: counts it, and on a hit refreshes the block's position.
+    #[inline]
+    pub fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
+        self.stats.requests += 1;
+        match self.map.get(&key) {
+            Some(&slot) => {
+                let pool = self.meta[slot.index()].pool;
+                self.pools[pool.index()].touch(slot);
+                self.stats.hits += 1;
+                self.stats.pools[pool.index()].hits += 1;
+                self.stats.classes[class.index()].hits += 1;
+                if self.partitioner.record(pool, true) {
+                    self.size_pools();
+                }
+                Some(slot)
+            }
+            None => {
+                let pool = self.partitioner.pool_of(class);
+                self.stats.pools[pool.index()].misses += 1;
+                self.stats.classes[class.index()].misses += 1;
+                if self.partitioner.record(pool, false) {
+                    self.size_pools();
+                }
+                None
+            }
+        }
+    }
+
+    /// Where `key` is, without counting a request or changing order.
+    #[inline]
+    pub fn peek(&self, key: &BlockKey) -> Option<SlotId> {
+        self.map.get(key).copied()
+    }
+    pub fn contains(&self, key: &BlockKey) -> bool {
+        self.map.contains_key(key)
+    }
+    pub fn key_of(&self, slot: SlotId) -> BlockKey {
+        self.keys[slot.index()]
+    }
+    pub fn meta(&self, slot: SlotId) -> SlotMeta {
+        self.meta[slot.index()]
+    }
+
+    /// Brings `key` in after a miss (a fill), evicting by the partitioner's and the pool
+    /// policy's decision when the tier is full. An already resident key returns its slot.
+    pub fn insert(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
+        let r = self.place(key, class)?;
+        self.stats.insertions += 1;
+        Ok(r)
+    }
+
+    /// Like [`Tier::insert`] but counted as a demotion from the tier above.
+    pub fn demote_into(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
+        let r = self.place(key, class)?;
+        self.stats.demotions += 1;
+        Ok(r)
+    }
+
+    /// Inserts only into a free slot; `None` when full (pinned regions never evict).
+    pub fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
+        if let Some(&slot) = self.map.get(&key) {
+            return Some(slot);
+        }
+        let slot = SlotId(self.free.pop()?);
+        self.occupy(slot, key, class);
+        self.stats.insertions += 1;
+        Some(slot)
+    }
+
+    fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
+        if let Some(&slot) = self.map.get(&key) {
+            return Ok(Inserted { slot, evicted: None });
+        }
+        let (slot, evicted) = match self.free.pop() {
+            Some(s) => (SlotId(s), None),
+            None => {
+                let incoming = self.partitioner.pool_of(class);
+                let (slot, ev) = self.evict_for(key, incoming)?;
+                (slot, Some(ev))
+            }
+        };
+        self.occupy(slot, key, class);
+        Ok(Inserted { slot, evicted })
+    }
+
+    #[inline]
+    fn occupy(&mut self, slot: SlotId, key: BlockKey, class: Class) {
+        let pool = self.partitioner.pool_of(class);
+        self.keys[slot.index()] = key;
+        self.meta[slot.index()] = SlotMeta { class, pool, dirty: false, pins: 0 };
+        self.map.insert(key, slot);
+        self.pools[pool.index()].insert(slot, key);
+    }
+
+    /// Picks and removes a victim for a block headed to `incoming`, skipping (requeueing) pinned
+    /// or dirty blocks. Tries the partitioner's pool first, then the other one.
+    fn evict_for(&mut self, key: BlockKey, incoming: PoolId) -> Result<(SlotId, Evicted), CoreError> {
+        let first = self.partitioner.victim_pool(incoming, self.pool_sizes());
+        for pool in [first, first.other()] {
+            let p = pool.index();
+            let tries = MAX_SKIPS.min(self.pools[p].len());
+            for _ in 0..tries {
+                let Some(slot) = self.pools[p].victim(Some(key)) else { break };
+                let m = self.meta[slot.index()];
+                if m.evictable() {
+                    let vkey = self.keys[slot.index()];
+                    self.pools[p].remove(slot, vkey, true);
+                    self.map.remove(&vkey);
+                    self.stats.evictions += 1;
+                    return Ok((slot, Evicted { key: vkey, class: m.class }));
+                }
+                self.pools[p].touch(slot);
+            }
+        }
+        Err(CoreError::Retry { tier: self.name.clone() })
+    }
+
+    /// Removes `key` without counting an eviction (promotion, invalidation). Returns its slot and
+    /// state; the slot is free afterwards.
+    pub fn remove(&mut self, key: &BlockKey) -> Option<(SlotId, SlotMeta)> {
+        let slot = self.map.remove(key)?;
+        let m = self.meta[slot.index()];
+        self.pools[m.pool.index()].remove(slot, *key, false);
+        self.meta[slot.index()] = SlotMeta::EMPTY;
+        self.free.push(slot.0);
+        Some((slot, m))
+    }
+
+    /// Changes a resident block's class, moving it between pools when the partitioner says so.
+    pub fn set_class(&mut self, slot: SlotId, class: Class) {
+        let key = self.keys[slot.index()];
+        if self.map.get(&key) != Some(&slot) {
+            return;
+        }
+        let m = &mut self.meta[slot.index()];
+        m.class = class;
+        let pool = self.partitioner.pool_of(class);
+        if pool != m.pool {
+            let old = m.pool;
+            m.pool = pool;
+            self.pools[old.index()].remove(slot, key, false);
+            self.pools[pool.index()].insert(slot, key);
+        }
+    }
+
+    /// Marks a slot's data dirty (not evictable until cleaned) or clean.
+    pub fn set_dirty(&mut self, slot: SlotId, dirty: bool) {
+        self.meta[slot.index()].dirty = dirty;
+    }
+    /// Holds a slot against eviction while its data is in use. Saturates rather than wraps.
+    pub fn pin(&mut self, slot: SlotId) {
+        let m = &mut self.meta[slot.index()];
+        m.pins = m.pins.saturating_add(1);
+    }
+    pub fn unpin(&mut self, slot: SlotId) {
+        let m = &mut self.meta[slot.index()];
+        m.pins = m.pins.saturating_sub(1);
+    }
+
+    /// Every resident block and its slot, in no particular order.
+    pub fn resident(&self) -> impl Iterator<Item = (BlockKey, SlotId)> + '_ {
+        self.map.iter().map(|(k, s)| (*k, *s))
+    }
+
+    /// Checks the structural invariants; used by tests and debug assertions.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let sizes = self.pool_sizes();
+        if self.map.len() != self.len() || sizes.protected + sizes.normal != self.len() {
+            return Err(format!(
+                "map {} / slots {} / pools {}+{} disagree",
+                self.map.len(),
+                self.len(),
+                sizes.protected,
+                sizes.normal
+            ));
+        }
+        if self.len() > self.capacity {
+            return Err("over capacity".into());
+        }
+        for (k, s) in &self.map {
+            if self.keys[s.index()] != *k {
+                return Err(format!("slot {} holds {:?}, map says {:?}", s.0, self.keys[s.index()], k));
+            }
+            let m = self.meta[s.index()];
+            if m.pool != self.partitioner.pool_of(m.class) {
+                return Err(format!("{k:?} is in pool {:?} but its class maps elsewhere", m.pool));
+            }
+        }
+        Ok(())
+    }
+}

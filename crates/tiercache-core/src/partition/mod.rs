@@ -1,1 +1,229 @@
-//! (in progress)
+//! Partitioners: how a tier splits its blocks between the protected and the normal pool.
+//!
+//! A partitioner only decides: which pool holds a class ([`Partitioner::pool_of`]), which pool
+//! gives up a block when a free one is needed ([`Partitioner::victim_pool`]), and — for
+//! `dirprio` — how the protected pool's target size moves with the hit ratios it is told about
+//! ([`Partitioner::record`]). The tier applies the decisions.
+
+mod dirprio;
+
+pub use dirprio::{Amount, Dirprio, DirprioParams, Resolved};
+
+use crate::class::{Class, PoolId};
+use crate::error::CoreError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Which partitioner a tier runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum PartitionKind {
+    /// One shared pool.
+    #[default]
+    None,
+    /// Paper 000's baseline: evict from the normal pool while it has blocks.
+    Basic,
+    /// Paper 000's controller: protected-pool target sized from windowed hit ratios.
+    Dirprio,
+    /// Fixed protected-pool target (`b_pmin` blocks), with 000's release rule.
+    Static,
+}
+
+impl PartitionKind {
+    pub const ALL: [PartitionKind; 4] =
+        [PartitionKind::None, PartitionKind::Basic, PartitionKind::Dirprio, PartitionKind::Static];
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PartitionKind::None => "none",
+            PartitionKind::Basic => "basic",
+            PartitionKind::Dirprio => "dirprio",
+            PartitionKind::Static => "static",
+        }
+    }
+}
+
+impl fmt::Display for PartitionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PartitionKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PartitionKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown partitioner `{s}` (expected none|basic|dirprio|static)"))
+    }
+}
+
+/// Current pool sizes of a tier, in blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSizes {
+    pub protected: usize,
+    pub normal: usize,
+}
+
+impl PoolSizes {
+    pub const fn of(self, pool: PoolId) -> usize {
+        match pool {
+            PoolId::Protected => self.protected,
+            PoolId::Normal => self.normal,
+        }
+    }
+}
+
+/// Decides pool membership, victims and (for `dirprio`) the protected target.
+pub trait Partitioner: Send + fmt::Debug {
+    fn kind(&self) -> PartitionKind;
+    /// The pool holding blocks of `class`.
+    fn pool_of(&self, class: Class) -> PoolId;
+    /// One access to a block of `pool` finished (`hit` or miss, after any fill). `dirprio`
+    /// recomputes its target every ω calls. Returns true when the target moved.
+    fn record(&mut self, pool: PoolId, hit: bool) -> bool;
+    /// The pool that gives up a block so one of `incoming` can come in. Never names an empty
+    /// pool while the other has blocks.
+    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId;
+    /// Target size of the protected pool, when the partitioner has one.
+    fn s_target(&self) -> Option<u64>;
+    /// The tier's capacity changed (live resize); targets are clamped to the new bounds.
+    fn set_capacity(&mut self, blocks: u64);
+}
+
+/// Settings for building a partitioner; `capacity` is the tier's B.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionConfig {
+    pub kind: PartitionKind,
+    pub params: DirprioParams,
+}
+
+impl PartitionConfig {
+    pub fn none() -> Self {
+        Self { kind: PartitionKind::None, params: DirprioParams::guidance(0, false) }
+    }
+}
+
+/// Builds the partitioner `cfg` names for a tier of `capacity` blocks.
+pub fn new_partitioner(
+    cfg: &PartitionConfig,
+    capacity: u64,
+) -> Result<Box<dyn Partitioner>, CoreError> {
+    Ok(match cfg.kind {
+        PartitionKind::None => Box::new(NoPartition),
+        PartitionKind::Basic => Box::new(Basic),
+        PartitionKind::Dirprio => Box::new(Dirprio::new(cfg.params, capacity)?),
+        PartitionKind::Static => {
+            let p = cfg.params.resolved(capacity)?;
+            Box::new(Static { target: p.b_pmin })
+        }
+    })
+}
+
+/// Release rule of paper 000 §3.3.4 for a target `s_target`: shrink whichever side is above its
+/// share; at equality, evict from the incoming block's own pool; never from an empty pool.
+pub fn release_rule(s_target: u64, incoming: PoolId, sizes: PoolSizes) -> PoolId {
+    let s_cur = sizes.protected as u64;
+    let chosen = match s_cur.cmp(&s_target) {
+        std::cmp::Ordering::Less => PoolId::Normal,
+        std::cmp::Ordering::Equal => incoming,
+        std::cmp::Ordering::Greater => PoolId::Protected,
+    };
+    non_empty(chosen, sizes)
+}
+
+/// `chosen`, unless it is empty, then the other pool.
+#[inline]
+fn non_empty(chosen: PoolId, sizes: PoolSizes) -> PoolId {
+    if sizes.of(chosen) == 0 {
+        chosen.other()
+    } else {
+        chosen
+    }
+}
+
+/// One shared pool: classes are counted but not separated.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPartition;
+
+impl Partitioner for NoPartition {
+    fn kind(&self) -> PartitionKind {
+        PartitionKind::None
+    }
+    #[inline]
+    fn pool_of(&self, _class: Class) -> PoolId {
+        PoolId::Normal
+    }
+    #[inline]
+    fn record(&mut self, _pool: PoolId, _hit: bool) -> bool {
+        false
+    }
+    #[inline]
+    fn victim_pool(&self, _incoming: PoolId, _sizes: PoolSizes) -> PoolId {
+        PoolId::Normal
+    }
+    fn s_target(&self) -> Option<u64> {
+        None
+    }
+    fn set_capacity(&mut self, _blocks: u64) {}
+}
+
+/// Paper 000's baseline "basic" scheme: the protected pool only grows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Basic;
+
+impl Partitioner for Basic {
+    fn kind(&self) -> PartitionKind {
+        PartitionKind::Basic
+    }
+    fn pool_of(&self, class: Class) -> PoolId {
+        protected_if_priority(class)
+    }
+    fn record(&mut self, _pool: PoolId, _hit: bool) -> bool {
+        false
+    }
+    fn victim_pool(&self, _incoming: PoolId, sizes: PoolSizes) -> PoolId {
+        non_empty(PoolId::Normal, sizes)
+    }
+    fn s_target(&self) -> Option<u64> {
+        None
+    }
+    fn set_capacity(&mut self, _blocks: u64) {}
+}
+
+/// A fixed protected target with the release rule.
+#[derive(Debug, Clone, Copy)]
+pub struct Static {
+    target: u64,
+}
+
+impl Partitioner for Static {
+    fn kind(&self) -> PartitionKind {
+        PartitionKind::Static
+    }
+    fn pool_of(&self, class: Class) -> PoolId {
+        protected_if_priority(class)
+    }
+    fn record(&mut self, _pool: PoolId, _hit: bool) -> bool {
+        false
+    }
+    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
+        release_rule(self.target, incoming, sizes)
+    }
+    fn s_target(&self) -> Option<u64> {
+        Some(self.target)
+    }
+    fn set_capacity(&mut self, blocks: u64) {
+        self.target = self.target.min(blocks);
+    }
+}
+
+#[inline]
+fn protected_if_priority(class: Class) -> PoolId {
+    match class {
+        Class::Priority => PoolId::Protected,
+        _ => PoolId::Normal,
+    }
+}

@@ -1,0 +1,329 @@
+//! Paper 000's hit-ratio controller ("dirprio"): equations (1)–(3) and the release rule.
+//!
+//! Every ω recorded accesses it computes the window hit ratios H_p and H_n (a pool with no
+//! accesses in the window counts as 100 %) and moves the protected target:
+//! - H_p < T_p: S_target += (T_p − H_p)·A_p, capped so that B − S_target ≥ B_nmin;
+//! - else H_n < T_n: S_target −= (T_n − H_n)·A_n, floored at B_pmin.
+//!
+//! (T − H)·A equals T·A − hits, the number of extra hits the window lacked; it is rounded up to
+//! whole blocks ("at least 4 more buffers", Fig. 3), with a tolerance for float error.
+
+use super::{release_rule, PartitionKind, Partitioner, PoolSizes};
+use crate::class::{Class, PoolId};
+use crate::error::CoreError;
+
+/// A block count given absolutely or as a share of the tier.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    Blocks(u64),
+    Percent(f64),
+}
+
+impl Amount {
+    fn of(self, capacity: u64) -> u64 {
+        match self {
+            Amount::Blocks(n) => n,
+            Amount::Percent(p) => ((capacity as f64) * p / 100.0).round() as u64,
+        }
+    }
+}
+
+impl std::str::FromStr for Amount {
+    type Err = String;
+    /// `N` blocks or `P%` of the tier.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(p) = s.strip_suffix('%') {
+            let v: f64 = p.trim().parse().map_err(|_| format!("`{s}` is not a percentage"))?;
+            if !(0.0..=100.0).contains(&v) {
+                return Err(format!("`{s}` is outside 0%..100%"));
+            }
+            Ok(Amount::Percent(v))
+        } else {
+            s.trim()
+                .parse()
+                .map(Amount::Blocks)
+                .map_err(|_| format!("`{s}` is not a block count or percentage"))
+        }
+    }
+}
+
+/// 000's five parameters as the user gives them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DirprioParams {
+    /// Window length in accesses; `None` = B (§3.4.2).
+    pub omega: Option<u64>,
+    /// T_p, a fraction in 0..=1.
+    pub t_protected: f64,
+    /// T_n, a fraction in 0..=1.
+    pub t_normal: f64,
+    /// B_pmin: the protected target's floor (also the `static` partitioner's fixed target).
+    pub b_pmin: Amount,
+    /// B_nmin: the normal pool's floor, in blocks.
+    pub b_nmin: u64,
+}
+
+impl DirprioParams {
+    /// §3.4's guidance. `priority_reads_other`: the priority work also reads non-priority files
+    /// (condition 2): T_n = 85 %, B_pmin = 30 %; otherwise T_n = 65 % (of 60–70 %) and B_pmin =
+    /// 75 % (of 70–80 %). T_p = 100 %, ω = B, B_nmin = 32 (maximum read-ahead in blocks).
+    pub fn guidance(_capacity: u64, priority_reads_other: bool) -> Self {
+        let (t_normal, b_pmin) =
+            if priority_reads_other { (0.85, 30.0) } else { (0.65, 75.0) };
+        Self { omega: None, t_protected: 1.0, t_normal, b_pmin: Amount::Percent(b_pmin), b_nmin: 32 }
+    }
+
+    /// Resolves shares against a tier of `capacity` blocks and checks the bounds. A percentage
+    /// B_pmin (or the default B_nmin) shrinks to fit a small tier; absolute values that cannot
+    /// both hold are an error.
+    pub fn resolved(&self, capacity: u64) -> Result<Resolved, CoreError> {
+        for (name, t) in [("t-protected", self.t_protected), ("t-normal", self.t_normal)] {
+            if !(0.0..=1.0).contains(&t) || t.is_nan() {
+                return Err(CoreError::config(name, format!("{t} is outside 0..1")));
+            }
+        }
+        let omega = self.omega.unwrap_or(capacity).max(1);
+        if self.omega == Some(0) {
+            return Err(CoreError::config("omega", "must be at least 1"));
+        }
+        let b_nmin = self.b_nmin.min(capacity);
+        let b_pmin = self.b_pmin.of(capacity);
+        let b_pmin = match self.b_pmin {
+            Amount::Blocks(n) if n + b_nmin > capacity => {
+                return Err(CoreError::config(
+                    "b-pmin",
+                    format!("{n} + b-nmin {b_nmin} exceeds the tier's {capacity} blocks"),
+                ))
+            }
+            _ => b_pmin.min(capacity - b_nmin),
+        };
+        Ok(Resolved {
+            omega,
+            t_protected: self.t_protected,
+            t_normal: self.t_normal,
+            b_pmin,
+            b_nmin,
+            capacity,
+        })
+    }
+}
+
+/// Parameters resolved against a tier's capacity B.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resolved {
+    pub omega: u64,
+    pub t_protected: f64,
+    pub t_normal: f64,
+    pub b_pmin: u64,
+    pub b_nmin: u64,
+    pub capacity: u64,
+}
+
+/// The controller state. Invariant: B_pmin ≤ S_target ≤ B − B_nmin.
+#[derive(Debug, Clone)]
+pub struct Dirprio {
+    p: Resolved,
+    params: DirprioParams,
+    s_target: u64,
+    /// Window counters, indexed by `PoolId::index`.
+    accesses: [u64; 2],
+    hits: [u64; 2],
+    seen: u64,
+}
+
+impl Dirprio {
+    /// Starts with S_target = B_pmin (the paper gives no initial value; the floor is the
+    /// smallest target the user accepted).
+    pub fn new(params: DirprioParams, capacity: u64) -> Result<Self, CoreError> {
+        let p = params.resolved(capacity)?;
+        Ok(Self { p, params, s_target: p.b_pmin, accesses: [0; 2], hits: [0; 2], seen: 0 })
+    }
+
+    pub fn params(&self) -> &Resolved {
+        &self.p
+    }
+
+    /// Equations (1)–(3) over the window that just ended.
+    fn end_window(&mut self) {
+        let (pi, ni) = (PoolId::Protected.index(), PoolId::Normal.index());
+        let ratio = |i: usize| -> f64 {
+            if self.accesses[i] == 0 {
+                1.0
+            } else {
+                self.hits[i] as f64 / self.accesses[i] as f64
+            }
+        };
+        let (h_p, h_n) = (ratio(pi), ratio(ni));
+        if h_p < self.p.t_protected {
+            let grow = missing_hits(self.p.t_protected, self.accesses[pi], self.hits[pi]);
+            let cap = self.p.capacity - self.p.b_nmin;
+            self.s_target = self.s_target.saturating_add(grow).min(cap);
+        } else if h_n < self.p.t_normal {
+            let shrink = missing_hits(self.p.t_normal, self.accesses[ni], self.hits[ni]);
+            self.s_target = self.s_target.saturating_sub(shrink).max(self.p.b_pmin);
+        }
+        self.accesses = [0; 2];
+        self.hits = [0; 2];
+        self.seen = 0;
+    }
+}
+
+/// (T − H)·A = T·A − hits, rounded up to whole blocks; 1e-9 absorbs float error so that
+/// 0.7·10 − 3 counts as 4, not 5.
+fn missing_hits(threshold: f64, accesses: u64, hits: u64) -> u64 {
+    let x = threshold * accesses as f64 - hits as f64;
+    if x <= 1e-9 {
+        0
+    } else {
+        (x - 1e-9).ceil() as u64
+    }
+}
+
+impl Partitioner for Dirprio {
+    fn kind(&self) -> PartitionKind {
+        PartitionKind::Dirprio
+    }
+    fn pool_of(&self, class: Class) -> PoolId {
+        match class {
+            Class::Priority => PoolId::Protected,
+            _ => PoolId::Normal,
+        }
+    }
+    #[inline]
+    fn record(&mut self, pool: PoolId, hit: bool) -> bool {
+        let i = pool.index();
+        self.accesses[i] += 1;
+        self.hits[i] += u64::from(hit);
+        self.seen += 1;
+        if self.seen >= self.p.omega {
+            let before = self.s_target;
+            self.end_window();
+            return self.s_target != before;
+        }
+        false
+    }
+    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
+        release_rule(self.s_target, incoming, sizes)
+    }
+    fn s_target(&self) -> Option<u64> {
+        Some(self.s_target)
+    }
+    fn set_capacity(&mut self, blocks: u64) {
+        if let Ok(p) = self.params.resolved(blocks) {
+            self.p = p;
+            self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(omega: u64, t_p: f64, t_n: f64, b_pmin: u64, b_nmin: u64) -> DirprioParams {
+        DirprioParams {
+            omega: Some(omega),
+            t_protected: t_p,
+            t_normal: t_n,
+            b_pmin: Amount::Blocks(b_pmin),
+            b_nmin,
+        }
+    }
+
+    fn feed(d: &mut Dirprio, pool: PoolId, hits: u64, misses: u64) {
+        for _ in 0..hits {
+            d.record(pool, true);
+        }
+        for _ in 0..misses {
+            d.record(pool, false);
+        }
+    }
+
+    /// Fig. 3: T_p = 7/10, H_p = 3/10 over 10 accesses → S_target grows by 4.
+    #[test]
+    fn fig3_target_grows_by_four() {
+        let mut d = Dirprio::new(params(10, 0.7, 0.5, 10, 0), 100).unwrap();
+        assert_eq!(d.s_target(), Some(10));
+        feed(&mut d, PoolId::Protected, 3, 7);
+        assert_eq!(d.s_target(), Some(14));
+    }
+
+    #[test]
+    fn normal_shortfall_shrinks_target_when_protected_is_fine() {
+        let mut d = Dirprio::new(params(20, 0.5, 0.8, 5, 0), 100).unwrap();
+        d.s_target = 50;
+        feed(&mut d, PoolId::Protected, 10, 0); // H_p = 100 %
+        feed(&mut d, PoolId::Normal, 4, 6); // H_n = 40 %, T_n·A_n − hits = 8 − 4
+        assert_eq!(d.s_target(), Some(46));
+    }
+
+    #[test]
+    fn protected_shortfall_takes_precedence_over_normal() {
+        let mut d = Dirprio::new(params(20, 0.9, 0.9, 0, 0), 100).unwrap();
+        feed(&mut d, PoolId::Protected, 5, 5);
+        feed(&mut d, PoolId::Normal, 0, 10);
+        assert_eq!(d.s_target(), Some(4)); // 0.9·10 − 5, no decrease
+    }
+
+    #[test]
+    fn empty_window_pool_counts_as_full_hit_ratio() {
+        // Only normal accesses, all misses: H_p counts as 100 %, so the target shrinks.
+        let mut d = Dirprio::new(params(10, 1.0, 0.5, 0, 0), 100).unwrap();
+        d.s_target = 30;
+        feed(&mut d, PoolId::Normal, 0, 10);
+        assert_eq!(d.s_target(), Some(25));
+        // Only protected accesses, all hits: H_n counts as 100 %, nothing moves.
+        feed(&mut d, PoolId::Protected, 10, 0);
+        assert_eq!(d.s_target(), Some(25));
+    }
+
+    #[test]
+    fn bounds_b_nmin_caps_growth_and_b_pmin_floors_shrink() {
+        let mut d = Dirprio::new(params(100, 1.0, 1.0, 20, 30), 100).unwrap();
+        feed(&mut d, PoolId::Protected, 0, 100); // wants +100
+        assert_eq!(d.s_target(), Some(70)); // B − B_nmin
+        feed(&mut d, PoolId::Normal, 0, 100); // wants −100
+        assert_eq!(d.s_target(), Some(20)); // B_pmin
+    }
+
+    #[test]
+    fn window_resets_after_omega_accesses() {
+        let mut d = Dirprio::new(params(4, 1.0, 0.0, 0, 0), 100).unwrap();
+        feed(&mut d, PoolId::Protected, 0, 3);
+        assert_eq!(d.s_target(), Some(0)); // window not complete
+        feed(&mut d, PoolId::Protected, 1, 0); // A_p = 4, hits 1 → +3
+        assert_eq!(d.s_target(), Some(3));
+        feed(&mut d, PoolId::Protected, 4, 0); // a perfect window changes nothing
+        assert_eq!(d.s_target(), Some(3));
+    }
+
+    #[test]
+    fn release_rule_cases() {
+        let sizes = |p, n| PoolSizes { protected: p, normal: n };
+        // S_cur < S_target → normal; = → incoming's pool; > → protected.
+        assert_eq!(release_rule(10, PoolId::Protected, sizes(5, 5)), PoolId::Normal);
+        assert_eq!(release_rule(5, PoolId::Protected, sizes(5, 5)), PoolId::Protected);
+        assert_eq!(release_rule(5, PoolId::Normal, sizes(5, 5)), PoolId::Normal);
+        assert_eq!(release_rule(2, PoolId::Normal, sizes(5, 5)), PoolId::Protected);
+        // The chosen pool is empty → the other one.
+        assert_eq!(release_rule(10, PoolId::Normal, sizes(5, 0)), PoolId::Protected);
+        assert_eq!(release_rule(0, PoolId::Protected, sizes(0, 5)), PoolId::Normal);
+    }
+
+    #[test]
+    fn bad_parameters_are_rejected_with_their_name() {
+        let e = Dirprio::new(params(10, 1.5, 0.5, 0, 0), 100).unwrap_err();
+        assert!(e.to_string().contains("t-protected"), "{e}");
+        let e = Dirprio::new(params(10, 1.0, 0.5, 80, 30), 100).unwrap_err();
+        assert!(e.to_string().contains("b-pmin"), "{e}");
+        let e = Dirprio::new(params(0, 1.0, 0.5, 0, 0), 100).unwrap_err();
+        assert!(e.to_string().contains("omega"), "{e}");
+    }
+
+    #[test]
+    fn guidance_fits_small_tiers() {
+        let p = DirprioParams::guidance(40, false).resolved(40).unwrap();
+        assert_eq!(p.b_nmin, 32);
+        assert_eq!(p.b_pmin, 8); // 75 % of 40 = 30, shrunk to B − B_nmin
+        assert_eq!(p.omega, 40);
+    }
+}
