@@ -8,11 +8,13 @@
 //!   `[first, first + capacity)` are admitted, into free slots, and never evicted.
 //!
 //! Duplication of tier i > 0 = fraction of its blocks also held in some tier above, sampled every
-//! `max(1000, Σ capacities)` requests and averaged.
+//! `max(1000, Σ capacities)` requests and averaged. A sample looks at up to 1024 evenly spaced
+//! slots (all of them in a tier that small; the start rotates between samples), so its cost does
+//! not grow with the tier.
 
 use crate::class::Class;
 use crate::error::CoreError;
-use crate::ids::BlockKey;
+use crate::ids::{BlockKey, SlotId};
 use crate::stats::HitCounts;
 use crate::tier::{Evicted, Tier, TierConfig};
 use crate::Access;
@@ -27,7 +29,9 @@ pub enum Placement {
     Inclusive,
     Exclusive,
     /// Admit blocks with index in `[first, first + capacity)`.
-    Pinned { first: u64 },
+    Pinned {
+        first: u64,
+    },
 }
 
 impl fmt::Display for Placement {
@@ -79,14 +83,21 @@ pub struct Hierarchy {
     classes: [HitCounts; Class::COUNT],
     dup_interval: u64,
     since_sample: u64,
+    samples_taken: u64,
 }
 
 impl Hierarchy {
     pub fn new(levels: &[LevelConfig]) -> Result<Self, CoreError> {
         if levels.is_empty() {
-            return Err(CoreError::config("tier", "a hierarchy needs at least one tier"));
+            return Err(CoreError::config(
+                "tier",
+                "a hierarchy needs at least one tier",
+            ));
         }
-        let tiers = levels.iter().map(|l| Tier::new(&l.tier)).collect::<Result<Vec<_>, _>>()?;
+        let tiers = levels
+            .iter()
+            .map(|l| Tier::new(&l.tier))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut placement: Vec<Placement> = levels.iter().map(|l| l.placement).collect();
         placement[0] = Placement::Inclusive;
         let total: usize = tiers.iter().map(Tier::capacity).sum();
@@ -98,6 +109,7 @@ impl Hierarchy {
             classes: Default::default(),
             dup_interval: (total as u64).max(1000),
             since_sample: 0,
+            samples_taken: 0,
         })
     }
 
@@ -145,7 +157,10 @@ impl Hierarchy {
         }
         let missed_above = match hit {
             Some(j) => {
-                if j > 0 && self.placement[j] == Placement::Exclusive && self.tiers[j].remove(&a.key).is_some() {
+                if j > 0
+                    && self.placement[j] == Placement::Exclusive
+                    && self.tiers[j].remove(&a.key).is_some()
+                {
                     self.tiers[j].stats_mut().promotions += 1;
                 }
                 j
@@ -191,7 +206,8 @@ impl Hierarchy {
     /// exclusive tier never duplicates a tier above it.
     fn demote(&mut self, mut i: usize, mut ev: Evicted) {
         while i < self.tiers.len() && self.placement[i] == Placement::Exclusive {
-            if self.tiers[..i].iter().any(|t| t.contains(&ev.key)) {
+            // Tier i − 1 just evicted the block; only the tiers above it may still hold it.
+            if self.tiers[..i - 1].iter().any(|t| t.contains(&ev.key)) {
                 return;
             }
             match self.tiers[i].demote_into(ev.key, ev.class) {
@@ -209,14 +225,25 @@ impl Hierarchy {
 
     /// Records, for every tier below the top, the fraction of its blocks also held above.
     pub fn sample_duplication(&mut self) {
+        const PROBES: usize = 1024;
+        self.samples_taken += 1;
         for i in 1..self.tiers.len() {
             let (above, rest) = self.tiers.split_at_mut(i);
             let t = &mut rest[0];
-            if t.is_empty() {
+            let cap = t.capacity();
+            let step = cap.div_ceil(PROBES).max(1);
+            let start = (self.samples_taken as usize).wrapping_mul(7919) % step;
+            let (mut held, mut dup) = (0usize, 0usize);
+            for pos in (start..cap).step_by(step) {
+                if let Some(k) = t.key_at(SlotId(pos as u32)) {
+                    held += 1;
+                    dup += usize::from(above.iter().any(|u| u.contains(&k)));
+                }
+            }
+            if held == 0 {
                 continue;
             }
-            let dup = t.resident().filter(|(k, _)| above.iter().any(|u| u.contains(k))).count();
-            let frac = dup as f64 / t.len() as f64;
+            let frac = dup as f64 / held as f64;
             let s = t.stats_mut();
             s.duplication_sum += frac;
             s.duplication_samples += 1;

@@ -30,7 +30,10 @@ impl HitCounts {
     }
     /// Counts since `earlier` (a previous snapshot of the same counter).
     pub fn since(&self, earlier: &HitCounts) -> HitCounts {
-        HitCounts { hits: self.hits - earlier.hits, misses: self.misses - earlier.misses }
+        HitCounts {
+            hits: self.hits - earlier.hits,
+            misses: self.misses - earlier.misses,
+        }
     }
 }
 

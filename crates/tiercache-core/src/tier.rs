@@ -27,7 +27,12 @@ pub struct TierConfig {
 
 impl TierConfig {
     pub fn new(name: impl Into<String>, capacity: usize, policy: PolicyKind) -> Self {
-        Self { name: name.into(), capacity, policy, partition: PartitionConfig::none() }
+        Self {
+            name: name.into(),
+            capacity,
+            policy,
+            partition: PartitionConfig::none(),
+        }
     }
 }
 
@@ -40,10 +45,18 @@ pub struct SlotMeta {
     pub dirty: bool,
     /// Readers or writers currently using the slot's data (live cache only).
     pub pins: u16,
+    /// The slot holds a block.
+    pub used: bool,
 }
 
 impl SlotMeta {
-    const EMPTY: SlotMeta = SlotMeta { class: Class::Normal, pool: PoolId::Normal, dirty: false, pins: 0 };
+    const EMPTY: SlotMeta = SlotMeta {
+        class: Class::Normal,
+        pool: PoolId::Normal,
+        dirty: false,
+        pins: 0,
+        used: false,
+    };
     #[inline]
     fn evictable(&self) -> bool {
         !self.dirty && self.pins == 0
@@ -87,7 +100,10 @@ pub struct Tier {
 impl Tier {
     pub fn new(cfg: &TierConfig) -> Result<Self, CoreError> {
         if cfg.capacity == 0 || cfg.capacity >= u32::MAX as usize {
-            return Err(CoreError::config("capacity", format!("{} blocks is out of range", cfg.capacity)));
+            return Err(CoreError::config(
+                "capacity",
+                format!("{} blocks is out of range", cfg.capacity),
+            ));
         }
         let c = cfg.capacity;
         let partitioner = new_partitioner(&cfg.partition, c as u64)?;
@@ -144,7 +160,10 @@ impl Tier {
         self.partitioner.s_target()
     }
     pub fn pool_sizes(&self) -> PoolSizes {
-        PoolSizes { protected: self.pools[0].len(), normal: self.pools[1].len() }
+        PoolSizes {
+            protected: self.pools[0].len(),
+            normal: self.pools[1].len(),
+        }
     }
     /// S_cur: blocks in the protected pool.
     pub fn s_cur(&self) -> u64 {
@@ -233,7 +252,10 @@ impl Tier {
 
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
         if let Some(&slot) = self.map.get(&key) {
-            return Ok(Inserted { slot, evicted: None });
+            return Ok(Inserted {
+                slot,
+                evicted: None,
+            });
         }
         let (slot, evicted) = match self.free.pop() {
             Some(s) => (SlotId(s), None),
@@ -251,32 +273,52 @@ impl Tier {
     fn occupy(&mut self, slot: SlotId, key: BlockKey, class: Class) {
         let pool = self.partitioner.pool_of(class);
         self.keys[slot.index()] = key;
-        self.meta[slot.index()] = SlotMeta { class, pool, dirty: false, pins: 0 };
+        self.meta[slot.index()] = SlotMeta {
+            class,
+            pool,
+            dirty: false,
+            pins: 0,
+            used: true,
+        };
         self.map.insert(key, slot);
         self.pools[pool.index()].insert(slot, key);
     }
 
     /// Picks and removes a victim for a block headed to `incoming`, skipping (requeueing) pinned
     /// or dirty blocks. Tries the partitioner's pool first, then the other one.
-    fn evict_for(&mut self, key: BlockKey, incoming: PoolId) -> Result<(SlotId, Evicted), CoreError> {
+    fn evict_for(
+        &mut self,
+        key: BlockKey,
+        incoming: PoolId,
+    ) -> Result<(SlotId, Evicted), CoreError> {
         let first = self.partitioner.victim_pool(incoming, self.pool_sizes());
         for pool in [first, first.other()] {
             let p = pool.index();
             let tries = MAX_SKIPS.min(self.pools[p].len());
             for _ in 0..tries {
-                let Some(slot) = self.pools[p].victim(Some(key)) else { break };
+                let Some(slot) = self.pools[p].victim(Some(key)) else {
+                    break;
+                };
                 let m = self.meta[slot.index()];
                 if m.evictable() {
                     let vkey = self.keys[slot.index()];
                     self.pools[p].remove(slot, vkey, true);
                     self.map.remove(&vkey);
                     self.stats.evictions += 1;
-                    return Ok((slot, Evicted { key: vkey, class: m.class }));
+                    return Ok((
+                        slot,
+                        Evicted {
+                            key: vkey,
+                            class: m.class,
+                        },
+                    ));
                 }
                 self.pools[p].touch(slot);
             }
         }
-        Err(CoreError::Retry { tier: self.name.clone() })
+        Err(CoreError::Retry {
+            tier: self.name.clone(),
+        })
     }
 
     /// Removes `key` without counting an eviction (promotion, invalidation). Returns its slot and
@@ -326,6 +368,13 @@ impl Tier {
         self.map.iter().map(|(k, s)| (*k, *s))
     }
 
+    /// The key in `slot`, if the slot holds a block (sampling without a map lookup).
+    #[inline]
+    pub fn key_at(&self, slot: SlotId) -> Option<BlockKey> {
+        let i = slot.index();
+        (i < self.capacity && self.meta[i].used).then(|| self.keys[i])
+    }
+
     /// Checks the structural invariants; used by tests and debug assertions.
     pub fn check_invariants(&self) -> Result<(), String> {
         let sizes = self.pool_sizes();
@@ -343,11 +392,19 @@ impl Tier {
         }
         for (k, s) in &self.map {
             if self.keys[s.index()] != *k {
-                return Err(format!("slot {} holds {:?}, map says {:?}", s.0, self.keys[s.index()], k));
+                return Err(format!(
+                    "slot {} holds {:?}, map says {:?}",
+                    s.0,
+                    self.keys[s.index()],
+                    k
+                ));
             }
             let m = self.meta[s.index()];
             if m.pool != self.partitioner.pool_of(m.class) {
-                return Err(format!("{k:?} is in pool {:?} but its class maps elsewhere", m.pool));
+                return Err(format!(
+                    "{k:?} is in pool {:?} but its class maps elsewhere",
+                    m.pool
+                ));
             }
         }
         Ok(())

@@ -31,7 +31,7 @@ fn access_strategy() -> impl Strategy<Value = Vec<(u64, bool)>> {
 
 fn class_of(block: u64) -> Class {
     // A block's class is a property of its file: derive it from the block, not the op.
-    if block % 3 == 0 {
+    if block.is_multiple_of(3) {
         Class::Priority
     } else {
         Class::Normal
@@ -163,17 +163,33 @@ proptest! {
 #[test]
 fn pinned_and_dirty_blocks_are_never_evicted() {
     let mut t = Tier::new(&TierConfig::new("t", 4, PolicyKind::Lru)).unwrap();
-    let slots: Vec<_> = (0..4).map(|b| t.insert(BlockKey::new(0, b), Class::Normal).unwrap().slot).collect();
+    let slots: Vec<_> = (0..4)
+        .map(|b| t.insert(BlockKey::new(0, b), Class::Normal).unwrap().slot)
+        .collect();
     t.pin(slots[0]);
     t.set_dirty(slots[1], true);
     let ins = t.insert(BlockKey::new(0, 10), Class::Normal).unwrap();
-    assert_eq!(ins.evicted.unwrap().key, BlockKey::new(0, 2), "LRU victim after skipping 0 and 1");
+    assert_eq!(
+        ins.evicted.unwrap().key,
+        BlockKey::new(0, 2),
+        "LRU victim after skipping 0 and 1"
+    );
     t.pin(slots[3]);
     t.pin(ins.slot);
     // Everything is pinned or dirty now: the tier says retry instead of evicting.
-    assert!(matches!(t.insert(BlockKey::new(0, 11), Class::Normal), Err(tiercache_core::CoreError::Retry { .. })));
+    assert!(matches!(
+        t.insert(BlockKey::new(0, 11), Class::Normal),
+        Err(tiercache_core::CoreError::Retry { .. })
+    ));
     t.set_dirty(slots[1], false);
-    assert_eq!(t.insert(BlockKey::new(0, 11), Class::Normal).unwrap().evicted.unwrap().key, BlockKey::new(0, 1));
+    assert_eq!(
+        t.insert(BlockKey::new(0, 11), Class::Normal)
+            .unwrap()
+            .evicted
+            .unwrap()
+            .key,
+        BlockKey::new(0, 1)
+    );
 }
 
 #[test]

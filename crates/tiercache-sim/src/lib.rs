@@ -1,7 +1,16 @@
 //! tiercache-sim: replays workloads and block traces against the tiercache engine, metadata only.
 //!
 //! Parts:
+//! - [`workload`]: synthetic streams (`uniform`, `zipf`, `exponential`, `loop`, `scan`);
 //! - [`trace`]: readers for libCacheSim CSV, MSR Cambridge CSV and libCacheSim oracleGeneral
-//!   (plain or zstd) traces.
+//!   (plain or zstd) traces;
+//! - [`replay`]: tier specs, setups and the replay loop over `tiercache_core::hierarchy`;
+//! - [`report`]: the `--json` report and text tables;
+//! - [`timeseries`] and [`plot`]: per-window rows, CSV and PNG (paper 000's Fig. 5).
 
+pub mod plot;
+pub mod replay;
+pub mod report;
+pub mod timeseries;
 pub mod trace;
+pub mod workload;

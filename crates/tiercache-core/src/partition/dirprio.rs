@@ -33,7 +33,10 @@ impl std::str::FromStr for Amount {
     /// `N` blocks or `P%` of the tier.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(p) = s.strip_suffix('%') {
-            let v: f64 = p.trim().parse().map_err(|_| format!("`{s}` is not a percentage"))?;
+            let v: f64 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{s}` is not a percentage"))?;
             if !(0.0..=100.0).contains(&v) {
                 return Err(format!("`{s}` is outside 0%..100%"));
             }
@@ -67,16 +70,28 @@ impl DirprioParams {
     /// (condition 2): T_n = 85 %, B_pmin = 30 %; otherwise T_n = 65 % (of 60–70 %) and B_pmin =
     /// 75 % (of 70–80 %). T_p = 100 %, ω = B, B_nmin = 32 (maximum read-ahead in blocks).
     pub fn guidance(_capacity: u64, priority_reads_other: bool) -> Self {
-        let (t_normal, b_pmin) =
-            if priority_reads_other { (0.85, 30.0) } else { (0.65, 75.0) };
-        Self { omega: None, t_protected: 1.0, t_normal, b_pmin: Amount::Percent(b_pmin), b_nmin: 32 }
+        let (t_normal, b_pmin) = if priority_reads_other {
+            (0.85, 30.0)
+        } else {
+            (0.65, 75.0)
+        };
+        Self {
+            omega: None,
+            t_protected: 1.0,
+            t_normal,
+            b_pmin: Amount::Percent(b_pmin),
+            b_nmin: 32,
+        }
     }
 
     /// Resolves shares against a tier of `capacity` blocks and checks the bounds. A percentage
     /// B_pmin (or the default B_nmin) shrinks to fit a small tier; absolute values that cannot
     /// both hold are an error.
     pub fn resolved(&self, capacity: u64) -> Result<Resolved, CoreError> {
-        for (name, t) in [("t-protected", self.t_protected), ("t-normal", self.t_normal)] {
+        for (name, t) in [
+            ("t-protected", self.t_protected),
+            ("t-normal", self.t_normal),
+        ] {
             if !(0.0..=1.0).contains(&t) || t.is_nan() {
                 return Err(CoreError::config(name, format!("{t} is outside 0..1")));
             }
@@ -135,7 +150,14 @@ impl Dirprio {
     /// smallest target the user accepted).
     pub fn new(params: DirprioParams, capacity: u64) -> Result<Self, CoreError> {
         let p = params.resolved(capacity)?;
-        Ok(Self { p, params, s_target: p.b_pmin, accesses: [0; 2], hits: [0; 2], seen: 0 })
+        Ok(Self {
+            p,
+            params,
+            s_target: p.b_pmin,
+            accesses: [0; 2],
+            hits: [0; 2],
+            seen: 0,
+        })
     }
 
     pub fn params(&self) -> &Resolved {
@@ -298,15 +320,33 @@ mod tests {
 
     #[test]
     fn release_rule_cases() {
-        let sizes = |p, n| PoolSizes { protected: p, normal: n };
+        let sizes = |p, n| PoolSizes {
+            protected: p,
+            normal: n,
+        };
         // S_cur < S_target → normal; = → incoming's pool; > → protected.
-        assert_eq!(release_rule(10, PoolId::Protected, sizes(5, 5)), PoolId::Normal);
-        assert_eq!(release_rule(5, PoolId::Protected, sizes(5, 5)), PoolId::Protected);
+        assert_eq!(
+            release_rule(10, PoolId::Protected, sizes(5, 5)),
+            PoolId::Normal
+        );
+        assert_eq!(
+            release_rule(5, PoolId::Protected, sizes(5, 5)),
+            PoolId::Protected
+        );
         assert_eq!(release_rule(5, PoolId::Normal, sizes(5, 5)), PoolId::Normal);
-        assert_eq!(release_rule(2, PoolId::Normal, sizes(5, 5)), PoolId::Protected);
+        assert_eq!(
+            release_rule(2, PoolId::Normal, sizes(5, 5)),
+            PoolId::Protected
+        );
         // The chosen pool is empty → the other one.
-        assert_eq!(release_rule(10, PoolId::Normal, sizes(5, 0)), PoolId::Protected);
-        assert_eq!(release_rule(0, PoolId::Protected, sizes(0, 5)), PoolId::Normal);
+        assert_eq!(
+            release_rule(10, PoolId::Normal, sizes(5, 0)),
+            PoolId::Protected
+        );
+        assert_eq!(
+            release_rule(0, PoolId::Protected, sizes(0, 5)),
+            PoolId::Normal
+        );
     }
 
     #[test]

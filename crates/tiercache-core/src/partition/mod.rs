@@ -32,8 +32,12 @@ pub enum PartitionKind {
 }
 
 impl PartitionKind {
-    pub const ALL: [PartitionKind; 4] =
-        [PartitionKind::None, PartitionKind::Basic, PartitionKind::Dirprio, PartitionKind::Static];
+    pub const ALL: [PartitionKind; 4] = [
+        PartitionKind::None,
+        PartitionKind::Basic,
+        PartitionKind::Dirprio,
+        PartitionKind::Static,
+    ];
     pub const fn as_str(self) -> &'static str {
         match self {
             PartitionKind::None => "none",
@@ -56,7 +60,9 @@ impl FromStr for PartitionKind {
         PartitionKind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown partitioner `{s}` (expected none|basic|dirprio|static)"))
+            .ok_or_else(|| {
+                format!("unknown partitioner `{s}` (expected none|basic|dirprio|static)")
+            })
     }
 }
 
@@ -102,7 +108,10 @@ pub struct PartitionConfig {
 
 impl PartitionConfig {
     pub fn none() -> Self {
-        Self { kind: PartitionKind::None, params: DirprioParams::guidance(0, false) }
+        Self {
+            kind: PartitionKind::None,
+            params: DirprioParams::guidance(0, false),
+        }
     }
 }
 

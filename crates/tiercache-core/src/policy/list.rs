@@ -7,13 +7,25 @@
 /// Sentinel for "no slot".
 pub const NIL: u32 = u32::MAX;
 
-/// Several lists sharing one `prev`/`next` arena (a slot belongs to at most one of them).
+/// Links of one slot, kept together so one access touches one cache line.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    prev: u32,
+    next: u32,
+    /// Which list the slot is on, or `u8::MAX` when unlinked.
+    member: u8,
+}
+
+const UNLINKED: Node = Node {
+    prev: NIL,
+    next: NIL,
+    member: u8::MAX,
+};
+
+/// Several lists sharing one node arena (a slot belongs to at most one of them).
 #[derive(Debug, Clone)]
 pub struct SlotLists<const N: usize> {
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    /// `member[i]` = which list slot i is in, or `u8::MAX` when unlinked.
-    member: Vec<u8>,
+    nodes: Vec<Node>,
     head: [u32; N],
     tail: [u32; N],
     len: [usize; N],
@@ -23,9 +35,7 @@ impl<const N: usize> SlotLists<N> {
     /// Lists able to hold slots `0..capacity`.
     pub fn new(capacity: usize) -> Self {
         Self {
-            prev: vec![NIL; capacity],
-            next: vec![NIL; capacity],
-            member: vec![u8::MAX; capacity],
+            nodes: vec![UNLINKED; capacity],
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],
@@ -43,7 +53,7 @@ impl<const N: usize> SlotLists<N> {
     /// Which list `slot` is on, if any.
     #[inline]
     pub fn list_of(&self, slot: u32) -> Option<usize> {
-        let m = self.member[slot as usize];
+        let m = self.nodes[slot as usize].member;
         (m != u8::MAX).then_some(m as usize)
     }
     /// Most recently pushed end.
@@ -61,51 +71,53 @@ impl<const N: usize> SlotLists<N> {
     /// The neighbour towards the head (newer), if any.
     #[inline]
     pub fn newer(&self, slot: u32) -> Option<u32> {
-        let p = self.prev[slot as usize];
+        let p = self.nodes[slot as usize].prev;
         (p != NIL).then_some(p)
     }
 
     /// Link `slot` at the head of `list`. The slot must be unlinked.
     #[inline]
     pub fn push_head(&mut self, list: usize, slot: u32) {
-        debug_assert_eq!(self.member[slot as usize], u8::MAX, "slot already linked");
-        let s = slot as usize;
+        debug_assert_eq!(
+            self.nodes[slot as usize].member,
+            u8::MAX,
+            "slot already linked"
+        );
         let old = self.head[list];
-        self.prev[s] = NIL;
-        self.next[s] = old;
+        self.nodes[slot as usize] = Node {
+            prev: NIL,
+            next: old,
+            member: list as u8,
+        };
         if old != NIL {
-            self.prev[old as usize] = slot;
+            self.nodes[old as usize].prev = slot;
         } else {
             self.tail[list] = slot;
         }
         self.head[list] = slot;
-        self.member[s] = list as u8;
         self.len[list] += 1;
     }
 
     /// Unlink `slot` from whatever list holds it; no-op when unlinked.
     #[inline]
     pub fn unlink(&mut self, slot: u32) {
-        let s = slot as usize;
-        let m = self.member[s];
-        if m == u8::MAX {
+        let node = self.nodes[slot as usize];
+        if node.member == u8::MAX {
             return;
         }
-        let list = m as usize;
-        let (p, n) = (self.prev[s], self.next[s]);
+        let list = node.member as usize;
+        let (p, n) = (node.prev, node.next);
         if p != NIL {
-            self.next[p as usize] = n;
+            self.nodes[p as usize].next = n;
         } else {
             self.head[list] = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            self.nodes[n as usize].prev = p;
         } else {
             self.tail[list] = p;
         }
-        self.prev[s] = NIL;
-        self.next[s] = NIL;
-        self.member[s] = u8::MAX;
+        self.nodes[slot as usize] = UNLINKED;
         self.len[list] -= 1;
     }
 

@@ -8,11 +8,21 @@
 //!   calls `remove(.., evicted = true)` next, or `touch` if it cannot evict that block now);
 //! - every operation is O(1) amortised and allocates nothing after construction.
 
+mod arc;
+mod clock;
+mod fifo;
 mod list;
 mod lru;
+mod s3fifo;
+mod sieve;
 
+pub use arc::ArcPolicy;
+pub use clock::Clock;
+pub use fifo::Fifo;
 pub use list::{SlotLists, NIL};
 pub use lru::Lru;
+pub use s3fifo::S3Fifo;
+pub use sieve::Sieve;
 
 use crate::ids::{BlockKey, SlotId};
 use serde::{Deserialize, Serialize};
@@ -99,7 +109,10 @@ pub trait EvictionPolicy: Send + fmt::Debug {
 pub fn new_policy(kind: PolicyKind, slots: usize) -> Box<dyn EvictionPolicy> {
     match kind {
         PolicyKind::Lru => Box::new(Lru::new(slots)),
-        // Filled in by the policy modules as they land.
-        _ => Box::new(Lru::new(slots)),
+        PolicyKind::Fifo => Box::new(Fifo::new(slots)),
+        PolicyKind::Clock => Box::new(Clock::new(slots)),
+        PolicyKind::Sieve => Box::new(Sieve::new(slots)),
+        PolicyKind::S3Fifo => Box::new(S3Fifo::new(slots)),
+        PolicyKind::Arc => Box::new(ArcPolicy::new(slots)),
     }
 }

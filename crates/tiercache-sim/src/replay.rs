@@ -1,0 +1,258 @@
+//! Replays a request stream through a hierarchy and collects the report and time series.
+//!
+//! The same engine (`tiercache_core::hierarchy`) the live cache is built on; metadata only.
+//! `requests_per_second` times the replay loop alone: generation and parsing happen before.
+
+use crate::report::{ClassReport, Report, TierReport};
+use crate::timeseries::WindowRow;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+use tiercache_core::hierarchy::{Hierarchy, LevelConfig, Placement};
+use tiercache_core::partition::PartitionConfig;
+use tiercache_core::policy::PolicyKind;
+use tiercache_core::stats::HitCounts;
+use tiercache_core::tier::TierConfig;
+use tiercache_core::{Access, Class, CoreError};
+
+/// `NAME:BLOCKS:POLICY[:PLACEMENT]`, one `--tier`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierSpec {
+    pub name: String,
+    pub blocks: usize,
+    pub policy: PolicyKind,
+    pub placement: Placement,
+}
+
+impl FromStr for TierSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split(':').collect();
+        if !(3..=4).contains(&parts.len()) || parts[0].is_empty() {
+            return Err(format!(
+                "tier `{s}`: expected NAME:BLOCKS:POLICY[:PLACEMENT]"
+            ));
+        }
+        let blocks = parts[1]
+            .parse::<usize>()
+            .ok()
+            .filter(|&b| b > 0 && b < u32::MAX as usize)
+            .ok_or_else(|| {
+                format!(
+                    "tier `{s}`: BLOCKS `{}` must be a positive block count",
+                    parts[1]
+                )
+            })?;
+        let policy = parts[2].parse().map_err(|e| format!("tier `{s}`: {e}"))?;
+        let placement = match parts.get(3) {
+            Some(p) => p.parse().map_err(|e| format!("tier `{s}`: {e}"))?,
+            None => Placement::Inclusive,
+        };
+        Ok(TierSpec {
+            name: parts[0].to_string(),
+            blocks,
+            policy,
+            placement,
+        })
+    }
+}
+
+impl fmt::Display for TierSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.name, self.blocks, self.policy, self.placement
+        )
+    }
+}
+
+/// A hierarchy to replay: tiers top first, the partitioner applying to the top tier.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub label: String,
+    pub tiers: Vec<TierSpec>,
+    pub partition: PartitionConfig,
+}
+
+impl Setup {
+    pub fn levels(&self) -> Vec<LevelConfig> {
+        self.tiers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut tier = TierConfig::new(t.name.clone(), t.blocks, t.policy);
+                if i == 0 {
+                    tier.partition = self.partition;
+                }
+                LevelConfig {
+                    tier,
+                    placement: t.placement,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What to collect besides the final report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplayOptions {
+    /// Record a time-series row every this many requests.
+    pub window: Option<u64>,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+/// A finished replay.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub report: Report,
+    pub series: Vec<WindowRow>,
+}
+
+/// Replays `requests` through a fresh hierarchy built from `setup`.
+pub fn replay(
+    setup: &Setup,
+    requests: &[Access],
+    opts: ReplayOptions,
+) -> Result<Outcome, CoreError> {
+    let mut h = Hierarchy::new(&setup.levels())?;
+    let bar = opts.progress.then(|| {
+        let b = ProgressBar::new(requests.len() as u64);
+        b.set_style(
+            ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} ({per_sec}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b.set_message(setup.label.clone());
+        b
+    });
+    let window = opts.window.unwrap_or(u64::MAX).max(1) as usize;
+    // Chunks bound the cost of windows and progress to once per chunk, not per request.
+    let chunk = window.min(1 << 16);
+    let mut series = Vec::new();
+    let mut last = Snapshot::of(&h);
+    let mut in_window = 0usize;
+    let start = Instant::now();
+    for part in requests.chunks(chunk) {
+        for &a in part {
+            h.access(a);
+        }
+        in_window += part.len();
+        if in_window >= window {
+            in_window = 0;
+            let now = Snapshot::of(&h);
+            series.push(now.row_since(&last, &h));
+            last = now;
+        }
+        if let Some(b) = &bar {
+            b.inc(part.len() as u64);
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(Outcome {
+        report: report(setup, &h, secs),
+        series,
+    })
+}
+
+/// Counters at a window boundary.
+struct Snapshot {
+    requests: u64,
+    top_classes: [HitCounts; Class::COUNT],
+    tiers: Vec<(u64, u64)>,
+}
+
+impl Snapshot {
+    fn of(h: &Hierarchy) -> Self {
+        let top = h.tiers()[0].stats();
+        Snapshot {
+            requests: h.requests(),
+            top_classes: top.classes,
+            tiers: h
+                .tiers()
+                .iter()
+                .map(|t| (t.stats().requests, t.stats().hits))
+                .collect(),
+        }
+    }
+    fn row_since(&self, earlier: &Snapshot, h: &Hierarchy) -> WindowRow {
+        let class = |c: Class| {
+            self.top_classes[c.index()]
+                .since(&earlier.top_classes[c.index()])
+                .ratio()
+        };
+        let top = &h.tiers()[0];
+        WindowRow {
+            request: self.requests,
+            h_p: class(Class::Priority),
+            h_n: class(Class::Normal),
+            s_target: top.s_target(),
+            s_cur: top.s_cur(),
+            tier_hit_ratio: self
+                .tiers
+                .iter()
+                .zip(&earlier.tiers)
+                .map(|(&(r, hi), &(r0, h0))| (r > r0).then(|| (hi - h0) as f64 / (r - r0) as f64))
+                .collect(),
+        }
+    }
+}
+
+fn report(setup: &Setup, h: &Hierarchy, secs: f64) -> Report {
+    let tiers = h
+        .tiers()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let s = t.stats();
+            let partitioned =
+                i == 0 && t.partitioner().kind() != tiercache_core::partition::PartitionKind::None;
+            TierReport {
+                name: t.name().to_string(),
+                capacity_blocks: t.capacity() as u64,
+                policy: t.policy().to_string(),
+                placement: h.placement(i).to_string(),
+                requests: s.requests,
+                hits: s.hits,
+                hit_ratio: s.hit_ratio(),
+                duplication: s.duplication(),
+                demotions: s.demotions,
+                promotions: s.promotions,
+                partition: (i == 0).then(|| t.partitioner().kind().to_string()),
+                s_target: if partitioned { t.s_target() } else { None },
+                s_cur: partitioned.then(|| t.s_cur()),
+            }
+        })
+        .collect();
+    let classes: BTreeMap<String, ClassReport> = Class::ALL
+        .iter()
+        .map(|&c| {
+            let hc = h.class(c);
+            (
+                c.to_string(),
+                ClassReport {
+                    requests: hc.requests(),
+                    hits: hc.hits,
+                    hit_ratio: hc.ratio().unwrap_or(0.0),
+                },
+            )
+        })
+        .collect();
+    Report {
+        label: setup.label.clone(),
+        requests: h.requests(),
+        overall_hit_ratio: h.hit_ratio(),
+        requests_per_second: if secs > 0.0 {
+            h.requests() as f64 / secs
+        } else {
+            0.0
+        },
+        tiers,
+        classes,
+    }
+}

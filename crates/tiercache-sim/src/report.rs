@@ -1,0 +1,151 @@
+//! The `--json` report (field names are a contract: other tools read them) and text tables.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// One replay's results.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// The setup's name in a comparison (`lru`, `dirprio`, …).
+    pub label: String,
+    pub requests: u64,
+    pub overall_hit_ratio: f64,
+    /// Replay loop only, excluding generation and parsing.
+    pub requests_per_second: f64,
+    /// Top first.
+    pub tiers: Vec<TierReport>,
+    /// Keyed by class (`priority`, `normal`); a hit in any tier counts.
+    pub classes: BTreeMap<String, ClassReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TierReport {
+    pub name: String,
+    pub capacity_blocks: u64,
+    pub policy: String,
+    pub placement: String,
+    pub requests: u64,
+    pub hits: u64,
+    pub hit_ratio: f64,
+    pub duplication: f64,
+    pub demotions: u64,
+    pub promotions: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Final protected-pool target and size, for a partitioned tier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s_target: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s_cur: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClassReport {
+    pub requests: u64,
+    pub hits: u64,
+    pub hit_ratio: f64,
+}
+
+fn class_ratio(r: &Report, class: &str) -> String {
+    match r.classes.get(class) {
+        Some(c) if c.requests > 0 => format!("{:.4}", c.hit_ratio),
+        _ => "-".into(),
+    }
+}
+
+/// A human-readable account of one run.
+pub fn single_table(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} requests, overall hit ratio {:.4}, {:.1} M requests/s",
+        r.requests,
+        r.overall_hit_ratio,
+        r.requests_per_second / 1e6
+    );
+    let _ = writeln!(
+        s,
+        "{:<10} {:>10} {:<7} {:<10} {:>10} {:>10} {:>8} {:>8} {:>9} {:>10}",
+        "tier",
+        "blocks",
+        "policy",
+        "placement",
+        "requests",
+        "hits",
+        "hit",
+        "dup",
+        "demoted",
+        "promoted"
+    );
+    for t in &r.tiers {
+        let _ = writeln!(
+            s,
+            "{:<10} {:>10} {:<7} {:<10} {:>10} {:>10} {:>8.4} {:>8.4} {:>9} {:>10}",
+            t.name,
+            t.capacity_blocks,
+            t.policy,
+            t.placement,
+            t.requests,
+            t.hits,
+            t.hit_ratio,
+            t.duplication,
+            t.demotions,
+            t.promotions
+        );
+        if let (Some(p), Some(st), Some(sc)) = (&t.partition, t.s_target, t.s_cur) {
+            let _ = writeln!(s, "{:<10} partition {p}: s_target {st}, s_cur {sc}", "");
+        }
+    }
+    for (name, c) in &r.classes {
+        if c.requests > 0 {
+            let _ = writeln!(
+                s,
+                "class {name:<8} {:>10} requests, hit ratio {:.4}",
+                c.requests, c.hit_ratio
+            );
+        }
+    }
+    s
+}
+
+/// One row per setup, side by side.
+pub fn compare_table(runs: &[Report]) -> String {
+    let mut s = String::new();
+    let tier_names: Vec<String> = runs
+        .first()
+        .map(|r| r.tiers.iter().map(|t| t.name.clone()).collect())
+        .unwrap_or_default();
+    let _ = write!(
+        s,
+        "{:<12} {:>9} {:>9} {:>9}",
+        "setup", "overall", "priority", "normal"
+    );
+    for n in &tier_names {
+        let _ = write!(s, " {:>9}", format!("{n}.hit"));
+    }
+    let _ = writeln!(s, " {:>9} {:>9} {:>10}", "s_target", "s_cur", "Mreq/s");
+    for r in runs {
+        let _ = write!(
+            s,
+            "{:<12} {:>9.4} {:>9} {:>9}",
+            r.label,
+            r.overall_hit_ratio,
+            class_ratio(r, "priority"),
+            class_ratio(r, "normal")
+        );
+        for t in &r.tiers {
+            let _ = write!(s, " {:>9.4}", t.hit_ratio);
+        }
+        let top = r.tiers.first();
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+        let _ = writeln!(
+            s,
+            " {:>9} {:>9} {:>10.1}",
+            opt(top.and_then(|t| t.s_target)),
+            opt(top.and_then(|t| t.s_cur)),
+            r.requests_per_second / 1e6
+        );
+    }
+    s
+}

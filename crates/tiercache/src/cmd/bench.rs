@@ -1,0 +1,145 @@
+//! `tiercache bench …`: the measurements README quotes, side by side in one run.
+//!
+//! `bench sim`: metadata-only replay speed of the engine: single-tier LRU, dirprio and a
+//! two-tier exclusive hierarchy on the same 10^7-request zipf stream (one core).
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tiercache_core::partition::{DirprioParams, PartitionConfig, PartitionKind};
+use tiercache_sim::replay::{replay, ReplayOptions, Setup, TierSpec};
+use tiercache_sim::workload::{generate, StreamSpec};
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Engine replay speed (requests/s): LRU vs dirprio vs two tiers.
+    Sim(SimBenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SimBenchArgs {
+    /// Requests per scenario.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub requests: usize,
+    /// Blocks in the top tier.
+    #[arg(long, default_value_t = 100_000)]
+    pub cache_blocks: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Debug)]
+struct SimBench {
+    requests: usize,
+    cache_blocks: usize,
+    workload: String,
+    lru_rps: f64,
+    dirprio_rps: f64,
+    two_tier_rps: f64,
+    dirprio_vs_lru: f64,
+    two_tier_vs_lru: f64,
+    lru_hit_ratio: f64,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<(), String> {
+    match cmd {
+        BenchCommand::Sim(a) => sim(a),
+    }
+}
+
+fn sim(a: SimBenchArgs) -> Result<(), String> {
+    if a.cache_blocks == 0 || a.requests == 0 {
+        return Err("--cache-blocks and --requests must be positive".into());
+    }
+    let universe = a.cache_blocks * 10;
+    let specs: Vec<StreamSpec> = [
+        format!(
+            "zipf:blocks={},alpha=0.9,class=priority,weight=1",
+            universe / 2
+        ),
+        format!("zipf:blocks={},alpha=0.9,weight=3", universe / 2),
+    ]
+    .iter()
+    .map(|s| s.parse())
+    .collect::<Result<_, _>>()?;
+    let requests = generate(&specs, a.requests, 7)?;
+    let tier = |name: &str, blocks: usize, placement: &str| -> Result<TierSpec, String> {
+        format!("{name}:{blocks}:lru:{placement}").parse()
+    };
+    let none = PartitionConfig::none();
+    let dirprio = PartitionConfig {
+        kind: PartitionKind::Dirprio,
+        params: DirprioParams::guidance(a.cache_blocks as u64, true),
+    };
+    let setups = [
+        Setup {
+            label: "lru".into(),
+            tiers: vec![tier("mem", a.cache_blocks, "inclusive")?],
+            partition: none,
+        },
+        Setup {
+            label: "dirprio".into(),
+            tiers: vec![tier("mem", a.cache_blocks, "inclusive")?],
+            partition: dirprio,
+        },
+        Setup {
+            label: "two-tier".into(),
+            tiers: vec![
+                tier("mem", a.cache_blocks, "inclusive")?,
+                tier("lower", a.cache_blocks * 4, "exclusive")?,
+            ],
+            partition: none,
+        },
+    ];
+    let mut rps = Vec::new();
+    let mut lru_hit = 0.0;
+    for s in &setups {
+        let o = replay(s, &requests, ReplayOptions::default()).map_err(|e| e.to_string())?;
+        if s.label == "lru" {
+            lru_hit = o.report.overall_hit_ratio;
+        }
+        rps.push(o.report.requests_per_second);
+    }
+    let r = SimBench {
+        requests: a.requests,
+        cache_blocks: a.cache_blocks,
+        workload: specs
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(" + "),
+        lru_rps: rps[0],
+        dirprio_rps: rps[1],
+        two_tier_rps: rps[2],
+        dirprio_vs_lru: rps[1] / rps[0],
+        two_tier_vs_lru: rps[2] / rps[0],
+        lru_hit_ratio: lru_hit,
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "{} requests, top tier {} blocks, workload {}",
+            r.requests, r.cache_blocks, r.workload
+        );
+        println!(
+            "single-tier LRU   {:>8.1} M requests/s  (hit ratio {:.4})",
+            r.lru_rps / 1e6,
+            r.lru_hit_ratio
+        );
+        println!(
+            "dirprio           {:>8.1} M requests/s  ({:.2}× LRU)",
+            r.dirprio_rps / 1e6,
+            r.dirprio_vs_lru
+        );
+        println!(
+            "two tiers (excl.) {:>8.1} M requests/s  ({:.2}× LRU)",
+            r.two_tier_rps / 1e6,
+            r.two_tier_vs_lru
+        );
+    }
+    Ok(())
+}

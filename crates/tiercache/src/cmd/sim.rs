@@ -1,0 +1,256 @@
+//! `tiercache sim`: replay workloads or traces, print a table or JSON, write series and plots.
+
+use clap::Args;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use tiercache_core::partition::{Amount, DirprioParams, PartitionConfig, PartitionKind};
+use tiercache_core::policy::PolicyKind;
+use tiercache_core::{Access, BlockSize};
+use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
+use tiercache_sim::report::{compare_table, single_table};
+use tiercache_sim::timeseries::write_csv;
+use tiercache_sim::trace::{read_trace, TraceFormat, TraceOptions};
+use tiercache_sim::workload::{generate, StreamSpec};
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// A synthetic stream KIND:key=value,... (uniform|zipf|exponential|loop|scan; keys blocks,
+    /// class, weight, file, alpha, mean). Repeatable: streams interleave at random by weight.
+    #[arg(long = "workload", value_name = "SPEC")]
+    pub workloads: Vec<StreamSpec>,
+    /// Replay a block trace instead of a workload.
+    #[arg(long, value_name = "PATH", conflicts_with = "workloads")]
+    pub trace: Option<PathBuf>,
+    /// Trace format: csv (libCacheSim), msr (MSR Cambridge), oracle-general (libCacheSim binary,
+    /// plain or .zst). Default: oracle-general for .bin/.zst, else csv.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<TraceFormat>,
+    /// Block size for byte-addressed traces (msr), a power of two.
+    #[arg(long, value_name = "BYTES", default_value = "4096")]
+    pub block_size: u64,
+    /// Requests to generate (workloads) or to read at most (traces).
+    #[arg(long, value_name = "N")]
+    pub requests: Option<usize>,
+    /// Seed of the workload generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// A tier NAME:BLOCKS:POLICY[:PLACEMENT], top first (policy lru|fifo|clock|sieve|s3fifo|arc,
+    /// placement inclusive|exclusive|pinned[=FIRST]). Default: one tier mem:1000:lru.
+    #[arg(long = "tier", value_name = "SPEC")]
+    pub tiers: Vec<TierSpec>,
+    /// Partitioner of the top tier.
+    #[arg(long, value_name = "KIND", default_value = "none")]
+    pub partition: PartitionKind,
+    /// dirprio window ω in accesses (default: the top tier's capacity B).
+    #[arg(long, value_name = "N")]
+    pub omega: Option<u64>,
+    /// dirprio T_p, a fraction (default 1.0).
+    #[arg(long, value_name = "F")]
+    pub t_protected: Option<f64>,
+    /// dirprio T_n, a fraction (default 0.65).
+    #[arg(long, value_name = "F")]
+    pub t_normal: Option<f64>,
+    /// dirprio B_pmin / static protected size: blocks or a percentage of B (default 75%).
+    #[arg(long, value_name = "N|P%")]
+    pub b_pmin: Option<Amount>,
+    /// dirprio B_nmin in blocks (default 32).
+    #[arg(long, value_name = "N")]
+    pub b_nmin: Option<u64>,
+    /// Replay the same requests under several partitioners or policies, e.g. none,basic,dirprio
+    /// or lru,arc,s3fifo (a policy applies to every tier).
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub compare: Vec<String>,
+    /// Print JSON (an array with --compare).
+    #[arg(long)]
+    pub json: bool,
+    /// Write per-window rows to a CSV file (one per setup with --compare: NAME-SETUP.csv).
+    #[arg(long, value_name = "FILE.csv")]
+    pub timeseries: Option<PathBuf>,
+    /// Draw hit ratios and pool sizes over time to a PNG (one per setup with --compare).
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Window length of the time series in requests (default: ω, else the top tier's capacity).
+    #[arg(long, value_name = "N")]
+    pub window: Option<u64>,
+}
+
+const DEFAULT_REQUESTS: usize = 1_000_000;
+
+pub fn run(args: SimArgs) -> Result<(), String> {
+    let requests = load_requests(&args)?;
+    let setups = setups(&args)?;
+    let top_capacity = setups[0].tiers[0].blocks as u64;
+    let want_series = args.timeseries.is_some() || args.plot.is_some();
+    let window = args.window.or(args.omega).unwrap_or(top_capacity).max(1);
+    if args.window == Some(0) {
+        return Err("--window: must be at least 1".into());
+    }
+    let opts = ReplayOptions {
+        window: want_series.then_some(window),
+        progress: std::io::stderr().is_terminal() && !args.json,
+    };
+    let mut outcomes = Vec::with_capacity(setups.len());
+    for s in &setups {
+        outcomes.push(replay(s, &requests, opts).map_err(|e| format!("{}: {e}", s.label))?);
+    }
+    for o in &outcomes {
+        write_series(&args, o, outcomes.len() > 1)?;
+    }
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let reports: Vec<_> = outcomes.iter().map(|o| &o.report).collect();
+    let text = if args.json {
+        let v = if args.compare.is_empty() {
+            serde_json::to_string_pretty(reports[0])
+        } else {
+            serde_json::to_string_pretty(&reports)
+        };
+        v.map_err(|e| format!("JSON: {e}"))? + "\n"
+    } else if args.compare.is_empty() {
+        single_table(reports[0])
+    } else {
+        compare_table(
+            &outcomes
+                .iter()
+                .map(|o| o.report.clone())
+                .collect::<Vec<_>>(),
+        )
+    };
+    out.write_all(text.as_bytes())
+        .map_err(|e| format!("stdout: {e}"))
+}
+
+fn load_requests(args: &SimArgs) -> Result<Vec<Access>, String> {
+    if let Some(path) = &args.trace {
+        let format = args.format.unwrap_or_else(|| {
+            let name = path.to_string_lossy();
+            if name.ends_with(".bin") || name.ends_with(".zst") {
+                TraceFormat::OracleGeneral
+            } else {
+                TraceFormat::Csv
+            }
+        });
+        let block_size = BlockSize::new(args.block_size).ok_or_else(|| {
+            format!(
+                "--block-size: {} is not a power of two in 512..1MiB",
+                args.block_size
+            )
+        })?;
+        let opts = TraceOptions {
+            block_size,
+            limit: args.requests,
+        };
+        let reqs = read_trace(path, format, &opts).map_err(|e| e.to_string())?;
+        if reqs.is_empty() {
+            return Err(format!("{}: the trace holds no requests", path.display()));
+        }
+        Ok(reqs)
+    } else {
+        if args.format.is_some() {
+            return Err("--format: only applies with --trace".into());
+        }
+        generate(
+            &args.workloads,
+            args.requests.unwrap_or(DEFAULT_REQUESTS),
+            args.seed,
+        )
+        .map_err(|e| format!("--workload: {e}"))
+    }
+}
+
+/// The base setup, then one per `--compare` item.
+fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
+    let tiers = if args.tiers.is_empty() {
+        vec!["mem:1000:lru".parse::<TierSpec>()?]
+    } else {
+        args.tiers.clone()
+    };
+    let mut names: Vec<&str> = tiers.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err("--tier: tier names must be distinct".into());
+    }
+    let capacity = tiers[0].blocks as u64;
+    let g = DirprioParams::guidance(capacity, false);
+    let params = DirprioParams {
+        omega: args.omega,
+        t_protected: args.t_protected.unwrap_or(g.t_protected),
+        t_normal: args.t_normal.unwrap_or(g.t_normal),
+        b_pmin: args.b_pmin.unwrap_or(g.b_pmin),
+        b_nmin: args.b_nmin.unwrap_or(g.b_nmin),
+    };
+    // Validate against the top tier now, so the error names the flag.
+    if args.omega == Some(0) {
+        return Err("--omega: must be at least 1".into());
+    }
+    params.resolved(capacity).map_err(|e| format!("--{e}"))?;
+    let base = Setup {
+        label: args.partition.to_string(),
+        tiers,
+        partition: PartitionConfig {
+            kind: args.partition,
+            params,
+        },
+    };
+    if args.compare.is_empty() {
+        return Ok(vec![base]);
+    }
+    args.compare
+        .iter()
+        .map(|item| {
+            let mut s = base.clone();
+            s.label = item.clone();
+            if let Ok(kind) = item.parse::<PartitionKind>() {
+                s.partition.kind = kind;
+            } else if let Ok(policy) = item.parse::<PolicyKind>() {
+                for t in &mut s.tiers {
+                    t.policy = policy;
+                }
+            } else {
+                return Err(format!(
+                    "--compare: `{item}` is neither a partitioner (none|basic|dirprio|static) nor a policy (lru|fifo|clock|sieve|s3fifo|arc)"
+                ));
+            }
+            Ok(s)
+        })
+        .collect()
+}
+
+/// `dir/name.ext` → `dir/name-label.ext` when several setups share one flag.
+fn per_setup(path: &Path, label: &str, many: bool) -> PathBuf {
+    if !many {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}-{label}{ext}"))
+}
+
+fn write_series(args: &SimArgs, o: &Outcome, many: bool) -> Result<(), String> {
+    let names: Vec<String> = o.report.tiers.iter().map(|t| t.name.clone()).collect();
+    if let Some(p) = &args.timeseries {
+        let p = per_setup(p, &o.report.label, many);
+        let f = File::create(&p).map_err(|e| format!("--timeseries {}: {e}", p.display()))?;
+        let mut w = BufWriter::new(f);
+        write_csv(&mut w, &names, &o.series)
+            .and_then(|_| w.flush())
+            .map_err(|e| format!("--timeseries {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.plot {
+        let p = per_setup(p, &o.report.label, many);
+        let title = format!(
+            "tiercache sim: {} ({} requests)",
+            o.report.label, o.report.requests
+        );
+        tiercache_sim::plot::plot_png(&p, &title, &names, &o.series)
+            .map_err(|e| format!("--plot {e}"))?;
+    }
+    Ok(())
+}
