@@ -1,0 +1,180 @@
+//! The data path: where file contents are read from and written to.
+//!
+//! The FUSE layer owns names, attributes, permissions and open handles; every
+//! byte of regular-file data goes through a [`DataPath`]. [`PassThrough`] (the
+//! default) talks to the backing file directly; the block cache will implement
+//! the same trait and sit in between.
+//!
+//! Contract, per call site in the FUSE layer:
+//! * `open` after the backing file was opened (also for `create`); an error
+//!   fails the open and the handle is never used.
+//! * `read`/`write`/`flush`/`fsync`/`fallocate` with that handle. Offsets are
+//!   the kernel's; for `O_APPEND` handles the kernel has already resolved the
+//!   offset to the end of file, so the backing file is never opened with
+//!   `O_APPEND`. `read` returns fewer bytes than asked only at end of file.
+//! * `truncate` for setattr(size) and for `O_TRUNC` opens, with an open,
+//!   writable descriptor of the backing file (a handle's or a temporary one).
+//!   The implementation must change the backing size (or arrange to).
+//! * `size_override` is consulted by every getattr/lookup/readdirplus reply;
+//!   return `Some(len)` while the logical size differs from the backing one
+//!   (e.g. dirty cached data past the backing EOF).
+//! * `release` once per handle after the last use; `evict` when the kernel
+//!   forgot the node: its id may later name a different file, so anything
+//!   cached for `ino` must be dropped.
+//!
+//! `ino` is the FUSE node id (`FileHandleInfo::ino`), equal to the backing
+//! inode number for files on BACKING's own device. Calls for different
+//! handles, and for the same handle, may arrive concurrently from several
+//! threads.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::sys;
+
+/// Backing attributes sampled right after the backing file was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttrSnapshot {
+    /// Backing size in bytes.
+    pub size: u64,
+    /// Backing modification time.
+    pub mtime: SystemTime,
+    /// Backing `st_dev`.
+    pub dev: u64,
+    /// Backing `st_ino`.
+    pub ino: u64,
+}
+
+/// One open file, as seen by the data path.
+#[derive(Debug)]
+pub struct FileHandleInfo {
+    /// FUSE file handle (unique among open handles).
+    pub fh: u64,
+    /// FUSE node id of the file.
+    pub ino: u64,
+    /// Backing file, opened read-write when the caller asked for write access
+    /// (so a cache may read around partial writes), otherwise read-only.
+    pub file: Arc<File>,
+    /// Open flags as the application passed them (including `O_APPEND`,
+    /// `O_SYNC`, `O_DIRECT`...).
+    pub flags: i32,
+    /// Backing attributes at open time.
+    pub snapshot: AttrSnapshot,
+}
+
+/// Pluggable data path for regular files. Object safe; see the module docs
+/// for the calling contract.
+pub trait DataPath: Send + Sync + 'static {
+    /// A handle was opened.
+    fn open(&self, _fh: &FileHandleInfo) -> io::Result<()> {
+        Ok(())
+    }
+    /// Reads up to `size` bytes at `offset` (short only at end of file).
+    fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>>;
+    /// Writes `data` at `offset`; returns the number of bytes written.
+    fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32>;
+    /// `close()` of one file descriptor referring to the handle.
+    fn flush(&self, _fh: &FileHandleInfo) -> io::Result<()> {
+        Ok(())
+    }
+    /// `fsync`/`fdatasync`.
+    fn fsync(&self, fh: &FileHandleInfo, datasync: bool) -> io::Result<()>;
+    /// Sets the logical size of node `ino`; `file` is a writable backing fd.
+    fn truncate(&self, ino: u64, file: &File, new_size: u64) -> io::Result<()>;
+    /// `fallocate(2)` with the given mode (allocate, punch hole, zero range...).
+    fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()>;
+    /// Logical size of node `ino` if it differs from the backing size.
+    fn size_override(&self, _ino: u64) -> Option<u64> {
+        None
+    }
+    /// The handle is closed; no further calls will use it.
+    fn release(&self, _fh: &FileHandleInfo) {}
+    /// The kernel forgot node `ino`; its id may be reused for another file.
+    fn evict(&self, _ino: u64) {}
+}
+
+/// Direct `pread`/`pwrite`/`fsync` on the backing file; no caching.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PassThrough;
+
+impl DataPath for PassThrough {
+    fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            match fh.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {
+        let len =
+            u32::try_from(data.len()).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        fh.file.write_all_at(data, offset)?;
+        Ok(len)
+    }
+
+    fn fsync(&self, fh: &FileHandleInfo, datasync: bool) -> io::Result<()> {
+        if datasync {
+            fh.file.sync_data()
+        } else {
+            fh.file.sync_all()
+        }
+    }
+
+    fn truncate(&self, _ino: u64, file: &File, new_size: u64) -> io::Result<()> {
+        file.set_len(new_size)
+    }
+
+    fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        sys::fallocate(fh.file.as_raw_fd(), mode, offset, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn passthrough_reads_short_at_eof() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"hello").unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let fh = FileHandleInfo {
+            fh: 1,
+            ino: 2,
+            file: Arc::new(file),
+            flags: libc::O_RDWR,
+            snapshot: AttrSnapshot {
+                size: 5,
+                mtime: SystemTime::UNIX_EPOCH,
+                dev: 0,
+                ino: 0,
+            },
+        };
+        let pt: Arc<dyn DataPath> = Arc::new(PassThrough);
+        assert_eq!(pt.read(&fh, 1, 100).unwrap(), b"ello");
+        assert_eq!(pt.write(&fh, 7, b"xy").unwrap(), 2);
+        assert_eq!(pt.read(&fh, 0, 100).unwrap(), b"hello\0\0xy");
+        pt.truncate(2, &fh.file, 3).unwrap();
+        assert_eq!(pt.read(&fh, 0, 100).unwrap(), b"hel");
+        assert!(pt.size_override(2).is_none());
+        pt.fsync(&fh, true).unwrap();
+    }
+}

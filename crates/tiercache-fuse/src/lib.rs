@@ -1,0 +1,41 @@
+//! tiercache-fuse: a multi-threaded pass-through FUSE file system that
+//! exposes a BACKING directory at a mount point, with a pluggable
+//! [`DataPath`] so the tiercache block cache can sit in the data path.
+//!
+//! ```no_run
+//! use std::{path::Path, sync::Arc};
+//! use tiercache_fuse::{mount, MountOptions, PassThrough};
+//!
+//! let handle = mount(
+//!     Path::new("/srv/backing"),
+//!     Path::new("/mnt/tier"),
+//!     MountOptions::default(),
+//!     Arc::new(PassThrough),
+//! )?;
+//! // ... use /mnt/tier ...
+//! handle.unmount()?;
+//! # Ok::<(), tiercache_fuse::FuseError>(())
+//! ```
+//!
+//! Module map: `mount` (entry points, options, handle), `validate` (pre-mount
+//! checks), `fs` (request dispatch), `ops_*` (operations by topic), `inode`
+//! (node table), `attr` (stat conversion), `data` (data path trait and the
+//! pass-through), `sys` (syscall wrappers). See `DESIGN-NOTES.md` for the
+//! rationale and the known limits.
+
+mod attr;
+mod data;
+mod error;
+mod fs;
+mod inode;
+mod mount;
+mod ops_dir;
+mod ops_entry;
+mod ops_file;
+mod ops_xattr;
+mod sys;
+mod validate;
+
+pub use data::{AttrSnapshot, DataPath, FileHandleInfo, PassThrough};
+pub use error::FuseError;
+pub use mount::{mount, run, MountHandle, MountOptions};

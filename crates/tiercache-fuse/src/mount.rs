@@ -1,0 +1,263 @@
+//! Mount entry points: [`mount`] (background session + [`MountHandle`]) and
+//! [`run`] (blocking, for a foreground daemon).
+//!
+//! The session is a `fuser::Session` with `threads` request loops, each on
+//! its own cloned `/dev/fuse` descriptor (`FUSE_DEV_IOC_CLONE`), so requests
+//! are served concurrently. The mount always uses `default_permissions`
+//! (kernel-side permission checks, see `fs.rs`) and `nosuid,nodev`; it shows
+//! up in `/proc/mounts` as type `fuse` with source `fs_name` (fuser's direct
+//! `mount(2)` ignores the subtype; the `fusermount3` path uses it).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
+
+use crate::data::DataPath;
+use crate::error::FuseError;
+use crate::fs::{FsConfig, Negotiated, TierFs};
+use crate::inode::InodeTable;
+use crate::sys;
+
+/// Options of one mount. Construct with `MountOptions::default()` and adjust
+/// the fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MountOptions {
+    /// Number of request-serving threads (1..=256).
+    pub threads: usize,
+    /// `false` (default): every open file gets `FOPEN_DIRECT_IO`, all I/O goes
+    /// through the data path; shared mmap still works when the kernel accepts
+    /// `FUSE_DIRECT_IO_ALLOW_MMAP`. `true`: use the kernel page cache
+    /// (`FOPEN_KEEP_CACHE`, `FUSE_AUTO_INVAL_DATA`), like libfuse's `kernel_cache`.
+    pub kernel_cache: bool,
+    /// Let users other than the mounting one access the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Source name shown in `/proc/mounts` (no commas or whitespace).
+    pub fs_name: String,
+    /// How long the kernel may cache attributes.
+    pub attr_ttl: Duration,
+    /// How long the kernel may cache name lookups.
+    pub entry_ttl: Duration,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            threads: (cpus * 2).clamp(4, 16),
+            kernel_cache: false,
+            allow_other: false,
+            fs_name: "tiercache".to_owned(),
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+impl MountOptions {
+    fn check(&self) -> Result<(), FuseError> {
+        if !(1..=256).contains(&self.threads) {
+            return Err(FuseError::InvalidOption(format!(
+                "threads must be in 1..=256, got {}",
+                self.threads
+            )));
+        }
+        let bad = |c: char| c == ',' || c.is_whitespace() || c == '\0';
+        if self.fs_name.is_empty() || self.fs_name.contains(bad) {
+            return Err(FuseError::InvalidOption(format!(
+                "fs_name must be non-empty without commas or whitespace, got {:?}",
+                self.fs_name
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Validates, builds the file system and mounts it (handshake included).
+fn new_session(
+    backing: &Path,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    data: Arc<dyn DataPath>,
+) -> Result<(Session<TierFs>, PathBuf, Arc<Negotiated>), FuseError> {
+    opts.check()?;
+    let (backing, mountpoint) = crate::validate::validate(backing, mountpoint)?;
+    let io_err = |source: io::Error| FuseError::Io {
+        path: backing.clone(),
+        source,
+    };
+    let root = sys::open_dir_path(&backing).map_err(io_err)?;
+    let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root)).map_err(io_err)?;
+    let negotiated = Arc::new(Negotiated::default());
+    let fs = TierFs::new(
+        InodeTable::new(root, &st),
+        data,
+        FsConfig {
+            attr_ttl: opts.attr_ttl,
+            entry_ttl: opts.entry_ttl,
+            kernel_cache: opts.kernel_cache,
+        },
+        Arc::clone(&negotiated),
+    );
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fs_name.clone()),
+        MountOption::Subtype("tiercache".to_owned()),
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads);
+    config.clone_fd = true;
+    let session = Session::new(fs, &mountpoint, &config).map_err(|source| FuseError::Mount {
+        path: mountpoint.clone(),
+        source,
+    })?;
+    Ok((session, mountpoint, negotiated))
+}
+
+/// Mounts BACKING on MOUNTPOINT and serves it from background threads.
+///
+/// Returns once the kernel handshake is done, i.e. the mount is usable.
+/// Dropping the handle (or [`MountHandle::unmount`]) unmounts.
+pub fn mount(
+    backing: &Path,
+    mountpoint: &Path,
+    opts: MountOptions,
+    data: Arc<dyn DataPath>,
+) -> Result<MountHandle, FuseError> {
+    let (mut session, mountpoint, negotiated) = new_session(backing, mountpoint, &opts, data)?;
+    let unmounter = session.unmount_callable();
+    let thread = std::thread::Builder::new()
+        .name("tiercache-fuse".to_owned())
+        .spawn(move || session.run())
+        .map_err(|source| FuseError::Mount {
+            path: mountpoint.clone(),
+            source,
+        })?;
+    Ok(MountHandle {
+        mountpoint,
+        unmounter: Some(unmounter),
+        thread: Some(thread),
+        negotiated,
+    })
+}
+
+/// Mounts and serves in the calling thread until the file system is
+/// unmounted from outside (`umount`, `fusermount3 -u`).
+pub fn run(
+    backing: &Path,
+    mountpoint: &Path,
+    opts: MountOptions,
+    data: Arc<dyn DataPath>,
+) -> Result<(), FuseError> {
+    let (session, _mountpoint, _negotiated) = new_session(backing, mountpoint, &opts, data)?;
+    session.run().map_err(FuseError::Session)
+}
+
+/// A mounted file system served by background threads.
+#[derive(Debug)]
+pub struct MountHandle {
+    mountpoint: PathBuf,
+    /// `None` once unmounted.
+    unmounter: Option<SessionUnmounter>,
+    /// Runs `Session::run`; `None` once joined or abandoned.
+    thread: Option<JoinHandle<io::Result<()>>>,
+    negotiated: Arc<Negotiated>,
+}
+
+impl MountHandle {
+    /// Canonical mount point.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the kernel accepted `FUSE_DIRECT_IO_ALLOW_MMAP` (protocol 7.39):
+    /// shared writable mmap works on direct-I/O files.
+    pub fn direct_io_allow_mmap(&self) -> bool {
+        self.negotiated.direct_io_allow_mmap.load(Ordering::Relaxed)
+    }
+
+    /// Whether the kernel accepted `FUSE_DO_READDIRPLUS`.
+    pub fn readdirplus(&self) -> bool {
+        self.negotiated.readdirplus.load(Ordering::Relaxed)
+    }
+
+    /// Unmounts and waits for the session threads.
+    ///
+    /// If the file system is busy it is detached lazily (`MNT_DETACH`) and
+    /// [`FuseError::Busy`] is returned; the session then ends by itself when
+    /// the last open file is closed.
+    pub fn unmount(mut self) -> Result<(), FuseError> {
+        self.do_unmount()
+    }
+
+    /// Blocks until the file system is unmounted by someone else.
+    pub fn wait(mut self) -> Result<(), FuseError> {
+        self.unmounter = None;
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<(), FuseError> {
+        match self.thread.take().map(JoinHandle::join) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(FuseError::Session(e)),
+            Some(Err(_)) => Err(FuseError::Session(io::Error::other(
+                "session thread panicked",
+            ))),
+        }
+    }
+
+    fn do_unmount(&mut self) -> Result<(), FuseError> {
+        let Some(mut unmounter) = self.unmounter.take() else {
+            return self.join();
+        };
+        match unmounter.unmount() {
+            Ok(()) => self.join(),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
+                    self.mountpoint.as_os_str(),
+                ))
+                .map_err(|source| FuseError::Unmount {
+                    path: self.mountpoint.clone(),
+                    source,
+                })?;
+                // SAFETY: `c` is a valid NUL-terminated path.
+                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                    return Err(FuseError::Unmount {
+                        path: self.mountpoint.clone(),
+                        source: io::Error::last_os_error(),
+                    });
+                }
+                // do not wait: users of the detached tree may keep it alive
+                self.thread = None;
+                Err(FuseError::Busy(self.mountpoint.clone()))
+            }
+            Err(source) => {
+                self.thread = None;
+                Err(FuseError::Unmount {
+                    path: self.mountpoint.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for MountHandle {
+    fn drop(&mut self) {
+        if self.unmounter.is_some() || self.thread.is_some() {
+            if let Err(e) = self.do_unmount() {
+                log::warn!("{e}");
+            }
+        }
+    }
+}

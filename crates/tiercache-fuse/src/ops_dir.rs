@@ -1,0 +1,155 @@
+//! Directory streams: opendir, readdir, readdirplus, fsyncdir.
+//!
+//! A directory handle keeps an open backing directory and a snapshot of its
+//! entries, taken when the kernel reads from offset 0 (opendir or rewinddir).
+//! The offset of entry `i` in the snapshot is `i + 1`, so a stream continued
+//! at offset `k` resumes with entry `k`: entries are neither skipped nor
+//! repeated while the directory changes, as POSIX allows for readdir.
+//!
+//! readdirplus counts as a lookup for every entry except `.` and `..`
+//! (which the kernel ignores); an entry that does not fit into the reply any
+//! more has its lookup undone.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fuser::{Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+
+use crate::fs::{errno, OpResult, TierFs};
+use crate::sys::{self, RawDirEntry};
+
+/// An open directory stream.
+#[derive(Debug)]
+pub(crate) struct DirHandle {
+    dir: File,
+    /// Snapshot shared with in-flight readdir calls.
+    entries: Mutex<Arc<Vec<RawDirEntry>>>,
+}
+
+impl DirHandle {
+    /// Entries from `offset` on, re-reading the directory when `offset == 0`.
+    fn entries_from(&self, offset: u64) -> OpResult<(Arc<Vec<RawDirEntry>>, usize)> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if offset == 0 {
+            *entries = Arc::new(sys::read_dir(&self.dir).map_err(errno)?);
+        }
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        Ok((Arc::clone(&entries), start))
+    }
+}
+
+fn is_dot(name: &OsStr) -> bool {
+    name == "." || name == ".."
+}
+
+/// File type of a dirent, asking the backing file system for `DT_UNKNOWN`.
+fn dirent_kind(dir_fd: i32, e: &RawDirEntry) -> FileType {
+    let mode = match e.dtype {
+        libc::DT_DIR => libc::S_IFDIR,
+        libc::DT_LNK => libc::S_IFLNK,
+        libc::DT_FIFO => libc::S_IFIFO,
+        libc::DT_SOCK => libc::S_IFSOCK,
+        libc::DT_CHR => libc::S_IFCHR,
+        libc::DT_BLK => libc::S_IFBLK,
+        libc::DT_REG => libc::S_IFREG,
+        _ => sys::name_cstr(&e.name)
+            .and_then(|c| sys::open_path_at(dir_fd, &c))
+            .and_then(|fd| sys::fstat(fd.as_raw_fd()))
+            .map(|st| st.st_mode)
+            .unwrap_or(libc::S_IFREG),
+    };
+    crate::attr::kind_from_mode(mode)
+}
+
+impl TierFs {
+    pub(crate) fn op_opendir(&self, ino: INodeNo, flags: i32) -> OpResult<u64> {
+        let node = self.inode(ino)?;
+        if !node.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let keep = flags & (libc::O_NONBLOCK | libc::O_NOATIME);
+        let dir =
+            sys::reopen(node.fd(), libc::O_RDONLY | libc::O_DIRECTORY | keep).map_err(errno)?;
+        let fh = self.alloc_fh();
+        self.insert_dir(
+            fh,
+            Arc::new(DirHandle {
+                dir,
+                entries: Mutex::new(Arc::new(Vec::new())),
+            }),
+        );
+        Ok(fh)
+    }
+
+    pub(crate) fn op_readdir(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectory,
+    ) -> OpResult<()> {
+        let node = self.inode(ino)?;
+        let handle = self.dir(fh)?;
+        let (entries, start) = handle.entries_from(offset)?;
+        for (i, e) in entries.iter().skip(start).enumerate() {
+            let ino = if e.name == "." { node.id } else { e.ino };
+            let kind = dirent_kind(node.fd(), e);
+            if reply.add(INodeNo(ino), offset + i as u64 + 1, kind, &e.name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn op_readdirplus(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> OpResult<()> {
+        let node = self.inode(ino)?;
+        let handle = self.dir(fh)?;
+        let ttl = self.cfg.attr_ttl;
+        let (entries, start) = handle.entries_from(offset)?;
+        for (i, e) in entries.iter().skip(start).enumerate() {
+            let next = offset + i as u64 + 1;
+            if is_dot(&e.name) {
+                // not a lookup: the kernel skips "." and ".." when linking
+                let Ok(st) = sys::fstat(node.fd()) else {
+                    continue;
+                };
+                let id = if e.name == "." { node.id } else { e.ino };
+                let attr = crate::attr::file_attr(id, &st, None);
+                if reply.add(INodeNo(id), next, &e.name, &ttl, &attr, Generation(0)) {
+                    break;
+                }
+                continue;
+            }
+            let fd = match sys::name_cstr(&e.name).and_then(|c| sys::open_path_at(node.fd(), &c)) {
+                Ok(fd) => fd,
+                Err(_) => continue, // removed since the snapshot was taken
+            };
+            let Ok(attr) = self.register(fd) else {
+                continue;
+            };
+            if reply.add(attr.ino, next, &e.name, &ttl, &attr, Generation(0)) {
+                self.forget_node(attr.ino.0, 1);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn op_fsyncdir(&self, fh: FileHandle, datasync: bool) -> OpResult<()> {
+        let handle = self.dir(fh)?;
+        if datasync {
+            handle.dir.sync_data()
+        } else {
+            handle.dir.sync_all()
+        }
+        .map_err(errno)
+    }
+}

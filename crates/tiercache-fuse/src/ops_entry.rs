@@ -1,0 +1,332 @@
+//! Name and attribute operations: lookup, getattr, setattr, node creation,
+//! unlink/rmdir, rename, link, readlink, statfs, access.
+//!
+//! Ownership of new objects: the daemon creates them with its own
+//! credentials (root) and then `chown`s them to the caller's fsuid and to the
+//! caller's fsgid, or leaves the group alone when the parent directory is
+//! set-gid (BSD group semantics, as the backing file system applied them).
+//! `chown` clears set-uid/set-gid bits on non-directories, so they are put
+//! back afterwards. The caller's umask is applied through a per-thread umask
+//! (`sys::thread_umask`), so default ACLs on the backing directory still take
+//! precedence as they would natively.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr, FileHandle, INodeNo, Request, TimeOrNow};
+
+use crate::attr::{file_attr, timespec};
+use crate::fs::{errno, OpResult, TierFs};
+use crate::inode::{Inode, ROOT_ID};
+use crate::sys;
+
+/// Arguments of a setattr request (only the fields Linux uses).
+#[derive(Debug, Default)]
+pub(crate) struct SetAttr {
+    pub(crate) mode: Option<u32>,
+    pub(crate) uid: Option<u32>,
+    pub(crate) gid: Option<u32>,
+    pub(crate) size: Option<u64>,
+    pub(crate) atime: Option<TimeOrNow>,
+    pub(crate) mtime: Option<TimeOrNow>,
+    pub(crate) fh: Option<FileHandle>,
+}
+
+/// Per-request umask handling, see [`sys::thread_umask`].
+pub(crate) struct Umask {
+    /// `Some(mask)` when the thread could not get a private umask and the
+    /// mode must be fixed up after creation.
+    manual: Option<u32>,
+}
+
+impl Umask {
+    pub(crate) fn apply(mask: u32) -> Self {
+        let manual = (!sys::thread_umask(mask)).then_some(mask);
+        Self { manual }
+    }
+
+    /// Restores the intended mode if the umask had to be applied by hand.
+    pub(crate) fn fix_mode(&self, fd: RawFd, mode: u32) -> std::io::Result<()> {
+        match self.manual {
+            Some(mask) => sys::chmod_fd(fd, mode & !mask & 0o7777),
+            None => Ok(()),
+        }
+    }
+}
+
+impl TierFs {
+    /// Builds the attributes of node `id` from a backing stat.
+    pub(crate) fn attr_of(&self, id: u64, st: &libc::stat) -> FileAttr {
+        let over = if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            self.data.size_override(id)
+        } else {
+            None
+        };
+        file_attr(id, st, over)
+    }
+
+    /// Registers a kernel lookup of the backing inode behind `fd`.
+    pub(crate) fn register(&self, fd: OwnedFd) -> OpResult<FileAttr> {
+        let st = sys::fstat(fd.as_raw_fd()).map_err(errno)?;
+        let node = self.inodes.lookup(fd, &st);
+        Ok(self.attr_of(node.id, &st))
+    }
+
+    pub(crate) fn op_lookup(&self, parent: INodeNo, name: &OsStr) -> OpResult<FileAttr> {
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        // the kernel resolves "." and ".." itself; never let ".." leave BACKING
+        if name == ".." && dir.id == ROOT_ID || name == "." {
+            let node = self.inodes.add_lookup(dir.id).ok_or(Errno::ESTALE)?;
+            let st = sys::fstat(node.fd()).map_err(errno)?;
+            return Ok(self.attr_of(node.id, &st));
+        }
+        let cname = sys::name_cstr(name).map_err(errno)?;
+        let fd = sys::open_path_at(dir.fd(), &cname).map_err(errno)?;
+        self.register(fd)
+    }
+
+    pub(crate) fn op_getattr(&self, ino: INodeNo, fh: Option<FileHandle>) -> OpResult<FileAttr> {
+        let node = self.inode(ino)?;
+        let st = match fh.and_then(|fh| self.file(fh).ok()) {
+            Some(f) => sys::fstat(f.file.as_raw_fd()),
+            None => sys::fstat(node.fd()),
+        }
+        .map_err(errno)?;
+        Ok(self.attr_of(node.id, &st))
+    }
+
+    pub(crate) fn op_setattr(&self, ino: INodeNo, set: &SetAttr) -> OpResult<FileAttr> {
+        let node = self.inode(ino)?;
+        let fd = node.fd();
+        if let Some(mode) = set.mode {
+            sys::chmod_fd(fd, mode & 0o7777).map_err(errno)?;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            let uid = set.uid.unwrap_or(u32::MAX);
+            let gid = set.gid.unwrap_or(u32::MAX);
+            sys::chown_fd(fd, uid, gid).map_err(errno)?;
+        }
+        if let Some(size) = set.size {
+            self.truncate_node(&node, set.fh, size)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            sys::utimens_fd(fd, &[timespec(set.atime), timespec(set.mtime)]).map_err(errno)?;
+        }
+        let st = sys::fstat(fd).map_err(errno)?;
+        Ok(self.attr_of(node.id, &st))
+    }
+
+    /// Truncates through the data path, using the handle's backing file when
+    /// the request came with a writable handle (ftruncate), else a temporary
+    /// write-only descriptor (truncate(2)).
+    fn truncate_node(&self, node: &Inode, fh: Option<FileHandle>, size: u64) -> OpResult<()> {
+        if node.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if !node.is_reg() {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(h) = fh.and_then(|fh| self.file(fh).ok()) {
+            if h.flags & libc::O_ACCMODE != libc::O_RDONLY {
+                return self.data.truncate(node.id, &h.file, size).map_err(errno);
+            }
+        }
+        let file = sys::reopen(node.fd(), libc::O_WRONLY | libc::O_NONBLOCK).map_err(errno)?;
+        self.data.truncate(node.id, &file, size).map_err(errno)
+    }
+
+    /// Gives a freshly created object (`fd`, may be `O_PATH`) to the caller.
+    /// `parent_sgid` tells whether the group was inherited from the parent.
+    pub(crate) fn chown_new(&self, req: &Request, fd: RawFd, parent_sgid: bool) -> OpResult<()> {
+        if self.euid != 0 {
+            return Ok(()); // an unprivileged daemon cannot give files away
+        }
+        let gid = if parent_sgid { u32::MAX } else { req.gid() };
+        if req.uid() == 0 && (gid == u32::MAX || gid == 0) {
+            return Ok(()); // already owned by root:root (or root:<inherited>)
+        }
+        let before = sys::fstat(fd).map_err(errno)?;
+        sys::chown_fd(fd, req.uid(), gid).map_err(errno)?;
+        let fmt = before.st_mode & libc::S_IFMT;
+        if before.st_mode & 0o6000 != 0 && fmt != libc::S_IFDIR && fmt != libc::S_IFLNK {
+            sys::chmod_fd(fd, before.st_mode & 0o7777).map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    /// Parent directory node plus whether it is set-gid.
+    pub(crate) fn parent_dir(&self, parent: INodeNo) -> OpResult<(Arc<Inode>, bool)> {
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let st = sys::fstat(dir.fd()).map_err(errno)?;
+        Ok((dir, st.st_mode & libc::S_ISGID != 0))
+    }
+
+    /// Common tail of mknod/mkdir/symlink: open the new name, hand it to the
+    /// caller and register it. On failure the new name is removed again.
+    fn finish_new(
+        &self,
+        req: &Request,
+        dir: &Inode,
+        sgid: bool,
+        cname: &CString,
+        umask: Option<(&Umask, u32)>,
+    ) -> OpResult<FileAttr> {
+        let res = sys::open_path_at(dir.fd(), cname)
+            .map_err(errno)
+            .and_then(|fd| {
+                if let Some((u, mode)) = umask {
+                    u.fix_mode(fd.as_raw_fd(), mode).map_err(errno)?;
+                }
+                self.chown_new(req, fd.as_raw_fd(), sgid)?;
+                Ok(fd)
+            });
+        match res {
+            Ok(fd) => self.register(fd),
+            Err(e) => {
+                let st =
+                    sys::open_path_at(dir.fd(), cname).and_then(|fd| sys::fstat(fd.as_raw_fd()));
+                let flag = match st {
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => libc::AT_REMOVEDIR,
+                    _ => 0,
+                };
+                if let Err(e2) = sys::unlink_at(dir.fd(), cname, flag) {
+                    log::warn!("cannot remove half-created {cname:?}: {e2}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn op_mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> OpResult<FileAttr> {
+        let (dir, sgid) = self.parent_dir(parent)?;
+        let cname = sys::name_cstr(name).map_err(errno)?;
+        let u = Umask::apply(umask);
+        sys::mknod_at(dir.fd(), &cname, mode, u64::from(rdev)).map_err(errno)?;
+        self.finish_new(req, &dir, sgid, &cname, Some((&u, mode)))
+    }
+
+    pub(crate) fn op_mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> OpResult<FileAttr> {
+        let (dir, sgid) = self.parent_dir(parent)?;
+        let cname = sys::name_cstr(name).map_err(errno)?;
+        let u = Umask::apply(umask);
+        sys::mkdir_at(dir.fd(), &cname, mode).map_err(errno)?;
+        self.finish_new(req, &dir, sgid, &cname, Some((&u, mode)))
+    }
+
+    pub(crate) fn op_symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &Path,
+    ) -> OpResult<FileAttr> {
+        let (dir, sgid) = self.parent_dir(parent)?;
+        let cname = sys::name_cstr(name).map_err(errno)?;
+        let ctarget = sys::bytes_cstr(target.as_os_str().as_bytes()).map_err(errno)?;
+        sys::symlink_at(&ctarget, dir.fd(), &cname).map_err(errno)?;
+        self.finish_new(req, &dir, sgid, &cname, None)
+    }
+
+    pub(crate) fn op_link(
+        &self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+    ) -> OpResult<FileAttr> {
+        let node = self.inode(ino)?;
+        let dir = self.inode(newparent)?;
+        let cname = sys::name_cstr(newname).map_err(errno)?;
+        sys::link_fd(node.fd(), dir.fd(), &cname).map_err(errno)?;
+        // the kernel now holds one more reference to the same node
+        let node = self.inodes.add_lookup(node.id).ok_or(Errno::ESTALE)?;
+        let st = sys::fstat(node.fd()).map_err(errno)?;
+        Ok(self.attr_of(node.id, &st))
+    }
+
+    pub(crate) fn op_unlink(&self, parent: INodeNo, name: &OsStr, flags: i32) -> OpResult<()> {
+        let dir = self.inode(parent)?;
+        let cname = sys::name_cstr(name).map_err(errno)?;
+        sys::unlink_at(dir.fd(), &cname, flags).map_err(errno)
+    }
+
+    pub(crate) fn op_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: u32,
+    ) -> OpResult<()> {
+        let old = self.inode(parent)?;
+        let new = self.inode(newparent)?;
+        let oldc = sys::name_cstr(name).map_err(errno)?;
+        let newc = sys::name_cstr(newname).map_err(errno)?;
+        sys::rename_at2(old.fd(), &oldc, new.fd(), &newc, flags).map_err(errno)
+    }
+
+    pub(crate) fn op_readlink(&self, ino: INodeNo) -> OpResult<Vec<u8>> {
+        let node = self.inode(ino)?;
+        sys::readlink_fd(node.fd()).map_err(errno)
+    }
+
+    pub(crate) fn op_statfs(&self, ino: INodeNo) -> OpResult<libc::statvfs> {
+        let node = self.inode(ino).or_else(|_| self.inode(INodeNo(ROOT_ID)))?;
+        sys::fstatvfs(node.fd()).map_err(errno)
+    }
+
+    /// `access(2)`. With `default_permissions` the kernel answers access()
+    /// itself and never sends this; the fallback checks mode bits only.
+    pub(crate) fn op_access(&self, req: &Request, ino: INodeNo, mask: i32) -> OpResult<()> {
+        let node = self.inode(ino)?;
+        let st = sys::fstat(node.fd()).map_err(errno)?;
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let mode = st.st_mode;
+        if req.uid() == 0 {
+            let any_x = mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
+            return if mask & libc::X_OK != 0 && !any_x {
+                Err(Errno::EACCES)
+            } else {
+                Ok(())
+            };
+        }
+        let bits = if req.uid() == st.st_uid {
+            (mode >> 6) & 7
+        } else if req.gid() == st.st_gid {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        let want = (mask & 7) as u32;
+        if bits & want == want {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Regular-file operations: open/create, read/write, flush/fsync, release,
+//! fallocate. All data goes through the [`DataPath`](crate::DataPath).
+//!
+//! Backing open flags are derived from the application's flags:
+//! * `O_CREAT`, `O_EXCL`, `O_NOCTTY` are for name resolution (create only);
+//! * `O_NOFOLLOW` is dropped: the kernel already resolved the name and the
+//!   `/proc/self/fd` re-open would otherwise fail with `ELOOP`;
+//! * `O_APPEND` is dropped: the kernel resolves append offsets (under the
+//!   inode lock) and sends explicit offsets, which the data path must honour;
+//! * `O_DIRECT` is dropped (the data path decides how to hit the backing
+//!   store; with `direct_io` the page cache is bypassed anyway);
+//! * `O_TRUNC` is executed through `DataPath::truncate` after opening;
+//! * write-only opens of regular files become read-write so a cache can fill
+//!   partial blocks (the kernel still enforces the caller's access mode).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, Request};
+
+use crate::attr::system_time;
+use crate::data::{AttrSnapshot, FileHandleInfo};
+use crate::fs::{errno, OpResult, TierFs};
+use crate::ops_entry::Umask;
+use crate::sys;
+
+/// Flags for opening the backing file, see the module docs.
+pub(crate) fn backing_flags(flags: i32, regular: bool) -> i32 {
+    let mut f = flags
+        & !(libc::O_CREAT
+            | libc::O_EXCL
+            | libc::O_NOCTTY
+            | libc::O_NOFOLLOW
+            | libc::O_APPEND
+            | libc::O_DIRECT
+            | libc::O_TRUNC);
+    if regular && f & libc::O_ACCMODE == libc::O_WRONLY {
+        f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+    }
+    f
+}
+
+impl TierFs {
+    /// FOPEN flags for a new handle with application flags `flags`.
+    fn fopen_flags(&self, flags: i32) -> FopenFlags {
+        if !self.cfg.kernel_cache || flags & libc::O_DIRECT != 0 {
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+
+    /// Registers an open backing file as a handle and tells the data path.
+    fn new_handle(&self, ino: u64, file: File, flags: i32) -> OpResult<u64> {
+        let st = sys::fstat(file.as_raw_fd()).map_err(errno)?;
+        let fh = self.alloc_fh();
+        let info = Arc::new(FileHandleInfo {
+            fh,
+            ino,
+            file: Arc::new(file),
+            flags,
+            snapshot: AttrSnapshot {
+                size: u64::try_from(st.st_size).unwrap_or(0),
+                mtime: system_time(st.st_mtime, st.st_mtime_nsec),
+                dev: st.st_dev,
+                ino: st.st_ino,
+            },
+        });
+        self.data.open(&info).map_err(errno)?;
+        if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            if let Err(e) = self.data.truncate(ino, &info.file, 0) {
+                self.data.release(&info);
+                return Err(errno(e));
+            }
+        }
+        self.insert_file(info);
+        Ok(fh)
+    }
+
+    pub(crate) fn op_open(&self, ino: INodeNo, flags: i32) -> OpResult<(u64, FopenFlags)> {
+        let node = self.inode(ino)?;
+        if node.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EISDIR);
+        }
+        let file = sys::reopen(node.fd(), backing_flags(flags, node.is_reg())).map_err(errno)?;
+        let fh = self.new_handle(node.id, file, flags)?;
+        Ok((fh, self.fopen_flags(flags)))
+    }
+
+    pub(crate) fn op_create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> OpResult<(FileAttr, u64, FopenFlags)> {
+        let (dir, sgid) = self.parent_dir(parent)?;
+        let cname = sys::name_cstr(name).map_err(errno)?;
+        let u = Umask::apply(umask);
+        // Create exclusively so that only a file we really created is given
+        // to the caller; if the name appeared meanwhile (and the caller did
+        // not ask for O_EXCL) open the existing file instead, as open(2) would.
+        let bflags = backing_flags(flags, true) | libc::O_NOFOLLOW;
+        let (file, created) = match sys::open_at(
+            dir.fd(),
+            &cname,
+            bflags | libc::O_CREAT | libc::O_EXCL,
+            mode,
+        ) {
+            Ok(f) => (f, true),
+            Err(e) if flags & libc::O_EXCL == 0 && e.raw_os_error() == Some(libc::EEXIST) => (
+                sys::open_at(dir.fd(), &cname, bflags, 0).map_err(errno)?,
+                false,
+            ),
+            Err(e) => return Err(errno(e)),
+        };
+        let fd = file.as_raw_fd();
+        if created {
+            let setup = u
+                .fix_mode(fd, mode)
+                .map_err(errno)
+                .and_then(|()| self.chown_new(req, fd, sgid));
+            if let Err(e) = setup {
+                let _ = sys::unlink_at(dir.fd(), &cname, 0);
+                return Err(e);
+            }
+        }
+        let path_fd = sys::path_fd_of(fd).map_err(errno)?;
+        let attr = self.register(path_fd)?;
+        match self.new_handle(attr.ino.0, file, flags) {
+            Ok(fh) => {
+                // the handle may have truncated the file: report fresh attrs
+                let attr = self.op_getattr(attr.ino, Some(FileHandle(fh)))?;
+                Ok((attr, fh, self.fopen_flags(flags)))
+            }
+            Err(e) => {
+                self.forget_node(attr.ino.0, 1);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn op_read(&self, fh: FileHandle, offset: u64, size: u32) -> OpResult<Vec<u8>> {
+        let h = self.file(fh)?;
+        self.data.read(&h, offset, size).map_err(errno)
+    }
+
+    pub(crate) fn op_write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> OpResult<u32> {
+        let h = self.file(fh)?;
+        self.data.write(&h, offset, data).map_err(errno)
+    }
+
+    pub(crate) fn op_flush(&self, fh: FileHandle) -> OpResult<()> {
+        let h = self.file(fh)?;
+        self.data.flush(&h).map_err(errno)
+    }
+
+    pub(crate) fn op_release(&self, fh: FileHandle) {
+        if let Some(h) = self.remove_file(fh) {
+            self.data.release(&h);
+        }
+    }
+
+    pub(crate) fn op_fsync(&self, fh: FileHandle, datasync: bool) -> OpResult<()> {
+        let h = self.file(fh)?;
+        self.data.fsync(&h, datasync).map_err(errno)
+    }
+
+    pub(crate) fn op_fallocate(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> OpResult<()> {
+        let h = self.file(fh)?;
+        self.data.fallocate(&h, mode, offset, length).map_err(errno)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backing_flags_strip_and_upgrade() {
+        let f = backing_flags(
+            libc::O_WRONLY | libc::O_APPEND | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_SYNC,
+            true,
+        );
+        assert_eq!(f & libc::O_ACCMODE, libc::O_RDWR);
+        assert_eq!(f & (libc::O_APPEND | libc::O_TRUNC | libc::O_NOFOLLOW), 0);
+        assert_ne!(f & libc::O_SYNC, 0);
+        let d = backing_flags(libc::O_RDONLY | libc::O_DIRECTORY, false);
+        assert_eq!(d, libc::O_RDONLY | libc::O_DIRECTORY);
+    }
+}

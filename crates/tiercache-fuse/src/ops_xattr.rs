@@ -1,0 +1,48 @@
+//! Extended attributes, passed through to the backing inode.
+//!
+//! The calls go through the `/proc/self/fd/N` magic link of the node's
+//! `O_PATH` descriptor, which names the inode itself (for a symlink: the link,
+//! so `user.*` on symlinks fails with `EPERM` exactly as natively). Permission
+//! checks (`trusted.*` needs `CAP_SYS_ADMIN`, `user.*` needs write access)
+//! are done by the kernel's VFS before the request reaches us.
+//! POSIX ACL xattrs are refused by the kernel itself (`EOPNOTSUPP`) because
+//! the mount does not negotiate `FUSE_POSIX_ACL`.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use fuser::INodeNo;
+
+use crate::fs::{errno, OpResult, TierFs};
+use crate::sys;
+
+impl TierFs {
+    pub(crate) fn op_setxattr(
+        &self,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> OpResult<()> {
+        let node = self.inode(ino)?;
+        let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
+        sys::setxattr_fd(node.fd(), &cname, value, flags).map_err(errno)
+    }
+
+    pub(crate) fn op_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> OpResult<Vec<u8>> {
+        let node = self.inode(ino)?;
+        let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
+        sys::getxattr_fd(node.fd(), &cname, size as usize).map_err(errno)
+    }
+
+    pub(crate) fn op_listxattr(&self, ino: INodeNo, size: u32) -> OpResult<Vec<u8>> {
+        let node = self.inode(ino)?;
+        sys::listxattr_fd(node.fd(), size as usize).map_err(errno)
+    }
+
+    pub(crate) fn op_removexattr(&self, ino: INodeNo, name: &OsStr) -> OpResult<()> {
+        let node = self.inode(ino)?;
+        let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
+        sys::removexattr_fd(node.fd(), &cname).map_err(errno)
+    }
+}

@@ -1,0 +1,108 @@
+//! Pre-mount validation of BACKING and MOUNTPOINT.
+//!
+//! Nothing is mounted unless every check passes: both paths exist and are
+//! directories, neither contains the other, the mount point is not already a
+//! mount point (per `/proc/self/mountinfo`) and is empty.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::FuseError;
+
+/// Canonical `(backing, mountpoint)` after all checks passed.
+pub(crate) fn validate(backing: &Path, mountpoint: &Path) -> Result<(PathBuf, PathBuf), FuseError> {
+    let io_err = |path: &Path, source: io::Error| FuseError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::metadata(backing) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(FuseError::BackingNotDir(backing.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(FuseError::BackingMissing(backing.to_path_buf()))
+        }
+        Err(e) => return Err(io_err(backing, e)),
+    }
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(FuseError::MountpointNotDir(mountpoint.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(FuseError::MountpointMissing(mountpoint.to_path_buf()))
+        }
+        Err(e) => return Err(io_err(mountpoint, e)),
+    }
+    let b = backing.canonicalize().map_err(|e| io_err(backing, e))?;
+    let m = mountpoint
+        .canonicalize()
+        .map_err(|e| io_err(mountpoint, e))?;
+    if m.starts_with(&b) || b.starts_with(&m) {
+        return Err(FuseError::Overlap {
+            backing: b,
+            mountpoint: m,
+        });
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| io_err(Path::new("/proc/self/mountinfo"), e))?;
+    if mount_points(&info).any(|p| p == m) {
+        return Err(FuseError::AlreadyMounted(m));
+    }
+    let mut entries = std::fs::read_dir(&m).map_err(|e| io_err(&m, e))?;
+    if entries.next().is_some() {
+        return Err(FuseError::MountpointNotEmpty(m));
+    }
+    Ok((b, m))
+}
+
+/// Mount points listed in a mountinfo text (field 5, octal escapes decoded).
+pub(crate) fn mount_points(info: &str) -> impl Iterator<Item = PathBuf> + '_ {
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(unescape)
+}
+
+/// Decodes the `\ooo` escapes mountinfo uses for space, tab, newline, `\`.
+fn unescape(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            if let Ok(v) = u8::try_from(v) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo_with_escapes() {
+        let info = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                    40 22 0:5 / /mnt/a\\040b rw,nosuid - fuse x rw\n\
+                    41 22 0:6 / /x\\134y\\ rw - tmpfs t rw\n";
+        let v: Vec<_> = mount_points(info).collect();
+        assert_eq!(
+            v,
+            vec![
+                PathBuf::from("/"),
+                PathBuf::from("/mnt/a b"),
+                PathBuf::from("/x\\y\\")
+            ]
+        );
+    }
+}
