@@ -191,6 +191,11 @@ impl MountHandle {
         self.negotiated.readdirplus.load(Ordering::Relaxed)
     }
 
+    /// True once the session has ended (unmounted from outside, or failed).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// Unmounts and waits for the session threads.
     ///
     /// If the file system is busy it is detached lazily (`MNT_DETACH`) and

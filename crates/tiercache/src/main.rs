@@ -1,7 +1,10 @@
-//! The `tiercache` command: `sim` replays workloads and traces against the engine, `bench`
-//! measures it. Errors are one line on stderr naming the flag, file or line at fault.
+//! The `tiercache` command: `mount` serves a slow directory through the cache, `stats`,
+//! `priority`, `flush` and `unmount` control a running mount, `sim` replays workloads and traces
+//! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
+//! file or line at fault.
 
 mod cmd;
+mod live;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -19,6 +22,17 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Mount BACKING on MOUNTPOINT through the cache (daemonizes unless --foreground).
+    Mount(Box<cmd::mount::MountArgs>),
+    /// Show a mount's statistics.
+    Stats(cmd::ctl::StatsArgs),
+    /// Manage priority directories of a running mount.
+    #[command(subcommand)]
+    Priority(cmd::ctl::PriorityCommand),
+    /// Write back every dirty block of a mount.
+    Flush { mountpoint: std::path::PathBuf },
+    /// Write back, then unmount (--force detaches a mount whose daemon is dead).
+    Unmount(cmd::ctl::UnmountArgs),
     /// Replay a synthetic workload or a block trace against cache configurations.
     Sim(Box<cmd::sim::SimArgs>),
     /// Run the benchmarks whose figures README quotes.
@@ -51,6 +65,11 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Mount(args) => cmd::mount::run(*args),
+        Command::Stats(a) => cmd::ctl::stats_cmd(a),
+        Command::Priority(c) => cmd::ctl::priority_cmd(c),
+        Command::Flush { mountpoint } => cmd::ctl::flush_cmd(&mountpoint),
+        Command::Unmount(a) => cmd::ctl::unmount_cmd(a),
         Command::Sim(args) => cmd::sim::run(*args),
         Command::Bench(b) => cmd::bench::run(b),
     };

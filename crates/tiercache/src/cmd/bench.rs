@@ -13,6 +13,8 @@ use tiercache_sim::workload::{generate, StreamSpec};
 pub enum BenchCommand {
     /// Engine replay speed (requests/s): LRU vs dirprio vs two tiers.
     Sim(SimBenchArgs),
+    /// fio through tiercache vs bindfs vs the native directory (needs fio, bindfs, root).
+    Fuse(super::bench_fuse::FuseBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -44,6 +46,7 @@ struct SimBench {
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Sim(a) => sim(a),
+        BenchCommand::Fuse(a) => super::bench_fuse::run(a),
     }
 }
 

@@ -1,4 +1,7 @@
 //! Subcommands.
 
 pub mod bench;
+pub mod bench_fuse;
+pub mod ctl;
+pub mod mount;
 pub mod sim;

@@ -1,0 +1,281 @@
+//! The data arena: one contiguous, zero-initialised allocation of `capacity × block_size` bytes,
+//! cut into fixed-size slots indexed by [`SlotId`], each with a small header.
+//!
+//! Why one allocation: the roadmap's zero-copy client (paper 003) will map the arena from a
+//! memfd; slot index + per-slot header (pins, generation, dirty sequence) is the layout it needs.
+//!
+//! Why `unsafe`: a per-slot `RwLock` cannot own a sub-slice of one allocation in safe Rust
+//! without leaking the allocation (`Box::leak` + `chunks_mut`) or giving up the single
+//! allocation (one `Box<[u8]>` per slot). Instead the bytes live in `Box<[UnsafeCell<u8>]>`
+//! (zeroed lazily by the allocator, so a large arena costs nothing until used) and each slot's
+//! `RwLock` guards its range; the three `unsafe` blocks that build slices are confined to the
+//! guard types below. A memfd mapping will need the same raw-pointer handling anyway.
+//!
+//! Invariants:
+//! - slot `i` owns bytes `[i·bs, (i+1)·bs)`; ranges of different slots are disjoint;
+//! - those bytes are only touched through a guard of slot `i`'s `RwLock` (shared to read,
+//!   exclusive to write), which is what makes the `unsafe` slice creation below sound;
+//! - a thread locks a slot only while it holds a pin on it (taken under the engine lock), so a
+//!   slot with zero pins has no lock holder and `try_write` on it cannot fail;
+//! - a thread holds at most one slot guard while it may block on another lock, and the engine
+//!   lock is never held while blocking on a slot lock (only `try_*` there): no lock cycles.
+//! - `SlotState::valid` is true only when the bytes hold `key`'s current data; cached bytes at or
+//!   beyond the file's logical size are zero.
+
+use crate::error::MemError;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use tiercache_core::{BlockKey, SlotId};
+
+/// What a slot's bytes hold, guarded by the slot's lock together with the bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SlotState {
+    /// The block this slot was given to by the engine (set at insertion).
+    pub key: Option<BlockKey>,
+    /// The bytes hold `key`'s data (false while it is being filled, or after a failed fill).
+    pub valid: bool,
+}
+
+impl SlotState {
+    #[inline]
+    pub fn holds(&self, key: BlockKey) -> bool {
+        self.valid && self.key == Some(key)
+    }
+}
+
+/// Per-slot header.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    state: RwLock<SlotState>,
+    /// Mirror of the engine's pin count (the engine's is authoritative for eviction); kept here
+    /// for observability and for future clients mapping the arena.
+    pub pins: AtomicU32,
+    /// Dirty sequence: bumped (under the engine lock) each time a write to the slot is
+    /// committed. The flusher marks a block clean only if it is unchanged since the snapshot
+    /// (taken with the logical size it clipped at).
+    pub seq: AtomicU64,
+    /// The file generation of the last write committed to this slot.
+    pub generation: AtomicU64,
+}
+
+/// The arena. See the module docs for its invariants.
+pub(crate) struct Arena {
+    bytes: Box<[UnsafeCell<u8>]>,
+    slots: Box<[Slot]>,
+    block: usize,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("slots", &self.slots.len())
+            .field("block", &self.block)
+            .finish()
+    }
+}
+
+// SAFETY: the only non-`Sync` part is the `UnsafeCell` byte array. Every access to a slot's
+// bytes goes through a guard of that slot's `RwLock` (see `ReadSlot`/`WriteSlot`), so shared
+// access is read-only and mutation is exclusive, per slot, with disjoint byte ranges per slot.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    /// `capacity` slots of `block` bytes each, zeroed (lazily, by the allocator).
+    pub fn new(capacity: usize, block: usize) -> Result<Self, MemError> {
+        let total = capacity
+            .checked_mul(block)
+            .filter(|&t| t > 0 && t <= isize::MAX as usize)
+            .ok_or(MemError::Alloc {
+                bytes: (capacity as u64).saturating_mul(block as u64),
+            })?;
+        let layout = std::alloc::Layout::array::<u8>(total).map_err(|_| MemError::Alloc {
+            bytes: total as u64,
+        })?;
+        // SAFETY: `layout` has a non-zero size (checked above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(MemError::Alloc {
+                bytes: total as u64,
+            });
+        }
+        // SAFETY: `ptr` was just allocated by the global allocator with the layout of `[u8;
+        // total]`, which is also the layout of `[UnsafeCell<u8>; total]` (`UnsafeCell` is
+        // `repr(transparent)`); it is zero-initialised, a valid `u8` value; ownership moves into
+        // the box, which frees it with the same layout.
+        let bytes: Box<[UnsafeCell<u8>]> = unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                ptr.cast::<UnsafeCell<u8>>(),
+                total,
+            ))
+        };
+        let slots = (0..capacity).map(|_| Slot::default()).collect();
+        Ok(Self {
+            bytes,
+            slots,
+            block,
+        })
+    }
+
+    /// The header of `slot`. Slot ids come from the tier, which only hands out `0..capacity`.
+    #[inline]
+    pub fn slot(&self, slot: SlotId) -> &Slot {
+        &self.slots[slot.index()]
+    }
+
+    /// Pointer to the first byte of `slot`'s range (bounds-checked).
+    #[inline]
+    fn base(&self, slot: SlotId) -> *mut u8 {
+        let start = slot.index() * self.block;
+        let cells = &self.bytes[start..start + self.block];
+        UnsafeCell::raw_get(cells.as_ptr())
+    }
+
+    /// Shared access to `slot` (blocks while a writer holds it).
+    pub fn read(&self, slot: SlotId) -> ReadSlot<'_> {
+        let guard = self
+            .slot(slot)
+            .state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        ReadSlot {
+            guard,
+            ptr: self.base(slot),
+            len: self.block,
+        }
+    }
+
+    /// Exclusive access to `slot` (blocks while anyone holds it).
+    pub fn write(&self, slot: SlotId) -> WriteSlot<'_> {
+        let guard = self
+            .slot(slot)
+            .state
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        WriteSlot {
+            guard,
+            ptr: self.base(slot),
+            len: self.block,
+        }
+    }
+
+    /// Exclusive access if nobody holds `slot`; used under the engine lock on unpinned slots.
+    pub fn try_write(&self, slot: SlotId) -> Option<WriteSlot<'_>> {
+        let guard = match self.slot(slot).state.try_write() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(WriteSlot {
+            guard,
+            ptr: self.base(slot),
+            len: self.block,
+        })
+    }
+
+    /// The state of `slot` if nobody holds it exclusively; used under the engine lock.
+    pub fn try_state(&self, slot: SlotId) -> Option<SlotState> {
+        match self.slot(slot).state.try_read() {
+            Ok(g) => Some(*g),
+            Err(TryLockError::Poisoned(p)) => Some(*p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// A shared guard over one slot's state and bytes.
+pub(crate) struct ReadSlot<'a> {
+    guard: RwLockReadGuard<'a, SlotState>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl ReadSlot<'_> {
+    pub fn state(&self) -> SlotState {
+        *self.guard
+    }
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is this slot's byte range inside the live arena (it outlives
+        // the guard's borrow); we hold the slot's read lock, so no `WriteSlot` of this slot
+        // exists and nobody mutates these bytes while the returned slice lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// An exclusive guard over one slot's state and bytes.
+pub(crate) struct WriteSlot<'a> {
+    guard: RwLockWriteGuard<'a, SlotState>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl WriteSlot<'_> {
+    pub fn state(&self) -> SlotState {
+        *self.guard
+    }
+    pub fn set_state(&mut self, state: SlotState) {
+        *self.guard = state;
+    }
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: as in `ReadSlot::data`; we hold the slot's write lock, so nobody else reads
+        // or writes the range, and `&self` prevents a concurrent `data_mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the pointer comes from `UnsafeCell::raw_get`, so writing through it is
+        // allowed; we hold the slot's write lock (exclusive for this disjoint range) and
+        // `&mut self` makes the returned slice the only live reference to it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// Slot guards are used only inside one function on one thread; the raw pointer makes them
+/// `!Send`, which is what we want.
+impl std::fmt::Debug for ReadSlot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadSlot")
+            .field("state", &*self.guard)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WriteSlot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteSlot")
+            .field("state", &*self.guard)
+            .finish()
+    }
+}
+
+/// Loads with sequentially consistent ordering: these counters are read and bumped under the
+/// engine lock or together with a slot guard, so the ordering is belt and braces.
+pub(crate) const ORD: Ordering = Ordering::SeqCst;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_disjoint_and_zeroed() {
+        let a = Arena::new(4, 512).expect("arena");
+        for i in 0..4u32 {
+            let mut w = a.write(SlotId(i));
+            assert!(w.data().iter().all(|&b| b == 0));
+            w.data_mut().fill(i as u8 + 1);
+        }
+        for i in 0..4u32 {
+            let r = a.read(SlotId(i));
+            assert!(r.data().iter().all(|&b| b == i as u8 + 1));
+        }
+    }
+
+    #[test]
+    fn try_write_fails_while_read_held() {
+        let a = Arena::new(2, 512).expect("arena");
+        let r = a.read(SlotId(1));
+        assert!(a.try_write(SlotId(1)).is_none());
+        assert!(a.try_write(SlotId(0)).is_some());
+        drop(r);
+        assert!(a.try_write(SlotId(1)).is_some());
+    }
+}

@@ -1,0 +1,400 @@
+//! [`MemCache`]: the memory tier's public face, and `Inner`, the state shared with the flusher
+//! threads (arena, engine lock, device, counters).
+//!
+//! Locking (see also `arena`, `engine`, `files`): per-file `io` → per-file `op` → engine
+//! `Mutex` → one slot lock at a time. The engine lock is held only for metadata work — never
+//! across device I/O, never while blocking on a slot. A slot may be locked while the engine lock
+//! is then taken (engine holders never wait for slots), so the order cannot cycle.
+//!
+//! Invariant: every slot a request pins is unpinned before the request returns, on every path.
+
+use crate::arena::Arena;
+use crate::config::MemConfig;
+use crate::device::{Device, RealDevice};
+use crate::engine::Engine;
+use crate::error::MemError;
+use crate::files::{FileStamp, OpenOutcome};
+use crate::stats::{
+    classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
+};
+use crate::trace::TraceSink;
+use std::fs::File;
+use std::io::{self, Write};
+use std::sync::atomic::AtomicU64;
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tiercache_core::tier::{Tier, TierConfig};
+use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
+
+/// Locks a mutex; a poisoned lock is taken over (nothing in this crate panics while holding
+/// one, and the protected data stays structurally valid).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Flusher wake-up state.
+#[derive(Debug, Default)]
+pub(crate) struct FlushCtl {
+    pub stop: bool,
+    pub kicks: u64,
+}
+
+/// State shared by the request paths and the flusher threads.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub cfg: MemConfig,
+    pub bs: usize,
+    pub shift: u32,
+    pub arena: Arena,
+    pub engine: Mutex<Engine>,
+    pub device: Arc<dyn Device>,
+    pub counters: Counters,
+    pub dirty_limit: usize,
+    pub dirty_bg_limit: usize,
+    pub flush_ctl: Mutex<FlushCtl>,
+    pub flush_cv: Condvar,
+    pub trace_dropped: Arc<AtomicU64>,
+    pub trace_thread: Mutex<Option<JoinHandle<()>>>,
+    pub start: Instant,
+}
+
+impl Inner {
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        lock(&self.engine)
+    }
+
+    #[inline]
+    pub(crate) fn key(file: FileId, block: u64) -> BlockKey {
+        BlockKey {
+            file,
+            block: BlockIndex(block),
+        }
+    }
+
+    /// Wakes a flusher thread early (dirty data above the background limit).
+    pub(crate) fn kick_flusher(&self) {
+        lock(&self.flush_ctl).kicks += 1;
+        self.flush_cv.notify_one();
+    }
+
+    pub(crate) fn dev_read(
+        &self,
+        file: FileId,
+        fd: &File,
+        buf: &mut [u8],
+        off: u64,
+    ) -> io::Result<usize> {
+        let n = self.device.read_at(file, fd, buf, off)?;
+        Counters::add(&self.counters.backing_reads, 1);
+        Counters::add(&self.counters.backing_bytes_read, n as u64);
+        Ok(n)
+    }
+
+    pub(crate) fn dev_write(
+        &self,
+        file: FileId,
+        fd: &File,
+        buf: &[u8],
+        off: u64,
+    ) -> io::Result<()> {
+        self.device.write_at(file, fd, buf, off)?;
+        Counters::add(&self.counters.backing_writes, 1);
+        Counters::add(&self.counters.backing_bytes_written, buf.len() as u64);
+        Ok(())
+    }
+
+    pub(crate) fn dev_sync(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
+        self.device.sync(file, fd, datasync)?;
+        Counters::add(&self.counters.backing_syncs, 1);
+        Ok(())
+    }
+
+    fn stats(&self) -> MemStats {
+        let now = Instant::now();
+        let c = &self.counters;
+        let wb_total = Counters::get(&c.writeback_blocks);
+        let mut eng = self.lock();
+        let current = *eng.tier.stats();
+        eng.windows.roll(now, &current);
+        let rate = eng
+            .windows
+            .sample_rate(now, wb_total, self.cfg.flush_interval);
+        let (wsecs, complete, wstats) = eng.windows.view(now, &current);
+        let sizes = eng.tier.pool_sizes();
+        let sizes = [sizes.protected as u64, sizes.normal as u64];
+        MemStats {
+            uptime_secs: now.saturating_duration_since(self.start).as_secs_f64(),
+            capacity_blocks: eng.tier.capacity() as u64,
+            block_size: self.bs as u64,
+            used_blocks: eng.tier.len() as u64,
+            dirty_blocks: eng.dirty_blocks as u64,
+            policy: self.cfg.policy.to_string(),
+            partition: self.cfg.partition.kind.to_string(),
+            s_target: eng.tier.s_target(),
+            s_cur: eng.tier.s_cur(),
+            pools: pools_of(&current, sizes),
+            classes: classes_of(&current),
+            window: WindowStats {
+                secs: wsecs.as_secs_f64(),
+                complete,
+                classes: classes_of(&wstats),
+                pools: pools_of(&wstats, sizes),
+            },
+            backing: BackingStats {
+                reads: Counters::get(&c.backing_reads),
+                writes: Counters::get(&c.backing_writes),
+                bytes_read: Counters::get(&c.backing_bytes_read),
+                bytes_written: Counters::get(&c.backing_bytes_written),
+                syncs: Counters::get(&c.backing_syncs),
+            },
+            writeback_blocks_per_sec: rate,
+            paths: PathStats {
+                bypass_blocks: Counters::get(&c.bypass_blocks),
+                write_through_blocks: Counters::get(&c.write_through_blocks),
+                readahead_blocks: Counters::get(&c.readahead_blocks),
+                writeback_blocks: wb_total,
+                writeback_errors: Counters::get(&c.writeback_errors),
+                throttled_writes: Counters::get(&c.throttled_writes),
+                evictions: current.evictions,
+                insertions: current.insertions,
+            },
+            trace_dropped: Counters::get(&self.trace_dropped),
+            emulation: self.device.emulation(),
+        }
+    }
+
+    fn set_trace(&self, out: Option<Box<dyn Write + Send>>) -> io::Result<()> {
+        let (sink, handle) = match out {
+            Some(out) => {
+                let (s, h) =
+                    TraceSink::start(out, self.cfg.trace_queue, Arc::clone(&self.trace_dropped))?;
+                (Some(s), Some(h))
+            }
+            None => (None, None),
+        };
+        let old = std::mem::replace(&mut self.lock().trace, sink);
+        drop(old); // closes the old channel; its writer drains and exits
+        let old_thread = std::mem::replace(&mut *lock(&self.trace_thread), handle);
+        if let Some(t) = old_thread {
+            if t.join().is_err() {
+                log::error!("trace writer thread panicked");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The memory tier. Cheap to share by reference across threads (`&MemCache` is `Sync`); all
+/// operations take `&self`. Dropping it stops the flushers and writes back everything.
+#[derive(Debug)]
+pub struct MemCache {
+    inner: Arc<Inner>,
+    flushers: Mutex<Vec<JoinHandle<()>>>,
+    shut: Mutex<bool>,
+}
+
+impl MemCache {
+    /// Builds a tier over `device` and starts `cfg.flusher_threads` flusher threads.
+    pub fn new(cfg: MemConfig, device: Arc<dyn Device>) -> Result<Self, MemError> {
+        cfg.validate()?;
+        let tier_cfg = TierConfig {
+            name: "memory".into(),
+            capacity: cfg.capacity_blocks,
+            policy: cfg.policy,
+            partition: cfg.partition,
+        };
+        let tier = Tier::new(&tier_cfg)?;
+        let bs = cfg.block_size.bytes() as usize;
+        let arena = Arena::new(cfg.capacity_blocks, bs)?;
+        let start = Instant::now();
+        let engine = Engine::new(tier, Windows::new(cfg.stats_window, start), start);
+        let inner = Arc::new(Inner {
+            bs,
+            shift: cfg.block_size.shift(),
+            arena,
+            engine: Mutex::new(engine),
+            device,
+            counters: Counters::default(),
+            dirty_limit: cfg.dirty_limit(),
+            dirty_bg_limit: cfg.dirty_background_limit(),
+            flush_ctl: Mutex::new(FlushCtl::default()),
+            flush_cv: Condvar::new(),
+            trace_dropped: Arc::new(AtomicU64::new(0)),
+            trace_thread: Mutex::new(None),
+            start,
+            cfg,
+        });
+        let mut flushers = Vec::new();
+        for i in 0..inner.cfg.flusher_threads {
+            let inner = Arc::clone(&inner);
+            let h = std::thread::Builder::new()
+                .name(format!("tiercache-flush-{i}"))
+                .spawn(move || inner.flusher_loop())
+                .map_err(MemError::Io)?;
+            flushers.push(h);
+        }
+        Ok(Self {
+            inner,
+            flushers: Mutex::new(flushers),
+            shut: Mutex::new(false),
+        })
+    }
+
+    /// A tier over the real backing files ([`RealDevice`]).
+    pub fn with_real_device(cfg: MemConfig) -> Result<Self, MemError> {
+        Self::new(cfg, Arc::new(RealDevice))
+    }
+
+    pub fn config(&self) -> &MemConfig {
+        &self.inner.cfg
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u64 {
+        self.inner.bs as u64
+    }
+
+    /// Registers an open handle of `file` (the backing inode number) with its open backing file,
+    /// class and current attributes. Blocks cached from an earlier version with a different
+    /// stamp are dropped (clean ones; dirty ones are kept and a warning is logged).
+    pub fn open(
+        &self,
+        file: FileId,
+        backing: Arc<File>,
+        class: Class,
+        stamp: FileStamp,
+    ) -> io::Result<OpenOutcome> {
+        self.inner.open(file, backing, class, stamp)
+    }
+
+    /// The last handle of `file` closed (call once, at the last close). Cached blocks stay; the
+    /// backing handle is kept until the file's dirty blocks are written back and BACKING is
+    /// synced (by the flusher, `fsync` or `flush_all`).
+    pub fn release(&self, file: FileId) {
+        self.inner.release(file);
+    }
+
+    /// Reads up to `len` bytes at `offset`; short at the logical end of file.
+    pub fn read(&self, file: FileId, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let n = self.inner.read_into(file, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Reads into `buf`; returns the bytes read (short at the logical end of file).
+    pub fn read_into(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_into(file, offset, buf)
+    }
+
+    /// Writes `data` at `offset` into the cache (write-back). Returns the bytes written, which
+    /// is short only if an error stopped the write part-way.
+    pub fn write(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
+        self.inner.write(file, offset, data)
+    }
+
+    /// Sets the file's size: BACKING is truncated (or extended) at once, cached blocks beyond
+    /// are dropped and the tail of the last partial block is zeroed.
+    pub fn truncate(&self, file: FileId, new_size: u64) -> io::Result<()> {
+        self.inner.truncate(file, new_size)
+    }
+
+    /// Returns once `file`'s dirty blocks are on BACKING and BACKING is synced
+    /// (`fdatasync` when `datasync`, else `fsync`). Reports a background write-back error of the
+    /// file that was not reported yet.
+    pub fn fsync(&self, file: FileId, datasync: bool) -> io::Result<()> {
+        self.inner.fsync(file, datasync)
+    }
+
+    /// Writes back every dirty block and syncs every file written to.
+    pub fn flush_all(&self) -> io::Result<()> {
+        self.inner.flush_all()
+    }
+
+    /// Stops the flusher threads and the trace, and writes back everything. The tier stays
+    /// usable (without background write-back); later calls only write back again.
+    pub fn shutdown(&self) -> io::Result<()> {
+        let first = !std::mem::replace(&mut *lock(&self.shut), true);
+        if first {
+            lock(&self.inner.flush_ctl).stop = true;
+            self.inner.flush_cv.notify_all();
+            for h in lock(&self.flushers).drain(..) {
+                if h.join().is_err() {
+                    log::error!("a flusher thread panicked");
+                }
+            }
+        }
+        let r = self.inner.flush_all();
+        if first {
+            if let Err(e) = self.inner.set_trace(None) {
+                log::error!("closing the trace failed: {e}");
+            }
+        }
+        r
+    }
+
+    /// The logical size of `file` when cached writes extend it beyond BACKING.
+    pub fn logical_size(&self, file: FileId) -> Option<u64> {
+        self.inner.logical_size(file)
+    }
+
+    /// The file's generation: bumped by every write and truncate.
+    pub fn generation(&self, file: FileId) -> Option<u64> {
+        self.inner.generation(file)
+    }
+
+    /// Reclassifies `file`: its cached blocks move to the pool of `class`, and later fills use
+    /// it (run-time priority directories).
+    pub fn set_class(&self, file: FileId, class: Class) {
+        self.inner.set_class(file, class);
+    }
+
+    /// Drops `file`'s clean cached blocks (dirty ones stay). Returns how many were dropped.
+    pub fn invalidate(&self, file: FileId) -> usize {
+        self.inner.invalidate(file, false)
+    }
+
+    /// Like [`MemCache::invalidate`], and also forgets the file when it is closed and clean.
+    pub fn forget(&self, file: FileId) -> usize {
+        self.inner.invalidate(file, true)
+    }
+
+    /// Cached and dirty blocks of `file`.
+    pub fn file_blocks(&self, file: FileId) -> (usize, usize) {
+        self.inner.file_blocks(file)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> MemStats {
+        self.inner.stats()
+    }
+
+    /// Starts (or with `None` stops) recording every block access as CSV lines
+    /// `time,file,obj_id,op,class` into `out`, from a writer thread.
+    pub fn set_trace(&self, out: Option<Box<dyn Write + Send>>) -> io::Result<()> {
+        self.inner.set_trace(out)
+    }
+
+    /// Checks the engine's invariants; meaningful only while no request is running (tests).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.inner.lock().check()
+    }
+}
+
+impl Drop for MemCache {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::error!("memory tier: write-back at shutdown failed: {e}");
+        }
+    }
+}

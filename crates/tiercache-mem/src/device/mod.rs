@@ -1,0 +1,77 @@
+//! The backing device abstraction: every byte the memory tier moves to or from BACKING goes
+//! through one [`Device`].
+//!
+//! - [`RealDevice`]: `pread`/`pwrite`/`fdatasync` on the backing files (std `FileExt`);
+//! - [`EmulatedDevice`]: a latency MODEL of an HDD or SSD wrapped around another device (for
+//!   `tiercache mount --emulate hdd|ssd`): modelled seek/rotation/transfer times are slept, not
+//!   measured; it is labelled as a model in logs and stats;
+//! - [`FaultyDevice`]: injects failures and silently dropped writes after a countdown (tests).
+//!
+//! Contract: `read_at` fills the buffer except at end of file (it returns the byte count, short
+//! only at EOF); `write_at` writes the whole buffer or fails; errors keep their errno. A device
+//! does no caching of its own.
+
+mod emulated;
+mod faulty;
+
+pub use emulated::{DeviceModel, EmulatedDevice, EmulationStats};
+pub use faulty::FaultyDevice;
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use tiercache_core::FileId;
+
+/// Where BACKING data is read and written. Object safe: the tier holds `Arc<dyn Device>`.
+/// `file` identifies the backing file (its inode number) for models that track position.
+pub trait Device: Send + Sync + fmt::Debug {
+    /// Reads into `buf` from `offset`; returns the bytes read, fewer than `buf.len()` only at
+    /// end of file.
+    fn read_at(&self, file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, file: FileId, fd: &File, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes written data durable: `fdatasync` when `datasync`, else `fsync`.
+    fn sync(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()>;
+    /// Sets the file's length (`ftruncate`).
+    fn set_len(&self, file: FileId, fd: &File, len: u64) -> io::Result<()>;
+    /// The emulation model's counters, when this device (or one it wraps) is a model.
+    fn emulation(&self) -> Option<EmulationStats> {
+        None
+    }
+}
+
+/// The real thing: positioned I/O on the backing file descriptors.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealDevice;
+
+impl Device for RealDevice {
+    fn read_at(&self, _file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match fd.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, _file: FileId, fd: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        fd.write_all_at(buf, offset)
+    }
+
+    fn sync(&self, _file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
+        if datasync {
+            fd.sync_data()
+        } else {
+            fd.sync_all()
+        }
+    }
+
+    fn set_len(&self, _file: FileId, fd: &File, len: u64) -> io::Result<()> {
+        fd.set_len(len)
+    }
+}

@@ -1,0 +1,283 @@
+//! Engine glue: the state behind the tier's one `Mutex` — the core [`Tier`] (key map, slots,
+//! pools, partitioner), the per-file states and the dirty accounting — and the block-level
+//! operations every path uses (pin, fresh insert, commit of a write, mark clean, drop).
+//!
+//! Invariants (all under the engine lock):
+//! - a block is in `files[f].blocks` iff the tier holds it; in `files[f].dirty` iff the tier's
+//!   slot meta says dirty; `dirty_blocks` = Σ |files[f].dirty|;
+//! - the engine lock is never held across device I/O, and never while *blocking* on a slot lock
+//!   (only `try_write`/`try_state` on slots nobody has pinned);
+//! - a key with a write-through in flight (`wt_inflight`) is never inserted, so no fill can read
+//!   BACKING under a write-through of the same block and cache the old bytes;
+//! - a slot is removed from the tier only when unpinned (`Tier::remove` does not check pins).
+
+use crate::arena::{Arena, SlotState, ORD};
+use crate::files::FileState;
+use crate::stats::Windows;
+use crate::trace::{TraceRecord, TraceSink};
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Instant;
+use tiercache_core::tier::{Evicted, Tier};
+use tiercache_core::{BlockKey, Class, CoreError, FileId, SlotId};
+
+/// The state guarded by the engine lock.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub tier: Tier,
+    pub files: HashMap<FileId, FileState>,
+    pub dirty_blocks: usize,
+    /// Blocks being written straight to BACKING, with the number of writers doing so.
+    pub wt_inflight: HashMap<BlockKey, u32>,
+    pub trace: Option<TraceSink>,
+    pub windows: Windows,
+    pub start: Instant,
+}
+
+/// Result of trying to drop one cached block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    Yes,
+    NotCached,
+    Pinned,
+    Dirty,
+}
+
+impl Engine {
+    pub fn new(tier: Tier, windows: Windows, start: Instant) -> Self {
+        Self {
+            tier,
+            files: HashMap::new(),
+            dirty_blocks: 0,
+            wt_inflight: HashMap::new(),
+            trace: None,
+            windows,
+            start,
+        }
+    }
+
+    #[inline]
+    pub fn pin(&mut self, arena: &Arena, slot: SlotId) {
+        self.tier.pin(slot);
+        arena.slot(slot).pins.fetch_add(1, ORD);
+    }
+
+    #[inline]
+    pub fn unpin(&mut self, arena: &Arena, slot: SlotId) {
+        self.tier.unpin(slot);
+        let pins = &arena.slot(slot).pins;
+        // Saturating like the tier's count.
+        let _ = pins.fetch_update(ORD, ORD, |p| p.checked_sub(1));
+    }
+
+    /// Records one block access in the trace, if one is on.
+    #[inline]
+    pub fn trace(&self, key: BlockKey, write: bool, class: Class) {
+        if let Some(t) = &self.trace {
+            t.record(TraceRecord {
+                secs: self.start.elapsed().as_secs(),
+                key,
+                write,
+                class,
+            });
+        }
+    }
+
+    /// Gives `key` (not resident) a slot: evicts by policy if needed, marks the slot "being
+    /// filled" (not valid), adds it to the file's index and pins it. `None` when no slot can be
+    /// had (`Retry`: everything pinned or dirty) or a write-through of `key` is in flight; the
+    /// caller then bypasses the cache for this block.
+    pub fn insert_fresh(&mut self, arena: &Arena, key: BlockKey, class: Class) -> Option<SlotId> {
+        if self.wt_inflight.contains_key(&key) {
+            return None;
+        }
+        let ins = match self.tier.insert(key, class) {
+            Ok(ins) => ins,
+            Err(CoreError::Retry { .. }) => return None,
+            Err(e) => {
+                log::error!("memory tier: unexpected engine error on insert: {e}");
+                return None;
+            }
+        };
+        if let Some(ev) = ins.evicted {
+            self.on_evicted(ev);
+        }
+        // The slot was free or an unpinned victim: nobody holds its lock.
+        match arena.try_write(ins.slot) {
+            Some(mut g) => g.set_state(SlotState {
+                key: Some(key),
+                valid: false,
+            }),
+            None => {
+                log::error!(
+                    "memory tier: fresh slot {} is locked; bypassing",
+                    ins.slot.0
+                );
+                self.tier.remove(&key);
+                return None;
+            }
+        }
+        if let Some(f) = self.files.get_mut(&key.file) {
+            f.blocks.insert(key.block.0);
+        }
+        self.pin(arena, ins.slot);
+        Some(ins.slot)
+    }
+
+    /// Bookkeeping for a block the tier pushed out (it was clean and unpinned).
+    fn on_evicted(&mut self, ev: Evicted) {
+        if let Some(f) = self.files.get_mut(&ev.key.file) {
+            f.blocks.remove(&ev.key.block.0);
+        }
+        self.gc_file(ev.key.file);
+    }
+
+    /// A write to `slot` (holding `key`) was copied in: mark it dirty (not evictable) and bump
+    /// its dirty sequence so that a write-back that copied it earlier does not mark it clean.
+    pub fn commit_write(
+        &mut self,
+        arena: &Arena,
+        key: BlockKey,
+        slot: SlotId,
+        generation: u64,
+        now: Instant,
+    ) {
+        let hdr = arena.slot(slot);
+        hdr.seq.fetch_add(1, ORD);
+        hdr.generation.store(generation, ORD);
+        if self.tier.peek(&key) != Some(slot) {
+            return;
+        }
+        if !self.tier.meta(slot).dirty {
+            self.tier.set_dirty(slot, true);
+            self.dirty_blocks += 1;
+        }
+        if let Some(f) = self.files.get_mut(&key.file) {
+            f.dirty.insert(key.block.0);
+            f.dirtied_at.get_or_insert(now);
+        }
+    }
+
+    /// Write-back of `slot` finished with the bytes of dirty sequence `seq`: clean it unless it
+    /// was written again since. Returns whether it is clean now.
+    pub fn mark_clean(&mut self, arena: &Arena, key: BlockKey, slot: SlotId, seq: u64) -> bool {
+        if self.tier.peek(&key) != Some(slot) || arena.slot(slot).seq.load(ORD) != seq {
+            return false;
+        }
+        self.clear_dirty(key, slot);
+        true
+    }
+
+    fn clear_dirty(&mut self, key: BlockKey, slot: SlotId) {
+        if self.tier.meta(slot).dirty {
+            self.tier.set_dirty(slot, false);
+            self.dirty_blocks = self.dirty_blocks.saturating_sub(1);
+        }
+        if let Some(f) = self.files.get_mut(&key.file) {
+            f.dirty.remove(&key.block.0);
+            if f.dirty.is_empty() {
+                f.dirtied_at = None;
+            }
+        }
+    }
+
+    /// Removes `key` from the cache if nobody has it pinned (and, unless `allow_dirty`, if it is
+    /// clean). Dropping dirty data is only right when the data is meaningless (beyond EOF).
+    pub fn drop_block(&mut self, key: BlockKey, allow_dirty: bool) -> Dropped {
+        let Some(slot) = self.tier.peek(&key) else {
+            return Dropped::NotCached;
+        };
+        let meta = self.tier.meta(slot);
+        if meta.pins > 0 {
+            return Dropped::Pinned;
+        }
+        if meta.dirty {
+            if !allow_dirty {
+                return Dropped::Dirty;
+            }
+            self.clear_dirty(key, slot);
+        }
+        self.tier.remove(&key);
+        if let Some(f) = self.files.get_mut(&key.file) {
+            f.blocks.remove(&key.block.0);
+        }
+        Dropped::Yes
+    }
+
+    /// After a request unpinned `slot`: if it is still not valid (its fill failed, or was never
+    /// done) and nobody else holds it, give it back so it does not sit in the cache empty.
+    pub fn reap(&mut self, arena: &Arena, key: BlockKey, slot: SlotId) {
+        if self.tier.peek(&key) != Some(slot) {
+            return;
+        }
+        let meta = self.tier.meta(slot);
+        if meta.pins > 0 || meta.dirty {
+            return;
+        }
+        if let Some(state) = arena.try_state(slot) {
+            if !state.holds(key) {
+                self.tier.remove(&key);
+                if let Some(f) = self.files.get_mut(&key.file) {
+                    f.blocks.remove(&key.block.0);
+                }
+                self.gc_file(key.file);
+            }
+        }
+    }
+
+    /// Lets go of what a closed file no longer needs: its backing handle once it is clean and
+    /// synced, its whole state once it also has no cached blocks. Returns the handle to drop
+    /// (outside the lock when the caller can, as closing may take time).
+    pub fn gc_file(&mut self, id: FileId) -> Option<Arc<File>> {
+        let f = self.files.get_mut(&id)?;
+        if f.handles > 0 || !f.dirty.is_empty() || f.needs_sync {
+            return None;
+        }
+        let fd = f.backing.take();
+        if f.blocks.is_empty() {
+            self.files.remove(&id);
+        }
+        fd
+    }
+
+    /// Checks the engine's own invariants on top of the tier's.
+    pub fn check(&self) -> Result<(), String> {
+        self.tier.check_invariants()?;
+        let mut dirty = 0usize;
+        let mut blocks = 0usize;
+        for (id, f) in &self.files {
+            for &b in &f.blocks {
+                let key = BlockKey {
+                    file: *id,
+                    block: tiercache_core::BlockIndex(b),
+                };
+                let Some(slot) = self.tier.peek(&key) else {
+                    return Err(format!("file {} block {b} indexed but not cached", id.0));
+                };
+                let m = self.tier.meta(slot);
+                if m.dirty != f.dirty.contains(&b) {
+                    return Err(format!("file {} block {b}: dirty flags disagree", id.0));
+                }
+                if m.pins != 0 {
+                    return Err(format!("file {} block {b}: {} pins left", id.0, m.pins));
+                }
+            }
+            if !f.dirty.is_subset(&f.blocks) {
+                return Err(format!("file {}: dirty blocks not cached", id.0));
+            }
+            dirty += f.dirty.len();
+            blocks += f.blocks.len();
+        }
+        if dirty != self.dirty_blocks {
+            return Err(format!("dirty count {} != {dirty}", self.dirty_blocks));
+        }
+        if blocks != self.tier.len() {
+            return Err(format!("indexed {blocks} != resident {}", self.tier.len()));
+        }
+        if !self.wt_inflight.is_empty() {
+            return Err("write-throughs left in flight".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,338 @@
+//! Write-back: the background flusher threads, writer throttling, `fsync` and `flush_all`.
+//!
+//! One write-back of a file (`flush_file`): take the file's `io` lock; under the engine lock
+//! pin its dirty blocks (in offset order) and note the logical size and each block's dirty
+//! sequence; then, with no engine lock, copy each block under its slot's *shared* lock (readers are never blocked by this) into a run
+//! buffer — contiguous blocks merged, up to 1 MiB per run, the block holding EOF clipped at EOF
+//! — and `pwrite` each run; finally, under the engine lock, mark clean each written block whose
+//! dirty sequence did not move since the snapshot (a write committed after it may have moved
+//! EOF past the clip), and unpin.
+//!
+//! Invariants: data not known to be on BACKING is never marked clean (a failed run leaves its
+//! blocks dirty; the error is remembered for the file's next `fsync`/`flush` when it happened in
+//! the background, and returned directly otherwise); a block re-dirtied during its write-back
+//! stays dirty; `fsync` returns only after the file's dirty blocks at the time of the call are
+//! written and BACKING is synced.
+//!
+//! Background policy: every `flush_interval` (or when kicked because dirty blocks passed the
+//! background limit) the flusher writes back, oldest-dirtied file first, every file dirty for
+//! longer than `dirty_expire`, and further files while dirty blocks exceed
+//! `dirty_background_ratio`. A file is written back as a whole (all its dirty blocks).
+
+use crate::cache::{lock, Inner};
+use crate::error::{unknown_file, StoredError};
+use crate::stats::Counters;
+use std::fs::File;
+use std::io;
+use std::sync::{Arc, PoisonError, TryLockError};
+use std::time::Instant;
+use tiercache_core::{BlockKey, FileId, SlotId};
+
+/// Bytes per merged write-back request at most.
+const MAX_RUN_BYTES: usize = 1 << 20;
+/// Files a throttled writer may write back before it goes on anyway.
+const MAX_THROTTLE_ROUNDS: usize = 64;
+
+/// Why a file is written back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// Flusher thread: skip a file already being written back; remember errors.
+    Background,
+    /// A writer over the dirty limit: remember errors (they may not be its file's).
+    Throttle,
+    /// `fsync`/`flush_all`: wait, return errors, then sync (`true` = data only).
+    Sync(bool),
+}
+
+/// A block copied for write-back: key, slot, dirty sequence at the copy.
+type Copied = (BlockKey, SlotId, u64);
+
+impl Inner {
+    pub(crate) fn flusher_loop(&self) {
+        loop {
+            {
+                let ctl = lock(&self.flush_ctl);
+                if ctl.stop {
+                    return;
+                }
+                let kicks = ctl.kicks;
+                let (ctl, _) = self
+                    .flush_cv
+                    .wait_timeout_while(ctl, self.cfg.flush_interval, |c| {
+                        !c.stop && c.kicks == kicks
+                    })
+                    .unwrap_or_else(PoisonError::into_inner);
+                if ctl.stop {
+                    return;
+                }
+            }
+            self.flush_tick();
+        }
+    }
+
+    /// One flusher round.
+    fn flush_tick(&self) {
+        let now = Instant::now();
+        let wb_total = Counters::get(&self.counters.writeback_blocks);
+        let mut candidates: Vec<(FileId, Option<Instant>)> = {
+            let mut eng = self.lock();
+            let current = *eng.tier.stats();
+            eng.windows.roll(now, &current);
+            eng.windows
+                .sample_rate(now, wb_total, self.cfg.flush_interval);
+            eng.files
+                .iter()
+                .filter(|(_, f)| !f.dirty.is_empty())
+                .map(|(id, f)| (*id, f.dirtied_at))
+                .collect()
+        };
+        candidates.sort_by_key(|&(_, at)| at);
+        for (file, at) in candidates {
+            let expired =
+                at.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.dirty_expire);
+            let over = self.lock().dirty_blocks > self.dirty_bg_limit;
+            if !expired && !over {
+                break; // sorted oldest first: nothing later is due either
+            }
+            if lock(&self.flush_ctl).stop {
+                return;
+            }
+            // Errors are logged and remembered by flush_file.
+            let _ = self.flush_file(file, Why::Background);
+        }
+        // Closed files that are clean but not synced yet: sync them so their handle can go.
+        let closed: Vec<FileId> = self
+            .lock()
+            .files
+            .iter()
+            .filter(|(_, f)| f.handles == 0 && f.dirty.is_empty() && f.needs_sync)
+            .map(|(id, _)| *id)
+            .collect();
+        for file in closed {
+            if lock(&self.flush_ctl).stop {
+                return;
+            }
+            let _ = self.flush_file(file, Why::Sync(true));
+        }
+    }
+
+    /// Lets a writer help write back while dirty blocks exceed the dirty ratio. Holds no lock
+    /// on entry; gives up (and lets the write go on) when write-back makes no progress.
+    pub(crate) fn throttle(&self) {
+        let mut helped = false;
+        for _ in 0..MAX_THROTTLE_ROUNDS {
+            let target = {
+                let eng = self.lock();
+                if eng.dirty_blocks <= self.dirty_limit {
+                    return;
+                }
+                eng.files
+                    .iter()
+                    .filter(|(_, f)| !f.dirty.is_empty())
+                    .min_by_key(|(_, f)| f.dirtied_at)
+                    .map(|(id, _)| *id)
+            };
+            let Some(target) = target else {
+                return;
+            };
+            if !helped {
+                helped = true;
+                Counters::add(&self.counters.throttled_writes, 1);
+                self.kick_flusher();
+            }
+            match self.flush_file(target, Why::Throttle) {
+                Ok(n) if n > 0 => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// `fsync`: writes back `file`'s dirty blocks and syncs BACKING.
+    pub(crate) fn fsync(&self, file: FileId, datasync: bool) -> io::Result<()> {
+        let remembered = {
+            let mut eng = self.lock();
+            let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+            f.error.take()
+        };
+        self.flush_file(file, Why::Sync(datasync))?;
+        match remembered {
+            Some(e) => Err(e.to_io()),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes back and syncs every file with dirty or unsynced data; returns the first error
+    /// (also one remembered from the background), after trying every file.
+    pub(crate) fn flush_all(&self) -> io::Result<()> {
+        let files: Vec<FileId> = {
+            let eng = self.lock();
+            eng.files
+                .iter()
+                .filter(|(_, f)| !f.dirty.is_empty() || f.needs_sync || f.error.is_some())
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let mut first: Option<io::Error> = None;
+        for file in files {
+            let remembered = self
+                .lock()
+                .files
+                .get_mut(&file)
+                .and_then(|f| f.error.take());
+            if let Err(e) = self.flush_file(file, Why::Sync(false)) {
+                first.get_or_insert(e);
+            }
+            if let Some(e) = remembered {
+                first.get_or_insert(e.to_io());
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Writes back the dirty blocks of `file`; returns how many became clean.
+    pub(crate) fn flush_file(&self, file: FileId, why: Why) -> io::Result<usize> {
+        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(&f.shared)) else {
+            return Ok(0);
+        };
+        let _io = match (why, shared.io.try_lock()) {
+            (_, Ok(g)) => g,
+            (_, Err(TryLockError::Poisoned(p))) => p.into_inner(),
+            (Why::Background, Err(TryLockError::WouldBlock)) => return Ok(0),
+            (_, Err(TryLockError::WouldBlock)) => lock(&shared.io),
+        };
+        let (fd, size, list) = {
+            let mut eng = self.lock();
+            let Some(f) = eng.files.get(&file) else {
+                return Ok(0);
+            };
+            let Some(fd) = f.backing.clone() else {
+                return Ok(0);
+            };
+            let (size, blocks): (u64, Vec<u64>) = (f.size, f.dirty.iter().copied().collect());
+            let mut list = Vec::with_capacity(blocks.len());
+            for block in blocks {
+                if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
+                    eng.pin(&self.arena, slot);
+                    // The dirty sequence goes with the size snapshot: a write committed after
+                    // this point (which may also have moved EOF past our clip) keeps it dirty.
+                    let seq = self.arena.slot(slot).seq.load(crate::arena::ORD);
+                    list.push((block, slot, seq));
+                }
+            }
+            (fd, size, list)
+        };
+        let (copied, err, wrote_end) = self.write_runs(file, &fd, size, &list);
+        if wrote_end > 0 {
+            self.refresh_stamp(file, &fd);
+        }
+        let mut cleaned = 0;
+        let fd_to_close = {
+            let mut eng = self.lock();
+            for &(key, slot, seq) in &copied {
+                cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
+            }
+            for &(_, slot, _) in &list {
+                eng.unpin(&self.arena, slot);
+            }
+            if let Some(f) = eng.files.get_mut(&file) {
+                if wrote_end > 0 {
+                    f.backing_size = f.backing_size.max(wrote_end.min(f.size));
+                    f.needs_sync = true;
+                }
+                if let (Some(e), Why::Background | Why::Throttle) = (&err, why) {
+                    f.error = Some(StoredError::of(e));
+                }
+            }
+            eng.gc_file(file)
+        };
+        drop(fd_to_close);
+        Counters::add(&self.counters.writeback_blocks, cleaned as u64);
+        if let Some(e) = err {
+            Counters::add(&self.counters.writeback_errors, 1);
+            log::error!(
+                "file {}: write-back failed, data stays dirty: {e} (errno {:?})",
+                file.0,
+                e.raw_os_error()
+            );
+            return Err(e);
+        }
+        if let Why::Sync(datasync) = why {
+            if let Some(f) = self.lock().files.get_mut(&file) {
+                f.needs_sync = false;
+            }
+            if let Err(e) = self.dev_sync(file, &fd, datasync) {
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.needs_sync = true;
+                }
+                log::error!("file {}: sync of BACKING failed: {e}", file.0);
+                return Err(e);
+            }
+            let closed = self.lock().gc_file(file);
+            drop(closed);
+        }
+        Ok(cleaned)
+    }
+
+    /// Copies and writes the pinned dirty blocks `list` (block, slot, dirty sequence at the
+    /// snapshot; in offset order) in merged runs, clipped at the snapshot's logical `size`.
+    /// Returns the blocks written, the error that stopped it, and the end offset of the
+    /// furthest byte written (0 = none).
+    fn write_runs(
+        &self,
+        file: FileId,
+        fd: &File,
+        size: u64,
+        list: &[(u64, SlotId, u64)],
+    ) -> (Vec<Copied>, Option<io::Error>, u64) {
+        let bs = self.bs;
+        let max_run = (MAX_RUN_BYTES / bs).max(1);
+        let mut done: Vec<Copied> = Vec::with_capacity(list.len());
+        let mut run: Vec<Copied> = Vec::with_capacity(max_run.min(list.len()));
+        let mut buf: Vec<u8> = Vec::with_capacity(max_run.min(list.len()) * bs);
+        let mut run_start = 0u64;
+        let mut next_block = 0u64;
+        let mut wrote_end = 0u64;
+        for &(block, slot, seq) in list {
+            let key = Self::key(file, block);
+            let start = block << self.shift;
+            if start >= size {
+                // Beyond EOF (cannot normally happen): nothing to write.
+                done.push((key, slot, seq));
+                continue;
+            }
+            let joins = !run.is_empty()
+                && block == next_block
+                && run.len() < max_run
+                && buf.len() == run.len() * bs;
+            if !run.is_empty() && !joins {
+                if let Err(e) = self.dev_write(file, fd, &buf, run_start) {
+                    return (done, Some(e), wrote_end);
+                }
+                wrote_end = wrote_end.max(run_start + buf.len() as u64);
+                done.append(&mut run);
+                buf.clear();
+            }
+            let g = self.arena.read(slot);
+            if !g.state().holds(key) {
+                log::error!("file {}: dirty block {block} not valid; left dirty", file.0);
+                continue;
+            }
+            let clip = usize::try_from(size - start).unwrap_or(bs).min(bs);
+            if run.is_empty() {
+                run_start = start;
+            }
+            buf.extend_from_slice(&g.data()[..clip]);
+            drop(g);
+            run.push((key, slot, seq));
+            next_block = block + 1;
+        }
+        if !run.is_empty() {
+            if let Err(e) = self.dev_write(file, fd, &buf, run_start) {
+                return (done, Some(e), wrote_end);
+            }
+            wrote_end = wrote_end.max(run_start + buf.len() as u64);
+            done.append(&mut run);
+        }
+        (done, None, wrote_end)
+    }
+}

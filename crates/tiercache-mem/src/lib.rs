@@ -1,0 +1,44 @@
+//! tiercache-mem: the memory tier that holds file DATA for the live mount.
+//!
+//! The FUSE layer calls [`MemCache`] through a small adapter; this crate has no FUSE code and no
+//! path-to-class logic. Callers identify a file by [`FileId`] (the backing inode number), hand
+//! over its open backing [`std::fs::File`] and its [`Class`], and read and write bytes.
+//!
+//! What it does:
+//! - keeps block data in one arena of fixed-size slots indexed by the engine's `SlotId`, with a
+//!   per-slot header (pin count, generation, dirty sequence) — see the `arena` module;
+//! - reads: hits are copied out under a per-slot shared lock without holding the engine lock;
+//!   misses are coalesced into one `pread` per contiguous run, with read-ahead for sequential
+//!   streams; when no slot can be had the bytes are served uncached (bypass);
+//! - writes: write-back into dirty slots (read-modify-write for partial blocks), write-through
+//!   when no slot can be had, throttling above the dirty ratio;
+//! - write-back: flusher threads, `fsync`, `flush_all`, errors kept and reported;
+//! - backing [`Device`]s: real, emulated HDD/SSD model, fault injection;
+//! - statistics ([`MemStats`]) and an optional CSV access trace for the simulator.
+//!
+//! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
+//! `files` (per-file state), `read`, `write`, `flusher`, `device`, `stats`, `trace`, `cache`
+//! (the public type), `config`, `error`.
+
+mod arena;
+mod cache;
+mod config;
+pub mod device;
+mod engine;
+mod error;
+mod files;
+mod flusher;
+mod read;
+mod stats;
+mod trace;
+mod write;
+
+pub use cache::MemCache;
+pub use config::MemConfig;
+pub use device::{Device, DeviceModel, EmulatedDevice, EmulationStats, FaultyDevice, RealDevice};
+pub use error::MemError;
+pub use files::{FileStamp, OpenOutcome};
+pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
+pub use trace::TRACE_HEADER;
+
+pub use tiercache_core::{Class, FileId};

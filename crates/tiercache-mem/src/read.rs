@@ -1,0 +1,274 @@
+//! The read path: hits are copied from slots, misses are read from BACKING with contiguous
+//! missing blocks coalesced into one `pread` (plus read-ahead for sequential streams) and
+//! inserted; when no slot can be had the block is served from BACKING uncached (bypass).
+//!
+//! Steps of one read: (1) under the engine lock, count each requested block (`Tier::lookup`),
+//! pin hits, give misses fresh slots ("being filled") or mark them bypass, and append
+//! read-ahead blocks; (2) without the engine lock, read each run of non-hit blocks with one
+//! `pread`, install the bytes into still-unfilled fresh slots and copy the requested part out;
+//! then copy hits one slot lock at a time; (3) under the engine lock, unpin and give back any
+//! fresh slot that is still not valid.
+//!
+//! Invariants: a reader never waits for write-back I/O — the flusher holds slot locks only to
+//! copy (shared, like readers) and never holds the engine lock or a file's `op` lock during
+//! I/O; a hit on a slot that is not valid (another request is filling it, or its fill failed)
+//! is served from BACKING rather than waiting; bytes at or beyond the logical size are zero.
+
+use crate::arena::SlotState;
+use crate::cache::{read_lock, Inner};
+use crate::error::unknown_file;
+use crate::files::{same_state, FileShared};
+use crate::stats::Counters;
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+use tiercache_core::{BlockKey, FileId, SlotId};
+
+#[derive(Debug, Clone, Copy)]
+enum Plan {
+    /// Resident: pinned, copy from the slot.
+    Hit(SlotId),
+    /// Fresh slot (pinned, not valid yet): fill from BACKING.
+    Fill(SlotId),
+    /// No slot: read from BACKING, do not cache.
+    Bypass,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    block: u64,
+    plan: Plan,
+    /// Part of the request (false: read-ahead).
+    requested: bool,
+}
+
+#[derive(Debug)]
+struct ReadPlan {
+    fd: Arc<File>,
+    /// Logical size when planned.
+    size: u64,
+    offset: u64,
+    end: u64,
+    steps: Vec<Step>,
+}
+
+impl Inner {
+    pub(crate) fn read_into(&self, file: FileId, offset: u64, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let shared = self.shared(file)?;
+        let _op = read_lock(&shared.op);
+        let Some(plan) = self.plan_read(file, &shared, offset, out.len())? else {
+            return Ok(0);
+        };
+        let mut suspects = Vec::new();
+        let result = self.run_read(file, &plan, out, &mut suspects);
+        self.finish_read(file, &plan, &suspects);
+        result.map(|()| (plan.end - plan.offset) as usize)
+    }
+
+    /// Step (1): decide per block under the engine lock. `None` at or past EOF.
+    fn plan_read(
+        &self,
+        file: FileId,
+        shared: &Arc<FileShared>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<Option<ReadPlan>> {
+        let mut eng = self.lock();
+        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        same_state(f, shared, file)?;
+        let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
+        let size = f.size;
+        if offset >= size {
+            return Ok(None);
+        }
+        let end = offset.saturating_add(len as u64).min(size);
+        let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
+        let class = f.class;
+        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        let last = (size - 1) >> self.shift;
+        let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize + window as usize);
+        for block in b0..=b1 {
+            let key = Self::key(file, block);
+            eng.trace(key, false, class);
+            let plan = match eng.tier.lookup(key, class) {
+                Some(slot) => {
+                    eng.pin(&self.arena, slot);
+                    Plan::Hit(slot)
+                }
+                None => match eng.insert_fresh(&self.arena, key, class) {
+                    Some(slot) => Plan::Fill(slot),
+                    None => Plan::Bypass,
+                },
+            };
+            steps.push(Step {
+                block,
+                plan,
+                requested: true,
+            });
+        }
+        // Read-ahead rides on a miss at the end of a sequential request.
+        if window > 0 && matches!(steps.last(), Some(s) if matches!(s.plan, Plan::Fill(_))) {
+            let ra_end = b1.saturating_add(u64::from(window)).min(last);
+            for block in b1 + 1..=ra_end {
+                let key = Self::key(file, block);
+                if eng.tier.contains(&key) {
+                    break;
+                }
+                match eng.insert_fresh(&self.arena, key, class) {
+                    Some(slot) => steps.push(Step {
+                        block,
+                        plan: Plan::Fill(slot),
+                        requested: false,
+                    }),
+                    None => break,
+                }
+            }
+        }
+        Ok(Some(ReadPlan {
+            fd,
+            size,
+            offset,
+            end,
+            steps,
+        }))
+    }
+
+    /// Copies the part of block `block` (whose bytes are `data`) that the request wants.
+    fn copy_out(&self, plan: &ReadPlan, block: u64, data: &[u8], out: &mut [u8]) {
+        let bstart = block << self.shift;
+        let lo = bstart.max(plan.offset);
+        let hi = (bstart + self.bs as u64).min(plan.end);
+        if lo >= hi {
+            return;
+        }
+        let (o, d) = ((lo - plan.offset) as usize, (lo - bstart) as usize);
+        let n = (hi - lo) as usize;
+        out[o..o + n].copy_from_slice(&data[d..d + n]);
+    }
+
+    /// Reads `buf.len()` bytes of BACKING at `start`, zero-filling past BACKING's end and past
+    /// the logical size `size` (cached bytes beyond EOF must be zero).
+    fn read_backing(
+        &self,
+        file: FileId,
+        fd: &File,
+        buf: &mut [u8],
+        start: u64,
+        size: u64,
+    ) -> io::Result<()> {
+        let n = self.dev_read(file, fd, buf, start)?;
+        let in_file = usize::try_from(size.saturating_sub(start)).unwrap_or(usize::MAX);
+        let keep = n.min(in_file).min(buf.len());
+        buf[keep..].fill(0);
+        Ok(())
+    }
+
+    /// Step (2).
+    fn run_read(
+        &self,
+        file: FileId,
+        plan: &ReadPlan,
+        out: &mut [u8],
+        suspects: &mut Vec<(BlockKey, SlotId)>,
+    ) -> io::Result<()> {
+        let bs = self.bs;
+        let steps = &plan.steps;
+        let is_hit = |s: &Step| matches!(s.plan, Plan::Hit(_));
+        let mut i = 0;
+        while i < steps.len() {
+            if is_hit(&steps[i]) {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < steps.len() && !is_hit(&steps[j]) {
+                j += 1;
+            }
+            // Blocks of steps[i..j] are consecutive: one pread for the run.
+            let start = steps[i].block << self.shift;
+            let mut buf = vec![0u8; (j - i) * bs];
+            if let Err(e) = self.read_backing(file, &plan.fd, &mut buf, start, plan.size) {
+                log::warn!("file {}: backing read at {start} failed: {e}", file.0);
+                return Err(e);
+            }
+            for (k, step) in steps[i..j].iter().enumerate() {
+                let data = &buf[k * bs..(k + 1) * bs];
+                if let Plan::Fill(slot) = step.plan {
+                    let key = Self::key(file, step.block);
+                    let mut g = self.arena.write(slot);
+                    let st = g.state();
+                    if st.holds(key) {
+                        // A writer filled it meanwhile; its bytes are the newer ones.
+                        if step.requested {
+                            self.copy_out(plan, step.block, g.data(), out);
+                        }
+                        continue;
+                    }
+                    if st.key == Some(key) {
+                        g.data_mut().copy_from_slice(data);
+                        g.set_state(SlotState {
+                            key: Some(key),
+                            valid: true,
+                        });
+                    }
+                    if !step.requested {
+                        Counters::add(&self.counters.readahead_blocks, 1);
+                    }
+                } else {
+                    Counters::add(&self.counters.bypass_blocks, 1);
+                }
+                if step.requested {
+                    self.copy_out(plan, step.block, data, out);
+                }
+            }
+            i = j;
+        }
+        for step in steps {
+            let Plan::Hit(slot) = step.plan else {
+                continue;
+            };
+            let key = Self::key(file, step.block);
+            {
+                let g = self.arena.read(slot);
+                if g.state().holds(key) {
+                    self.copy_out(plan, step.block, g.data(), out);
+                    continue;
+                }
+            }
+            // Not ready (being filled elsewhere, or that fill failed): serve from BACKING.
+            suspects.push((key, slot));
+            let mut buf = vec![0u8; bs];
+            self.read_backing(
+                file,
+                &plan.fd,
+                &mut buf,
+                step.block << self.shift,
+                plan.size,
+            )?;
+            Counters::add(&self.counters.bypass_blocks, 1);
+            self.copy_out(plan, step.block, &buf, out);
+        }
+        Ok(())
+    }
+
+    /// Step (3): unpin everything, give back slots left unfilled.
+    fn finish_read(&self, file: FileId, plan: &ReadPlan, suspects: &[(BlockKey, SlotId)]) {
+        let mut eng = self.lock();
+        for step in &plan.steps {
+            if let Plan::Hit(slot) | Plan::Fill(slot) = step.plan {
+                eng.unpin(&self.arena, slot);
+            }
+        }
+        for step in &plan.steps {
+            if let Plan::Fill(slot) = step.plan {
+                eng.reap(&self.arena, Self::key(file, step.block), slot);
+            }
+        }
+        for &(key, slot) in suspects {
+            eng.reap(&self.arena, key, slot);
+        }
+    }
+}

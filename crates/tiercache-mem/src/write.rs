@@ -1,0 +1,291 @@
+//! The write path (write-back caching, write-through when no slot can be had) and `truncate`.
+//!
+//! Steps of one write: throttle first (help flush while dirty blocks exceed the dirty ratio,
+//! holding no lock); then (1) under the engine lock count each block (`Tier::lookup`), pin hits,
+//! give misses fresh slots, or — `Retry`, everything pinned or dirty — register the block as a
+//! write-through in flight; bump the file generation; (2) without the engine lock, block by
+//! block in offset order: for a cached block take its slot lock, make it whole first if it is
+//! not valid (read-modify-write from BACKING for a partial write inside BACKING's size, zeros
+//! otherwise), copy the bytes in; for a write-through block `pwrite` it to BACKING; (3) under
+//! the engine lock commit: mark written slots dirty (bumping their dirty sequence), unpin,
+//! extend the logical size, end the write-throughs.
+//!
+//! Invariants: data is never lost — a block either lands in a slot that is dirty (never
+//! evicted) until written back, or is written to BACKING before `write` returns; the write
+//! stops at the first failing block and reports the bytes before it (or the error).
+
+use crate::arena::SlotState;
+use crate::cache::{lock, read_lock, write_lock, Inner};
+use crate::engine::Dropped;
+use crate::error::unknown_file;
+use crate::files::{same_state, FileShared, ReadAhead};
+use crate::stats::Counters;
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+use tiercache_core::{BlockKey, FileId, SlotId};
+
+#[derive(Debug, Clone, Copy)]
+enum WPlan {
+    /// A pinned slot (resident, or fresh and not valid yet).
+    Cached(SlotId),
+    /// No slot: write straight to BACKING (registered in `wt_inflight`).
+    Through,
+}
+
+#[derive(Debug)]
+struct WritePlan {
+    fd: Arc<File>,
+    size: u64,
+    backing_size: u64,
+    generation: u64,
+    steps: Vec<(u64, WPlan)>,
+}
+
+/// What step (2) achieved.
+#[derive(Debug, Default)]
+struct Done {
+    /// Bytes written, a prefix of the request.
+    bytes: usize,
+    /// Cached blocks whose bytes were copied in.
+    cached: Vec<(BlockKey, SlotId)>,
+    /// End offset of the last write-through that succeeded (0 = none).
+    through_end: u64,
+    through_blocks: u64,
+}
+
+impl Inner {
+    pub(crate) fn write(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
+        self.throttle();
+        let shared = self.shared(file)?;
+        let _op = read_lock(&shared.op);
+        let plan = self.plan_write(file, &shared, offset, end)?;
+        let (done, err) = self.run_write(file, &plan, offset, end, data);
+        self.finish_write(file, &plan, offset, &done);
+        if done.through_blocks > 0 {
+            self.refresh_stamp(file, &plan.fd);
+        }
+        match err {
+            Some(e) if done.bytes == 0 => Err(e),
+            _ => Ok(done.bytes),
+        }
+    }
+
+    /// Step (1).
+    fn plan_write(
+        &self,
+        file: FileId,
+        shared: &Arc<FileShared>,
+        offset: u64,
+        end: u64,
+    ) -> io::Result<WritePlan> {
+        let mut eng = self.lock();
+        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        same_state(f, shared, file)?;
+        let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
+        f.generation += 1;
+        let (generation, size, backing_size, class) =
+            (f.generation, f.size, f.backing_size, f.class);
+        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
+        for block in b0..=b1 {
+            let key = Self::key(file, block);
+            eng.trace(key, true, class);
+            let plan = match eng.tier.lookup(key, class) {
+                Some(slot) => {
+                    eng.pin(&self.arena, slot);
+                    WPlan::Cached(slot)
+                }
+                None => match eng.insert_fresh(&self.arena, key, class) {
+                    Some(slot) => WPlan::Cached(slot),
+                    None => {
+                        *eng.wt_inflight.entry(key).or_insert(0) += 1;
+                        WPlan::Through
+                    }
+                },
+            };
+            steps.push((block, plan));
+        }
+        Ok(WritePlan {
+            fd,
+            size,
+            backing_size,
+            generation,
+            steps,
+        })
+    }
+
+    /// Step (2). Returns what was done and the error that stopped it, if any.
+    fn run_write(
+        &self,
+        file: FileId,
+        plan: &WritePlan,
+        offset: u64,
+        end: u64,
+        data: &[u8],
+    ) -> (Done, Option<io::Error>) {
+        let bs = self.bs as u64;
+        let mut done = Done::default();
+        for &(block, step) in &plan.steps {
+            let bstart = block << self.shift;
+            let (lo, hi) = (bstart.max(offset), (bstart + bs).min(end));
+            let chunk = &data[(lo - offset) as usize..(hi - offset) as usize];
+            let result = match step {
+                WPlan::Cached(slot) => {
+                    let key = Self::key(file, block);
+                    self.write_slot(file, plan, key, slot, (lo - bstart) as usize, chunk)
+                        .map(|()| done.cached.push((key, slot)))
+                }
+                WPlan::Through => self.dev_write(file, &plan.fd, chunk, lo).map(|()| {
+                    done.through_end = hi;
+                    done.through_blocks += 1;
+                }),
+            };
+            match result {
+                Ok(()) => done.bytes += chunk.len(),
+                Err(e) => {
+                    log::warn!("file {}: write at {lo} failed: {e}", file.0);
+                    return (done, Some(e));
+                }
+            }
+        }
+        (done, None)
+    }
+
+    /// Copies `chunk` into `slot` at `at`, making the block whole first if it is not valid.
+    fn write_slot(
+        &self,
+        file: FileId,
+        plan: &WritePlan,
+        key: BlockKey,
+        slot: SlotId,
+        at: usize,
+        chunk: &[u8],
+    ) -> io::Result<()> {
+        let bs = self.bs;
+        let mut g = self.arena.write(slot);
+        let st = g.state();
+        if !st.holds(key) {
+            if st.key != Some(key) {
+                // Cannot happen: the slot is pinned, so it still belongs to `key`.
+                return Err(io::Error::other("memory tier: pinned slot changed owner"));
+            }
+            let bstart = key.block.0 << self.shift;
+            let partial = at > 0 || at + chunk.len() < bs;
+            if partial && bstart < plan.backing_size {
+                // Read-modify-write: the rest of the block comes from BACKING.
+                let n = self.dev_read(file, &plan.fd, g.data_mut(), bstart)?;
+                let in_file = usize::try_from(plan.size.saturating_sub(bstart)).unwrap_or(bs);
+                let keep = n.min(in_file).min(bs);
+                g.data_mut()[keep..].fill(0);
+            } else {
+                g.data_mut().fill(0);
+            }
+            g.set_state(SlotState {
+                key: Some(key),
+                valid: true,
+            });
+        }
+        g.data_mut()[at..at + chunk.len()].copy_from_slice(chunk);
+        Ok(())
+    }
+
+    /// Step (3).
+    fn finish_write(&self, file: FileId, plan: &WritePlan, offset: u64, done: &Done) {
+        let now = Instant::now();
+        let kick = {
+            let mut eng = self.lock();
+            for &(key, slot) in &done.cached {
+                eng.commit_write(&self.arena, key, slot, plan.generation, now);
+            }
+            for &(block, step) in &plan.steps {
+                let key = Self::key(file, block);
+                match step {
+                    WPlan::Cached(slot) => {
+                        eng.unpin(&self.arena, slot);
+                        eng.reap(&self.arena, key, slot);
+                    }
+                    WPlan::Through => {
+                        if let Some(n) = eng.wt_inflight.get_mut(&key) {
+                            *n -= 1;
+                            if *n == 0 {
+                                eng.wt_inflight.remove(&key);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(f) = eng.files.get_mut(&file) {
+                let new_end = offset + done.bytes as u64;
+                if done.bytes > 0 && new_end > f.size {
+                    f.size = new_end;
+                }
+                if done.through_blocks > 0 {
+                    f.backing_size = f.backing_size.max(done.through_end).min(f.size);
+                    f.needs_sync = true;
+                }
+            }
+            eng.dirty_blocks > self.dirty_bg_limit
+        };
+        Counters::add(&self.counters.write_through_blocks, done.through_blocks);
+        if kick {
+            self.kick_flusher();
+        }
+    }
+
+    /// Sets the size of `file` to `new_size`, BACKING first.
+    pub(crate) fn truncate(&self, file: FileId, new_size: u64) -> io::Result<()> {
+        let shared = self.shared(file)?;
+        let _io = lock(&shared.io);
+        let _op = write_lock(&shared.op);
+        let fd = {
+            let eng = self.lock();
+            let f = eng.files.get(&file).ok_or_else(|| unknown_file(file))?;
+            same_state(f, &shared, file)?;
+            f.backing.clone().ok_or_else(|| unknown_file(file))?
+        };
+        self.device.set_len(file, &fd, new_size)?;
+        {
+            let mut eng = self.lock();
+            let Some(f) = eng.files.get_mut(&file) else {
+                return Ok(());
+            };
+            f.generation += 1;
+            f.ra = ReadAhead::default();
+            let old_size = f.size;
+            f.size = new_size;
+            f.backing_size = new_size;
+            f.needs_sync = true;
+            if new_size < old_size {
+                let bs = self.bs as u64;
+                let gone: Vec<u64> = f.blocks.range(new_size.div_ceil(bs)..).copied().collect();
+                for block in gone {
+                    let key = Self::key(file, block);
+                    if eng.drop_block(key, true) == Dropped::Pinned {
+                        log::error!("file {}: block {block} pinned during truncate", file.0);
+                    }
+                }
+                let tail = (new_size % bs) as usize;
+                let key = Self::key(file, new_size >> self.shift);
+                if let (true, Some(slot)) = (tail != 0, eng.tier.peek(&key)) {
+                    // Unpinned (the file is quiesced), so nobody holds its lock.
+                    match self.arena.try_write(slot) {
+                        Some(mut g) if g.state().holds(key) => g.data_mut()[tail..].fill(0),
+                        Some(_) => {}
+                        None => log::error!("file {}: tail block locked in truncate", file.0),
+                    }
+                }
+            }
+        }
+        self.refresh_stamp(file, &fd);
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+#![allow(clippy::unwrap_used)]
+#![allow(dead_code)]
+//! Helpers shared by the integration tests: backing files in a tempdir, opening them in the
+//! cache with their current stamp, and byte patterns.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tiercache_mem::{Class, FileId, FileStamp, MemCache, MemConfig};
+
+/// A small, deterministic configuration: no background flusher, 512-byte blocks.
+pub fn small_config(capacity: usize) -> MemConfig {
+    MemConfig {
+        capacity_blocks: capacity,
+        block_size: tiercache_core::BlockSize::new(512).unwrap(),
+        readahead_max_blocks: 4,
+        flusher_threads: 0,
+        ..MemConfig::default()
+    }
+}
+
+/// Creates `name` in `dir` with `content`; returns its path.
+pub fn make_file(dir: &Path, name: &str, content: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+/// Opens `path` read-write and registers it; returns its id (inode number).
+pub fn open(cache: &MemCache, path: &Path, class: Class) -> FileId {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let m = f.metadata().unwrap();
+    let id = FileId(m.ino());
+    cache
+        .open(id, Arc::new(f), class, FileStamp::from_metadata(&m))
+        .unwrap();
+    id
+}
+
+/// Reopens an already registered file (fresh fd and stamp); returns the outcome.
+pub fn reopen(
+    cache: &MemCache,
+    path: &Path,
+    id: FileId,
+    class: Class,
+) -> tiercache_mem::OpenOutcome {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let m = f.metadata().unwrap();
+    cache
+        .open(id, Arc::new(f), class, FileStamp::from_metadata(&m))
+        .unwrap()
+}
+
+pub fn read_file(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+pub fn file_handle(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
+/// A byte that depends on the position and a version (distinct versions mostly differ).
+pub fn pat(pos: u64, version: u64) -> u8 {
+    let x = pos
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(version.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    (x >> 56) as u8
+}
+
+pub fn pattern(start: u64, len: usize, version: u64) -> Vec<u8> {
+    (0..len as u64).map(|i| pat(start + i, version)).collect()
+}
+
+/// Panics with a short description of where `got` and `want` differ.
+#[track_caller]
+pub fn assert_bytes(got: &[u8], want: &[u8], ctx: &str) {
+    if got == want {
+        return;
+    }
+    let first = got.iter().zip(want).position(|(a, b)| a != b);
+    let last = got.iter().zip(want).rposition(|(a, b)| a != b);
+    panic!(
+        "{ctx}: bytes differ: len {} vs expected {}, first difference at {first:?}, last at {last:?}",
+        got.len(),
+        want.len()
+    );
+}

@@ -1,0 +1,325 @@
+//! `tiercache bench fuse`: fio through a tiercache mount vs through bindfs (a plain FUSE
+//! pass-through) vs the native directory, in one run, on the same warm file; then cold reads
+//! through tiercache with the HDD device MODEL (`--emulate hdd`).
+//!
+//! Fairness: tiercache serves every read in user space (FUSE direct I/O, its default), so bindfs
+//! runs with `-o direct_io --multithreaded` too; "native" is the backing directory through the
+//! kernel page cache, the upper bound. fio: psync engine, one job, queue depth 1.
+
+use crate::cmd::ctl::is_mounted;
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct FuseBenchArgs {
+    /// Size of the test file.
+    #[arg(long, default_value = "256M")]
+    pub file_size: String,
+    /// Seconds per fio run.
+    #[arg(long, default_value_t = 5)]
+    pub runtime: u64,
+    /// Work directory (default: a new directory under /tmp). Must not be on a FUSE mount.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Debug)]
+struct FuseBench {
+    file_bytes: u64,
+    runtime_secs: u64,
+    tiercache_4k_iops: f64,
+    bindfs_4k_iops: f64,
+    native_4k_iops: f64,
+    tiercache_1m_mbps: f64,
+    bindfs_1m_mbps: f64,
+    native_1m_mbps: f64,
+    tiercache_vs_bindfs_4k: f64,
+    tiercache_vs_bindfs_1m: f64,
+    cold_hdd_model_4k_iops: f64,
+    cold_hdd_model_1m_mbps: f64,
+}
+
+/// Unmounts and stops whatever the bench started, even on error.
+struct Mounts {
+    daemons: Vec<(Child, PathBuf)>,
+    bindfs: Vec<PathBuf>,
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for (mut child, mp) in self.daemons.drain(..) {
+            stop_daemon(&mut child, &mp);
+        }
+        for mp in self.bindfs.drain(..) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&mp).status();
+        }
+    }
+}
+
+fn stop_daemon(child: &mut Child, mp: &Path) {
+    // SAFETY: plain kill(2) of our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+    if is_mounted(mp) {
+        let _ = Command::new("fusermount3").arg("-uz").arg(mp).status();
+    }
+}
+
+fn need(tool: &str, package: &str) -> Result<(), String> {
+    match Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "`{tool}` not found: install it (apt-get install -y {package})"
+        )),
+    }
+}
+
+fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut child = child;
+    while Instant::now() < deadline {
+        if is_mounted(mp) {
+            return Ok(());
+        }
+        if let Some(c) = child.as_deref_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Err(format!("{}: mount exited with {st}", mp.display()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{}: not mounted after 30 s", mp.display()))
+}
+
+fn start_tiercache(
+    backing: &Path,
+    mp: &Path,
+    memory: u64,
+    extra: &[&str],
+) -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .arg("mount")
+        .arg(backing)
+        .arg(mp)
+        .args(["--memory", &memory.to_string(), "--foreground"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start tiercache: {e}"))?;
+    wait_mounted(mp, Some(&mut child))?;
+    Ok(child)
+}
+
+/// Runs fio for `runtime` seconds (or, with `runtime` 0, one pass over the file); returns
+/// (IOPS, MB/s).
+fn fio(file: &Path, rw: &str, bs: &str, runtime: u64) -> Result<(f64, f64), String> {
+    let timed: Vec<String> = if runtime > 0 {
+        vec![format!("--runtime={runtime}"), "--time_based".into()]
+    } else {
+        Vec::new()
+    };
+    let out = Command::new("fio")
+        .args([
+            "--name=bench",
+            "--ioengine=psync",
+            "--numjobs=1",
+            "--iodepth=1",
+            "--direct=0",
+        ])
+        .arg(format!("--filename={}", file.display()))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={bs}"))
+        .args(&timed)
+        .args(["--output-format=json", "--randrepeat=1", "--invalidate=0"])
+        .output()
+        .map_err(|e| format!("fio: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "fio on {} failed: {}",
+            file.display(),
+            err.lines().next().unwrap_or("")
+        ));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+    let read = &v["jobs"][0]["read"];
+    let iops = read["iops"].as_f64().ok_or("fio output has no read.iops")?;
+    let bw = read["bw_bytes"]
+        .as_f64()
+        .ok_or("fio output has no read.bw_bytes")?;
+    Ok((iops, bw / 1e6))
+}
+
+fn warm(file: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    while f
+        .read(&mut buf)
+        .map_err(|e| format!("{}: {e}", file.display()))?
+        > 0
+    {}
+    Ok(())
+}
+
+pub fn run(a: FuseBenchArgs) -> Result<(), String> {
+    need("fio", "fio")?;
+    need("bindfs", "bindfs")?;
+    let size =
+        crate::live::size::parse_size(&a.file_size).map_err(|e| format!("--file-size: {e}"))?;
+    if size < (4 << 20) {
+        return Err("--file-size: at least 4M".into());
+    }
+    if a.runtime == 0 {
+        return Err("--runtime: at least 1 second".into());
+    }
+    let root = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tiercache-bench-{}", std::process::id()))
+    });
+    let (backing, mp_tc, mp_bind) = (
+        root.join("backing"),
+        root.join("tiercache"),
+        root.join("bindfs"),
+    );
+    for d in [&backing, &mp_tc, &mp_bind] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    let data = backing.join("data.bin");
+    {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(&data).map_err(|e| format!("{}: {e}", data.display()))?,
+        );
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut chunk = vec![0u8; 1 << 20];
+        for _ in 0..size.div_ceil(1 << 20) {
+            for w in chunk.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+            }
+            f.write_all(&chunk).map_err(|e| e.to_string())?;
+        }
+        f.flush().map_err(|e| e.to_string())?;
+    }
+    let mut mounts = Mounts {
+        daemons: Vec::new(),
+        bindfs: Vec::new(),
+    };
+    // Memory holds the whole file plus room: the warm runs measure hits.
+    let memory = size + size / 4 + (16 << 20);
+    let tc = start_tiercache(&backing, &mp_tc, memory, &[])?;
+    mounts.daemons.push((tc, mp_tc.clone()));
+    let st = Command::new("bindfs")
+        .args(["-o", "direct_io", "--multithreaded", "--no-allow-other"])
+        .arg(&backing)
+        .arg(&mp_bind)
+        .status()
+        .map_err(|e| format!("bindfs: {e}"))?;
+    if !st.success() {
+        return Err(format!("bindfs exited with {st}"));
+    }
+    mounts.bindfs.push(mp_bind.clone());
+    wait_mounted(&mp_bind, None)?;
+    let targets = [
+        mp_tc.join("data.bin"),
+        mp_bind.join("data.bin"),
+        data.clone(),
+    ];
+    for t in &targets {
+        warm(t)?;
+    }
+    let mut r4 = Vec::new();
+    let mut r1 = Vec::new();
+    for t in &targets {
+        r4.push(fio(t, "randread", "4k", a.runtime)?.0);
+        r1.push(fio(t, "read", "1m", a.runtime)?.1);
+    }
+    drop(mounts);
+    // Cold: a fresh tiercache mount behind the HDD device MODEL.
+    let mut mounts = Mounts {
+        daemons: Vec::new(),
+        bindfs: Vec::new(),
+    };
+    let cold = start_tiercache(&backing, &mp_tc, memory, &["--emulate", "hdd"])?;
+    mounts.daemons.push((cold, mp_tc.clone()));
+    let cold4 = fio(&mp_tc.join("data.bin"), "randread", "4k", a.runtime)?.0;
+    drop(mounts);
+    let mut mounts = Mounts {
+        daemons: Vec::new(),
+        bindfs: Vec::new(),
+    };
+    let cold = start_tiercache(&backing, &mp_tc, memory, &["--emulate", "hdd"])?;
+    mounts.daemons.push((cold, mp_tc.clone()));
+    // One pass: a timed run would wrap around and re-read what it just cached.
+    let cold1 = fio(&mp_tc.join("data.bin"), "read", "1m", 0)?.1;
+    drop(mounts);
+    if a.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    let r = FuseBench {
+        file_bytes: size,
+        runtime_secs: a.runtime,
+        tiercache_4k_iops: r4[0],
+        bindfs_4k_iops: r4[1],
+        native_4k_iops: r4[2],
+        tiercache_1m_mbps: r1[0],
+        bindfs_1m_mbps: r1[1],
+        native_1m_mbps: r1[2],
+        tiercache_vs_bindfs_4k: r4[0] / r4[1],
+        tiercache_vs_bindfs_1m: r1[0] / r1[1],
+        cold_hdd_model_4k_iops: cold4,
+        cold_hdd_model_1m_mbps: cold1,
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "warm reads of a {} MiB file, fio psync, 1 job, {} s per run",
+            size >> 20,
+            a.runtime
+        );
+        println!("{:<28} {:>12} {:>12}", "", "4 KiB IOPS", "1 MiB MB/s");
+        println!(
+            "{:<28} {:>12.0} {:>12.0}",
+            "tiercache (direct I/O)", r.tiercache_4k_iops, r.tiercache_1m_mbps
+        );
+        println!(
+            "{:<28} {:>12.0} {:>12.0}",
+            "bindfs -o direct_io", r.bindfs_4k_iops, r.bindfs_1m_mbps
+        );
+        println!(
+            "{:<28} {:>12.0} {:>12.0}",
+            "native (page cache)", r.native_4k_iops, r.native_1m_mbps
+        );
+        println!(
+            "{:<28} {:>12.2} {:>12.2}",
+            "tiercache / bindfs", r.tiercache_vs_bindfs_4k, r.tiercache_vs_bindfs_1m
+        );
+        println!(
+            "{:<28} {:>12.0} {:>12.0}",
+            "cold, HDD device MODEL", r.cold_hdd_model_4k_iops, r.cold_hdd_model_1m_mbps
+        );
+    }
+    Ok(())
+}

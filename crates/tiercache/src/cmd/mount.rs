@@ -1,0 +1,240 @@
+//! `tiercache mount BACKING MOUNTPOINT [...]`: flags over `--config FILE`, checked before
+//! anything is mounted; then the daemon (in the background unless `--foreground`).
+
+use crate::live::config::{self, FileConfig};
+use crate::live::daemon::{self, Settings};
+use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
+use crate::live::size::parse_size;
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use tiercache_core::partition::{Amount, DirprioParams, PartitionConfig, PartitionKind};
+use tiercache_core::policy::PolicyKind;
+use tiercache_core::BlockSize;
+use tiercache_mem::MemConfig;
+
+/// Default memory tier size: enough to show the effect on a first run, small beside a server's
+/// RAM.
+pub const DEFAULT_MEMORY: &str = "256M";
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// The slow directory to cache.
+    pub backing: PathBuf,
+    /// Where the fast view appears (an empty directory).
+    pub mountpoint: PathBuf,
+    /// Memory tier size, e.g. 256M, 2G [default: 256M].
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Cache block size, a power of two, e.g. 4K [default: 4K].
+    #[arg(long, value_name = "SIZE")]
+    pub block_size: Option<String>,
+    /// A priority directory (inside the mount; files directly under it). Repeatable.
+    #[arg(long = "priority", value_name = "DIR")]
+    pub priority: Vec<PathBuf>,
+    /// A priority directory whose whole subtree is priority. Repeatable.
+    #[arg(long = "priority-recursive", value_name = "DIR")]
+    pub priority_recursive: Vec<PathBuf>,
+    /// Pool partitioner: none|basic|dirprio|static [default: dirprio].
+    #[arg(long, value_name = "KIND")]
+    pub partition: Option<PartitionKind>,
+    /// dirprio window ω in block accesses [default: the tier's blocks B].
+    #[arg(long, value_name = "N")]
+    pub omega: Option<u64>,
+    /// dirprio T_p [default: 1.0].
+    #[arg(long, value_name = "F")]
+    pub t_protected: Option<f64>,
+    /// dirprio T_n [default: 0.65].
+    #[arg(long, value_name = "F")]
+    pub t_normal: Option<f64>,
+    /// dirprio B_pmin (static: the protected size), blocks or P% [default: 75%].
+    #[arg(long, value_name = "N|P%")]
+    pub b_pmin: Option<String>,
+    /// dirprio B_nmin in blocks [default: 32].
+    #[arg(long, value_name = "N")]
+    pub b_nmin: Option<u64>,
+    /// Eviction policy in each pool: lru|fifo|clock|sieve|s3fifo|arc [default: lru].
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<PolicyKind>,
+    /// Device MODEL on BACKING for demos and benchmarks: none|hdd|ssd [default: none].
+    #[arg(long, value_name = "MODEL")]
+    pub emulate: Option<String>,
+    /// Let the kernel page cache cache file data too (default: direct I/O, no double caching).
+    #[arg(long)]
+    pub kernel_cache: bool,
+    /// Allow other users to use the mount (the kernel still checks permissions).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Record block accesses to FILE (CSV that `tiercache sim --trace FILE` replays).
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<PathBuf>,
+    /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9477.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Stay attached to the terminal instead of daemonizing.
+    #[arg(long)]
+    pub foreground: bool,
+    /// TOML file with the same settings; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+pub fn run(args: MountArgs) -> Result<(), String> {
+    let settings = settings(&args)?;
+    if args.foreground {
+        daemon::run_foreground(settings)
+    } else {
+        daemon::spawn_background(&args, &settings)
+    }
+}
+
+fn flag<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
+    flag.or(file)
+}
+
+/// Merges flags over the config file and checks every value, naming the flag at fault.
+pub fn settings(args: &MountArgs) -> Result<Settings, String> {
+    let file = match &args.config {
+        Some(p) => config::load(p)?,
+        None => FileConfig::default(),
+    };
+    let src = |name: &str, from_flag: bool| {
+        if from_flag || args.config.is_none() {
+            format!("--{name}")
+        } else {
+            format!(
+                "{} ({})",
+                name.replace('-', "_"),
+                args.config
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            )
+        }
+    };
+    let memory = match (&args.memory, &file.memory) {
+        (Some(m), _) => parse_size(m).map_err(|e| format!("--memory: {e}"))?,
+        (None, Some(m)) => m
+            .bytes()
+            .map_err(|e| format!("{}: {e}", src("memory", false)))?,
+        (None, None) => parse_size(DEFAULT_MEMORY).map_err(|e| format!("--memory: {e}"))?,
+    };
+    let bs_bytes = match (&args.block_size, &file.block_size) {
+        (Some(b), _) => parse_size(b).map_err(|e| format!("--block-size: {e}"))?,
+        (None, Some(b)) => b
+            .bytes()
+            .map_err(|e| format!("{}: {e}", src("block-size", false)))?,
+        (None, None) => 4096,
+    };
+    let block_size = BlockSize::new(bs_bytes).ok_or_else(|| {
+        format!(
+            "{}: {bs_bytes} is not a power of two in 512..1M",
+            src("block-size", args.block_size.is_some())
+        )
+    })?;
+    let capacity = memory / block_size.bytes();
+    if capacity < 64 {
+        return Err(format!(
+            "{}: {memory} bytes hold fewer than 64 blocks of {bs_bytes}",
+            src("memory", args.memory.is_some())
+        ));
+    }
+    let partition = match (args.partition, &file.partition) {
+        (Some(p), _) => p,
+        (None, Some(p)) => p
+            .parse()
+            .map_err(|e| format!("{}: {e}", src("partition", false)))?,
+        (None, None) => PartitionKind::Dirprio,
+    };
+    let policy = match (args.policy, &file.policy) {
+        (Some(p), _) => p,
+        (None, Some(p)) => p
+            .parse()
+            .map_err(|e| format!("{}: {e}", src("policy", false)))?,
+        (None, None) => PolicyKind::Lru,
+    };
+    let g = DirprioParams::guidance(capacity, false);
+    let b_pmin_text = args
+        .b_pmin
+        .clone()
+        .or_else(|| file.b_pmin.as_ref().map(|b| b.as_text()));
+    let b_pmin = match b_pmin_text {
+        Some(t) => t
+            .parse::<Amount>()
+            .map_err(|e| format!("{}: {e}", src("b-pmin", args.b_pmin.is_some())))?,
+        None => g.b_pmin,
+    };
+    let params = DirprioParams {
+        omega: flag(args.omega, file.omega),
+        t_protected: flag(args.t_protected, file.t_protected).unwrap_or(g.t_protected),
+        t_normal: flag(args.t_normal, file.t_normal).unwrap_or(g.t_normal),
+        b_pmin,
+        b_nmin: flag(args.b_nmin, file.b_nmin).unwrap_or(g.b_nmin),
+    };
+    if params.omega == Some(0) {
+        return Err(format!(
+            "{}: must be at least 1",
+            src("omega", args.omega.is_some())
+        ));
+    }
+    params.resolved(capacity).map_err(|e| format!("--{e}"))?;
+    let emulate = match args.emulate.as_deref().or(file.emulate.as_deref()) {
+        None | Some("none") => None,
+        Some("hdd") => Some(tiercache_mem::DeviceModel::hdd()),
+        Some("ssd") => Some(tiercache_mem::DeviceModel::ssd()),
+        Some(other) => {
+            return Err(format!(
+                "{}: unknown model `{other}` (expected none|hdd|ssd)",
+                src("emulate", args.emulate.is_some())
+            ))
+        }
+    };
+    let mountpoint = crate::live::control::canonical_mountpoint(&args.mountpoint);
+    let mut priority = PriorityDirs::default();
+    for (dirs, recursive) in [(&args.priority, false), (&args.priority_recursive, true)]
+        .into_iter()
+        .chain([(&file.priority, false), (&file.priority_recursive, true)])
+    {
+        for d in dirs {
+            let dir = normalize(d, &mountpoint).map_err(|e| format!("--priority: {e}"))?;
+            priority.add(PriorityRule { dir, recursive });
+        }
+    }
+    let mem = MemConfig {
+        capacity_blocks: capacity as usize,
+        block_size,
+        policy,
+        partition: PartitionConfig {
+            kind: partition,
+            params,
+        },
+        readahead_max_blocks: file.readahead.unwrap_or(32),
+        flush_interval: file
+            .flush_interval_ms
+            .map_or(Duration::from_secs(1), Duration::from_millis),
+        dirty_expire: file
+            .dirty_expire_ms
+            .map_or(Duration::from_secs(5), Duration::from_millis),
+        ..MemConfig::default()
+    };
+    mem.validate().map_err(|e| format!("--{e}"))?;
+    if let Some(addr) = args.metrics.as_ref().or(file.metrics.as_ref()) {
+        addr.parse::<std::net::SocketAddr>().map_err(|_| {
+            format!(
+                "{}: `{addr}` is not an address like 127.0.0.1:9477",
+                src("metrics", args.metrics.is_some())
+            )
+        })?;
+    }
+    Ok(Settings {
+        backing: args.backing.clone(),
+        mountpoint,
+        mem,
+        priority,
+        emulate,
+        kernel_cache: args.kernel_cache || file.kernel_cache.unwrap_or(false),
+        allow_other: args.allow_other || file.allow_other.unwrap_or(false),
+        trace_out: args.trace_out.clone().or(file.trace_out),
+        metrics: args.metrics.clone().or(file.metrics),
+        threads: file.threads,
+    })
+}

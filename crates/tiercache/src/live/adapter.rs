@@ -1,0 +1,202 @@
+//! The live data path: FUSE requests for regular-file data go to the memory tier
+//! (`tiercache_mem::MemCache`), which serves hits, fills misses from BACKING and writes back.
+//!
+//! Classes come from priority directories: at open, the file's path inside the mount (from
+//! `/proc/self/fd` of its backing descriptor) decides. The last path seen per inode is kept so a
+//! rule change can reclassify blocks already cached.
+
+use super::priority::{PriorityDirs, PriorityRule};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use tiercache_core::{Class, FileId};
+use tiercache_fuse::{DataPath, FileHandleInfo};
+use tiercache_mem::{FileStamp, MemCache};
+
+/// Per-inode state the adapter keeps.
+#[derive(Debug, Default)]
+struct Known {
+    /// Path relative to the mount root at the last open.
+    path: PathBuf,
+    open_handles: usize,
+}
+
+/// `DataPath` over the memory tier.
+#[derive(Debug)]
+pub struct CacheDataPath {
+    mem: Arc<MemCache>,
+    backing_root: PathBuf,
+    priority: RwLock<PriorityDirs>,
+    known: Mutex<HashMap<u64, Known>>,
+}
+
+impl CacheDataPath {
+    pub fn new(mem: Arc<MemCache>, backing_root: PathBuf, priority: PriorityDirs) -> Self {
+        Self {
+            mem,
+            backing_root,
+            priority: RwLock::new(priority),
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn mem(&self) -> &Arc<MemCache> {
+        &self.mem
+    }
+
+    pub fn priority_rules(&self) -> Vec<PriorityRule> {
+        self.priority
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .rules()
+            .to_vec()
+    }
+
+    /// Changes the rules and reclassifies every file the cache has seen.
+    pub fn update_priority(&self, f: impl FnOnce(&mut PriorityDirs) -> bool) -> bool {
+        let changed = {
+            let mut p = self
+                .priority
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            f(&mut p)
+        };
+        if changed {
+            let p = self
+                .priority
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+            for (ino, k) in known.iter() {
+                self.mem.set_class(FileId(*ino), p.class_of(&k.path));
+            }
+        }
+        changed
+    }
+
+    /// The file's path relative to BACKING, from the kernel's view of its descriptor.
+    fn relative_path(&self, file: &File) -> Option<PathBuf> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+        link.strip_prefix(&self.backing_root)
+            .ok()
+            .map(Path::to_path_buf)
+    }
+
+    fn class_for(&self, path: &Path) -> Class {
+        self.priority
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .class_of(path)
+    }
+}
+
+fn stamp(fh: &FileHandleInfo) -> FileStamp {
+    FileStamp {
+        size: fh.snapshot.size,
+        mtime: fh.snapshot.mtime,
+        ino: fh.snapshot.ino,
+    }
+}
+
+/// O_SYNC / O_DSYNC writes are made durable before they are acknowledged.
+fn sync_flags(flags: i32) -> Option<bool> {
+    if flags & libc::O_SYNC == libc::O_SYNC {
+        Some(false)
+    } else if flags & libc::O_DSYNC != 0 {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// A descriptor the write-back path can always write through: the handle's own when it was
+/// opened for writing, else a read-write reopen of the same inode (the daemon may, as root).
+/// Falls back to the read-only descriptor where BACKING refuses writes (then none can happen).
+fn writable(fh: &FileHandleInfo) -> Arc<File> {
+    if fh.flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return Arc::clone(&fh.file);
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{}", fh.file.as_raw_fd()))
+        .map(Arc::new)
+        .unwrap_or_else(|_| Arc::clone(&fh.file))
+}
+
+impl DataPath for CacheDataPath {
+    fn open(&self, fh: &FileHandleInfo) -> io::Result<()> {
+        let path = self.relative_path(&fh.file).unwrap_or_default();
+        let class = self.class_for(&path);
+        self.mem
+            .open(FileId(fh.ino), writable(fh), class, stamp(fh))?;
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        let k = known.entry(fh.ino).or_default();
+        k.path = path;
+        k.open_handles += 1;
+        Ok(())
+    }
+
+    fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+        self.mem.read(FileId(fh.ino), offset, size as usize)
+    }
+
+    fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {
+        let n = self.mem.write(FileId(fh.ino), offset, data)?;
+        if let Some(datasync) = sync_flags(fh.flags) {
+            self.mem.fsync(FileId(fh.ino), datasync)?;
+        }
+        u32::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+    }
+
+    fn fsync(&self, fh: &FileHandleInfo, datasync: bool) -> io::Result<()> {
+        self.mem.fsync(FileId(fh.ino), datasync)
+    }
+
+    fn truncate(&self, ino: u64, file: &File, new_size: u64) -> io::Result<()> {
+        if self.mem.generation(FileId(ino)).is_some() {
+            self.mem.truncate(FileId(ino), new_size)
+        } else {
+            // Never cached: nothing to keep consistent but the backing file.
+            file.set_len(new_size)
+        }
+    }
+
+    fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        // Hole punching and zeroing change data under the cache: write back, apply to BACKING,
+        // then drop the now stale clean blocks.
+        let id = FileId(fh.ino);
+        self.mem.fsync(id, true)?;
+        tiercache_fuse::PassThrough.fallocate(fh, mode, offset, len)?;
+        self.mem.invalidate(id);
+        Ok(())
+    }
+
+    fn size_override(&self, ino: u64) -> Option<u64> {
+        self.mem.logical_size(FileId(ino))
+    }
+
+    fn release(&self, fh: &FileHandleInfo) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = known.get_mut(&fh.ino) {
+            k.open_handles = k.open_handles.saturating_sub(1);
+            if k.open_handles == 0 {
+                self.mem.release(FileId(fh.ino));
+            }
+        }
+    }
+
+    fn evict(&self, ino: u64) {
+        // The inode number may name another file later: drop what is clean; dirty blocks stay
+        // until written back (the memory tier keeps their backing descriptor).
+        self.mem.forget(FileId(ino));
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.get(&ino).is_some_and(|k| k.open_handles == 0) {
+            known.remove(&ino);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The live mount: settings, priority directories, the data path over the memory tier, the
+//! daemon, its control socket, statistics and metrics.
+
+pub mod adapter;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod logging;
+pub mod metrics;
+pub mod priority;
+pub mod size;
+pub mod stats;

@@ -1,0 +1,257 @@
+//! Renders the memory tier's statistics: the `stats --json` document (its keys are a contract)
+//! and Prometheus text.
+
+use super::metrics::metric;
+use serde_json::{json, Value};
+use std::path::Path;
+use tiercache_core::{Class, PoolId};
+use tiercache_mem::{ClassStats, MemStats, PoolStats};
+
+fn pool(pools: &[PoolStats], id: PoolId) -> Option<&PoolStats> {
+    pools.iter().find(|p| p.pool == id)
+}
+
+fn ratio(hits: u64, misses: u64) -> Value {
+    if hits + misses == 0 {
+        Value::Null
+    } else {
+        json!(hits as f64 / (hits + misses) as f64)
+    }
+}
+
+fn class_json(all: &ClassStats, window: Option<&ClassStats>) -> Value {
+    let (wh, wm) = window.map_or((0, 0), |w| (w.hits, w.misses));
+    json!({
+        "hits": all.hits,
+        "misses": all.misses,
+        "hit_ratio": ratio(all.hits, all.misses),
+        "window": { "hits": wh, "misses": wm, "hit_ratio": ratio(wh, wm) },
+    })
+}
+
+/// The `tiercache stats --json` document.
+pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&str>) -> Value {
+    let pool_json = |id: PoolId| {
+        let p = pool(&s.pools, id);
+        let w = pool(&s.window.pools, id);
+        json!({
+            "blocks": p.map_or(0, |p| p.blocks),
+            "hits": p.map_or(0, |p| p.hits),
+            "misses": p.map_or(0, |p| p.misses),
+            "window": { "hits": w.map_or(0, |p| p.hits), "misses": w.map_or(0, |p| p.misses) },
+        })
+    };
+    let class = |c: Class| {
+        let w = s.window.classes.iter().find(|x| x.class == c);
+        class_json(&s.class(c), w)
+    };
+    json!({
+        "pid": std::process::id(),
+        "mountpoint": mountpoint,
+        "backing_dir": backing,
+        "uptime_secs": s.uptime_secs,
+        "emulation": emulation,
+        "memory": {
+            "capacity_blocks": s.capacity_blocks,
+            "block_size": s.block_size,
+            "used_blocks": s.used_blocks,
+            "dirty_blocks": s.dirty_blocks,
+            "policy": s.policy,
+            "partition": s.partition,
+            "s_target": s.s_target,
+            "s_cur": s.s_cur,
+            "pools": { "protected": pool_json(PoolId::Protected), "normal": pool_json(PoolId::Normal) },
+            "writeback_blocks_per_sec": s.writeback_blocks_per_sec,
+        },
+        "window_secs": s.window.secs,
+        "classes": { "priority": class(Class::Priority), "normal": class(Class::Normal) },
+        "backing": {
+            "reads": s.backing.reads,
+            "writes": s.backing.writes,
+            "bytes_read": s.backing.bytes_read,
+            "bytes_written": s.backing.bytes_written,
+            "syncs": s.backing.syncs,
+        },
+        "paths": s.paths,
+        "trace_dropped": s.trace_dropped,
+        "device_model": s.emulation,
+    })
+}
+
+/// Human-readable stats.
+pub fn text(v: &Value) -> String {
+    let m = &v["memory"];
+    let pct = |x: &Value| {
+        x.as_f64()
+            .map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0))
+    };
+    let mut out = format!(
+        "tiercache {} (pid {}){}\nmemory: {} / {} blocks of {} B used, {} dirty, writeback {:.0} blocks/s\n",
+        v["mountpoint"].as_str().unwrap_or("?"),
+        v["pid"],
+        v["emulation"].as_str().map_or(String::new(), |e| format!(", BACKING behind device {e}")),
+        m["used_blocks"],
+        m["capacity_blocks"],
+        m["block_size"],
+        m["dirty_blocks"],
+        m["writeback_blocks_per_sec"].as_f64().unwrap_or(0.0),
+    );
+    out += &format!(
+        "pools ({} / {}): protected {} blocks (s_target {}), normal {} blocks\n",
+        m["partition"].as_str().unwrap_or("?"),
+        m["policy"].as_str().unwrap_or("?"),
+        m["pools"]["protected"]["blocks"],
+        m["s_target"],
+        m["pools"]["normal"]["blocks"],
+    );
+    for c in ["priority", "normal"] {
+        let x = &v["classes"][c];
+        out += &format!(
+            "{c:<8} hit ratio {} since mount ({} hits, {} misses), {} over the last {:.0} s\n",
+            pct(&x["hit_ratio"]),
+            x["hits"],
+            x["misses"],
+            pct(&x["window"]["hit_ratio"]),
+            v["window_secs"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let b = &v["backing"];
+    out += &format!(
+        "backing: {} reads ({} B), {} writes ({} B)\n",
+        b["reads"], b["bytes_read"], b["writes"], b["bytes_written"]
+    );
+    out
+}
+
+/// Prometheus text for `--metrics`.
+pub fn prometheus(s: &MemStats) -> String {
+    let mut o = String::new();
+    let f = |x: u64| x as f64;
+    metric(
+        &mut o,
+        "memory_capacity_blocks",
+        "gauge",
+        "Blocks the memory tier holds.",
+        &[("", f(s.capacity_blocks))],
+    );
+    metric(
+        &mut o,
+        "memory_used_blocks",
+        "gauge",
+        "Blocks in use.",
+        &[("", f(s.used_blocks))],
+    );
+    metric(
+        &mut o,
+        "memory_dirty_blocks",
+        "gauge",
+        "Blocks not yet written back.",
+        &[("", f(s.dirty_blocks))],
+    );
+    metric(
+        &mut o,
+        "memory_s_cur_blocks",
+        "gauge",
+        "Protected pool size.",
+        &[("", f(s.s_cur))],
+    );
+    if let Some(t) = s.s_target {
+        metric(
+            &mut o,
+            "memory_s_target_blocks",
+            "gauge",
+            "Protected pool target.",
+            &[("", f(t))],
+        );
+    }
+    let pools: Vec<(String, f64, f64, f64)> = s
+        .pools
+        .iter()
+        .map(|p| {
+            (
+                format!("pool=\"{}\"", p.pool.as_str()),
+                f(p.blocks),
+                f(p.hits),
+                f(p.misses),
+            )
+        })
+        .collect();
+    let by = |i: usize| -> Vec<(&str, f64)> {
+        pools
+            .iter()
+            .map(|p| (p.0.as_str(), [p.1, p.2, p.3][i]))
+            .collect()
+    };
+    metric(&mut o, "pool_blocks", "gauge", "Blocks per pool.", &by(0));
+    metric(
+        &mut o,
+        "pool_hits_total",
+        "counter",
+        "Hits per pool.",
+        &by(1),
+    );
+    metric(
+        &mut o,
+        "pool_misses_total",
+        "counter",
+        "Misses per pool.",
+        &by(2),
+    );
+    let classes: Vec<(String, f64, f64)> = s
+        .classes
+        .iter()
+        .map(|c| (format!("class=\"{}\"", c.class), f(c.hits), f(c.misses)))
+        .collect();
+    let hits: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.1)).collect();
+    let misses: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.2)).collect();
+    metric(
+        &mut o,
+        "class_hits_total",
+        "counter",
+        "Hits per class.",
+        &hits,
+    );
+    metric(
+        &mut o,
+        "class_misses_total",
+        "counter",
+        "Misses per class.",
+        &misses,
+    );
+    metric(
+        &mut o,
+        "backing_reads_total",
+        "counter",
+        "Reads issued to BACKING.",
+        &[("", f(s.backing.reads))],
+    );
+    metric(
+        &mut o,
+        "backing_writes_total",
+        "counter",
+        "Writes issued to BACKING.",
+        &[("", f(s.backing.writes))],
+    );
+    metric(
+        &mut o,
+        "backing_read_bytes_total",
+        "counter",
+        "Bytes read from BACKING.",
+        &[("", f(s.backing.bytes_read))],
+    );
+    metric(
+        &mut o,
+        "backing_written_bytes_total",
+        "counter",
+        "Bytes written to BACKING.",
+        &[("", f(s.backing.bytes_written))],
+    );
+    metric(
+        &mut o,
+        "writeback_blocks_per_second",
+        "gauge",
+        "Recent write-back rate.",
+        &[("", s.writeback_blocks_per_sec)],
+    );
+    o
+}

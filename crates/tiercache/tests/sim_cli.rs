@@ -1,0 +1,235 @@
+//! `tiercache sim` end to end: JSON contract, comparisons, series and plots, and one-line errors
+//! naming the file and line at fault.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn tiercache(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = tiercache(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn shared_trace(name: &str) -> String {
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces/"
+    ))
+    .join(name);
+    assert!(
+        p.exists(),
+        "sample trace {} missing (shared/ must sit beside the repository)",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn json_report_has_the_contracted_keys_and_matches_libcachesim() {
+    let trace = shared_trace("cloudPhysicsIO.oracleGeneral.bin");
+    let v = json(&["sim", "--trace", &trace, "--tier", "mem:4897:lru", "--json"]);
+    for k in [
+        "requests",
+        "overall_hit_ratio",
+        "requests_per_second",
+        "tiers",
+        "classes",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(v["requests"], 113_872);
+    // libCacheSim: LRU miss ratio .8049 at 4897 objects.
+    let hit = v["overall_hit_ratio"].as_f64().unwrap();
+    assert!((hit - (1.0 - 0.8049)).abs() < 5e-5, "{hit}");
+    let t = &v["tiers"][0];
+    for k in [
+        "name",
+        "capacity_blocks",
+        "requests",
+        "hits",
+        "hit_ratio",
+        "duplication",
+        "demotions",
+        "promotions",
+    ] {
+        assert!(t.get(k).is_some(), "tier missing {k}");
+    }
+    for k in ["requests", "hits", "hit_ratio"] {
+        assert!(v["classes"]["normal"].get(k).is_some());
+    }
+}
+
+#[test]
+fn compare_replays_the_same_stream_and_dirprio_protects_priority() {
+    let v = json(&[
+        "sim",
+        "--workload",
+        "zipf:blocks=3000,alpha=0.8,class=priority",
+        "--workload",
+        "scan:weight=3",
+        "--tier",
+        "mem:2000:lru",
+        "--requests",
+        "200000",
+        "--compare",
+        "none,basic,dirprio,static",
+        "--b-pmin",
+        "50%",
+        "--json",
+    ]);
+    let runs = v.as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    assert!(runs.iter().all(|r| r["requests"] == 200_000));
+    let prio = |i: usize| {
+        runs[i]["classes"]["priority"]["hit_ratio"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        prio(2) > prio(0) + 0.2,
+        "dirprio {} vs none {}",
+        prio(2),
+        prio(0)
+    );
+    assert!(runs[2]["tiers"][0]["s_target"].as_u64().is_some());
+    assert!(runs[2]["tiers"][0]["s_cur"].as_u64().is_some());
+    assert!(
+        runs[0]["tiers"][0].get("s_target").is_none(),
+        "no target without a partitioner"
+    );
+    assert_eq!(runs[3]["tiers"][0]["s_target"], 1000, "static keeps b-pmin");
+}
+
+#[test]
+fn two_tier_json_counts_demotions_and_promotions() {
+    let v = json(&[
+        "sim",
+        "--workload",
+        "uniform:blocks=5000",
+        "--tier",
+        "l1:500:lru",
+        "--tier",
+        "l2:1000:lru:exclusive",
+        "--requests",
+        "100000",
+        "--json",
+    ]);
+    let l2 = &v["tiers"][1];
+    assert!(l2["demotions"].as_u64().unwrap() > 0);
+    assert!(l2["promotions"].as_u64().unwrap() > 0);
+    assert_eq!(l2["duplication"], 0.0);
+    let overall = v["overall_hit_ratio"].as_f64().unwrap();
+    assert!(
+        (overall - 0.3).abs() < 0.02,
+        "exclusive reaches (c1 + c2) / N: {overall}"
+    );
+}
+
+#[test]
+fn timeseries_and_plot_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("ts.csv");
+    let png = dir.path().join("fig.png");
+    let out = tiercache(&[
+        "sim",
+        "--workload",
+        "zipf:blocks=2000,class=priority",
+        "--workload",
+        "uniform:blocks=20000",
+        "--tier",
+        "mem:1000:lru",
+        "--partition",
+        "dirprio",
+        "--requests",
+        "50000",
+        "--timeseries",
+        csv.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "request,h_p,h_n,s_target,s_cur,hit_mem"
+    );
+    assert_eq!(lines.count(), 50, "one row per ω = 1000 requests");
+    let png = std::fs::read(&png).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+#[test]
+fn bad_trace_line_is_one_error_line_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.csv");
+    std::fs::write(&p, "time,obj_id\n1,5\n2,x7\n").unwrap();
+    let out = tiercache(&["sim", "--trace", p.to_str().unwrap(), "--format", "csv"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad.csv:3"), "{err}");
+}
+
+#[test]
+fn bad_flags_are_one_line_errors_naming_the_flag() {
+    for (args, needle) in [
+        (
+            vec!["sim", "--workload", "uniform", "--tier", "a:10:nope"],
+            "nope",
+        ),
+        (
+            vec!["sim", "--workload", "uniform", "--partition", "fancy"],
+            "--partition",
+        ),
+        (
+            vec!["sim", "--workload", "uniform", "--t-normal", "1.5"],
+            "t-normal",
+        ),
+        (
+            vec![
+                "sim",
+                "--workload",
+                "uniform",
+                "--tier",
+                "a:100:lru",
+                "--b-pmin",
+                "90",
+                "--b-nmin",
+                "20",
+            ],
+            "b-pmin",
+        ),
+        (
+            vec!["sim", "--workload", "uniform", "--compare", "lru,bogus"],
+            "bogus",
+        ),
+        (vec!["sim"], "--workload"),
+        (
+            vec!["sim", "--trace", "/nonexistent/t.bin"],
+            "/nonexistent/t.bin",
+        ),
+    ] {
+        let out = tiercache(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

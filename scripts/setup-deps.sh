@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what tiercache's mount, tests and benchmarks use (Debian packages). Idempotent.
+set -euo pipefail
+need=()
+command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v fio >/dev/null || need+=(fio)
+command -v bindfs >/dev/null || need+=(bindfs)
+command -v sqlite3 >/dev/null || need+=(sqlite3)
+command -v git >/dev/null || need+=(git)
+command -v python3 >/dev/null || need+=(python3)
+if ((${#need[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v cargo-nextest >/dev/null && ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command README gives and CI runs: formatting, lints, the whole test suite (real FUSE
+# mounts: needs root and /dev/fuse), then each benchmark once as a smoke test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-deps.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+cargo nextest run --workspace --release --no-fail-fast
+echo "== benchmark smoke runs"
+cargo bench -p tiercache-core --bench replay -- --test
+./target/release/tiercache bench sim --requests 1000000
+./target/release/tiercache bench fuse --file-size 32M --runtime 1
