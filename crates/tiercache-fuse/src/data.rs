@@ -75,6 +75,16 @@ pub trait DataPath: Send + Sync + 'static {
     }
     /// Reads up to `size` bytes at `offset` (short only at end of file).
     fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>>;
+    /// Reads into `buf` (its length is the size asked); returns the bytes read, short only at
+    /// end of file. The FUSE layer calls this with a reused per-thread buffer; implement it to
+    /// avoid the copy of the default.
+    fn read_into(&self, fh: &FileHandleInfo, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let size = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        let v = self.read(fh, offset, size)?;
+        let n = v.len().min(buf.len());
+        buf[..n].copy_from_slice(&v[..n]);
+        Ok(n)
+    }
     /// Writes `data` at `offset`; returns the number of bytes written.
     fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32>;
     /// `close()` of one file descriptor referring to the handle.
@@ -104,6 +114,12 @@ pub struct PassThrough;
 impl DataPath for PassThrough {
     fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; size as usize];
+        let n = self.read_into(fh, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    fn read_into(&self, fh: &FileHandleInfo, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         let mut done = 0usize;
         while done < buf.len() {
             match fh.file.read_at(&mut buf[done..], offset + done as u64) {
@@ -113,8 +129,7 @@ impl DataPath for PassThrough {
                 Err(e) => return Err(e),
             }
         }
-        buf.truncate(done);
-        Ok(buf)
+        Ok(done)
     }
 
     fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {

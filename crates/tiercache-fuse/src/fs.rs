@@ -330,10 +330,10 @@ impl Filesystem for TierFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.op_read(fh, offset, size) {
-            Ok(data) => reply.data(&data),
+        self.op_read_with(fh, offset, size, |r| match r {
+            Ok(data) => reply.data(data),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn write(

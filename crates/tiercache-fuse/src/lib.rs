@@ -20,7 +20,7 @@
 //! Module map: `mount` (entry points, options, handle), `validate` (pre-mount
 //! checks), `fs` (request dispatch), `ops_*` (operations by topic), `inode`
 //! (node table), `attr` (stat conversion), `data` (data path trait and the
-//! pass-through), `sys` (syscall wrappers). See `DESIGN-NOTES.md` for the
+//! pass-through), `sys` (syscall wrappers). See `docs/design.md` (section 4) for the
 //! rationale and the known limits.
 
 mod attr;

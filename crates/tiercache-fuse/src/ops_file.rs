@@ -144,9 +144,32 @@ impl TierFs {
         }
     }
 
-    pub(crate) fn op_read(&self, fh: FileHandle, offset: u64, size: u32) -> OpResult<Vec<u8>> {
-        let h = self.file(fh)?;
-        self.data.read(&h, offset, size).map_err(errno)
+    /// Reads into this session thread's reusable buffer and hands the bytes to `reply`, so a
+    /// large read costs no allocation or zeroing per request.
+    pub(crate) fn op_read_with<R>(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(OpResult<&[u8]>) -> R,
+    ) -> R {
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let h = match self.file(fh) {
+            Ok(h) => h,
+            Err(e) => return reply(Err(e)),
+        };
+        BUF.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            match self.data.read_into(&h, offset, &mut buf[..size as usize]) {
+                Ok(n) => reply(Ok(&buf[..n])),
+                Err(e) => reply(Err(errno(e))),
+            }
+        })
     }
 
     pub(crate) fn op_write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> OpResult<u32> {

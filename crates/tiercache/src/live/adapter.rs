@@ -145,6 +145,10 @@ impl DataPath for CacheDataPath {
         self.mem.read(FileId(fh.ino), offset, size as usize)
     }
 
+    fn read_into(&self, fh: &FileHandleInfo, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.mem.read_into(FileId(fh.ino), offset, buf)
+    }
+
     fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {
         let n = self.mem.write(FileId(fh.ino), offset, data)?;
         if let Some(datasync) = sync_flags(fh.flags) {
