@@ -44,7 +44,7 @@ pub struct SlotMeta {
     /// Holds data newer than the layer below (live cache only).
     pub dirty: bool,
     /// Readers or writers currently using the slot's data (live cache only).
-    pub pins: u16,
+    pub pins: u32,
     /// The slot holds a block.
     pub used: bool,
 }
@@ -61,6 +61,20 @@ impl SlotMeta {
     fn evictable(&self) -> bool {
         !self.dirty && self.pins == 0
     }
+}
+
+/// A map value: where a resident block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    slot: SlotId,
+    pool: PoolId,
+}
+
+/// One slot's key and state.
+#[derive(Debug, Clone, Copy)]
+struct SlotEntry {
+    key: BlockKey,
+    meta: SlotMeta,
 }
 
 /// A block pushed out to make room.
@@ -88,9 +102,10 @@ pub struct Tier {
     name: String,
     capacity: usize,
     policy: PolicyKind,
-    map: FxHashMap<BlockKey, SlotId>,
-    keys: Vec<BlockKey>,
-    meta: Vec<SlotMeta>,
+    /// Key → slot and pool; the pool rides in the map so a hit touches no slot entry.
+    map: FxHashMap<BlockKey, Entry>,
+    /// Per slot: the key and its state, side by side so an eviction reads one cache line.
+    slots: Vec<SlotEntry>,
     free: Vec<u32>,
     pools: [Box<dyn EvictionPolicy>; 2],
     partitioner: Box<dyn Partitioner>,
@@ -118,8 +133,7 @@ impl Tier {
             capacity: c,
             policy: cfg.policy,
             map,
-            keys: vec![BlockKey::new(0, 0); c],
-            meta: vec![SlotMeta::EMPTY; c],
+            slots: vec![SlotEntry { key: BlockKey::new(0, 0), meta: SlotMeta::EMPTY }; c],
             free: (0..c as u32).rev().collect(),
             pools,
             partitioner,
@@ -186,8 +200,7 @@ impl Tier {
     pub fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
         self.stats.requests += 1;
         match self.map.get(&key) {
-            Some(&slot) => {
-                let pool = self.meta[slot.index()].pool;
+            Some(&Entry { slot, pool }) => {
                 self.pools[pool.index()].touch(slot);
                 self.stats.hits += 1;
                 self.stats.pools[pool.index()].hits += 1;
@@ -212,16 +225,16 @@ impl Tier {
     /// Where `key` is, without counting a request or changing order.
     #[inline]
     pub fn peek(&self, key: &BlockKey) -> Option<SlotId> {
-        self.map.get(key).copied()
+        self.map.get(key).map(|e| e.slot)
     }
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.map.contains_key(key)
     }
     pub fn key_of(&self, slot: SlotId) -> BlockKey {
-        self.keys[slot.index()]
+        self.slots[slot.index()].key
     }
     pub fn meta(&self, slot: SlotId) -> SlotMeta {
-        self.meta[slot.index()]
+        self.slots[slot.index()].meta
     }
 
     /// Brings `key` in after a miss (a fill), evicting by the partitioner's and the pool
@@ -241,7 +254,7 @@ impl Tier {
 
     /// Inserts only into a free slot; `None` when full (pinned regions never evict).
     pub fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
-        if let Some(&slot) = self.map.get(&key) {
+        if let Some(&Entry { slot, .. }) = self.map.get(&key) {
             return Some(slot);
         }
         let slot = SlotId(self.free.pop()?);
@@ -251,7 +264,7 @@ impl Tier {
     }
 
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
-        if let Some(&slot) = self.map.get(&key) {
+        if let Some(&Entry { slot, .. }) = self.map.get(&key) {
             return Ok(Inserted {
                 slot,
                 evicted: None,
@@ -272,15 +285,15 @@ impl Tier {
     #[inline]
     fn occupy(&mut self, slot: SlotId, key: BlockKey, class: Class) {
         let pool = self.partitioner.pool_of(class);
-        self.keys[slot.index()] = key;
-        self.meta[slot.index()] = SlotMeta {
+        self.slots[slot.index()].key = key;
+        self.slots[slot.index()].meta = SlotMeta {
             class,
             pool,
             dirty: false,
             pins: 0,
             used: true,
         };
-        self.map.insert(key, slot);
+        self.map.insert(key, Entry { slot, pool });
         self.pools[pool.index()].insert(slot, key);
     }
 
@@ -299,9 +312,9 @@ impl Tier {
                 let Some(slot) = self.pools[p].victim(Some(key)) else {
                     break;
                 };
-                let m = self.meta[slot.index()];
+                let m = self.slots[slot.index()].meta;
                 if m.evictable() {
-                    let vkey = self.keys[slot.index()];
+                    let vkey = self.slots[slot.index()].key;
                     self.pools[p].remove(slot, vkey, true);
                     self.map.remove(&vkey);
                     self.stats.evictions += 1;
@@ -323,24 +336,27 @@ impl Tier {
 
     /// Removes `key` without counting an eviction (promotion, invalidation). Returns its slot and
     /// state; the slot is free afterwards.
+    /// The caller must not remove a pinned block (its data is in use); debug builds check.
     pub fn remove(&mut self, key: &BlockKey) -> Option<(SlotId, SlotMeta)> {
-        let slot = self.map.remove(key)?;
-        let m = self.meta[slot.index()];
+        let slot = self.map.remove(key)?.slot;
+        let m = self.slots[slot.index()].meta;
+        debug_assert_eq!(m.pins, 0, "removing pinned block {key:?}");
         self.pools[m.pool.index()].remove(slot, *key, false);
-        self.meta[slot.index()] = SlotMeta::EMPTY;
+        self.slots[slot.index()].meta = SlotMeta::EMPTY;
         self.free.push(slot.0);
         Some((slot, m))
     }
 
     /// Changes a resident block's class, moving it between pools when the partitioner says so.
     pub fn set_class(&mut self, slot: SlotId, class: Class) {
-        let key = self.keys[slot.index()];
-        if self.map.get(&key) != Some(&slot) {
-            return;
-        }
-        let m = &mut self.meta[slot.index()];
-        m.class = class;
+        let key = self.slots[slot.index()].key;
         let pool = self.partitioner.pool_of(class);
+        let Some(e) = self.map.get_mut(&key).filter(|e| e.slot == slot) else {
+            return;
+        };
+        e.pool = pool;
+        let m = &mut self.slots[slot.index()].meta;
+        m.class = class;
         if pool != m.pool {
             let old = m.pool;
             m.pool = pool;
@@ -351,28 +367,31 @@ impl Tier {
 
     /// Marks a slot's data dirty (not evictable until cleaned) or clean.
     pub fn set_dirty(&mut self, slot: SlotId, dirty: bool) {
-        self.meta[slot.index()].dirty = dirty;
+        self.slots[slot.index()].meta.dirty = dirty;
     }
-    /// Holds a slot against eviction while its data is in use. Saturates rather than wraps.
+    /// Holds a slot against eviction while its data is in use. A u32 count cannot saturate in
+    /// practice (one pin per in-flight request).
     pub fn pin(&mut self, slot: SlotId) {
-        let m = &mut self.meta[slot.index()];
+        let m = &mut self.slots[slot.index()].meta;
         m.pins = m.pins.saturating_add(1);
     }
+    /// Releases one pin; unpinning an unpinned slot is a caller bug (caught in debug builds).
     pub fn unpin(&mut self, slot: SlotId) {
-        let m = &mut self.meta[slot.index()];
+        let m = &mut self.slots[slot.index()].meta;
+        debug_assert!(m.pins > 0, "unpin of an unpinned slot {}", slot.0);
         m.pins = m.pins.saturating_sub(1);
     }
 
     /// Every resident block and its slot, in no particular order.
     pub fn resident(&self) -> impl Iterator<Item = (BlockKey, SlotId)> + '_ {
-        self.map.iter().map(|(k, s)| (*k, *s))
+        self.map.iter().map(|(k, e)| (*k, e.slot))
     }
 
     /// The key in `slot`, if the slot holds a block (sampling without a map lookup).
     #[inline]
     pub fn key_at(&self, slot: SlotId) -> Option<BlockKey> {
         let i = slot.index();
-        (i < self.capacity && self.meta[i].used).then(|| self.keys[i])
+        (i < self.capacity && self.slots[i].meta.used).then(|| self.slots[i].key)
     }
 
     /// Checks the structural invariants; used by tests and debug assertions.
@@ -390,16 +409,20 @@ impl Tier {
         if self.len() > self.capacity {
             return Err("over capacity".into());
         }
-        for (k, s) in &self.map {
-            if self.keys[s.index()] != *k {
+        for (k, e) in &self.map {
+            let s = e.slot;
+            if self.slots[s.index()].key != *k {
                 return Err(format!(
                     "slot {} holds {:?}, map says {:?}",
                     s.0,
-                    self.keys[s.index()],
+                    self.slots[s.index()].key,
                     k
                 ));
             }
-            let m = self.meta[s.index()];
+            let m = self.slots[s.index()].meta;
+            if m.pool != e.pool {
+                return Err(format!("{k:?}: map says pool {:?}, slot says {:?}", e.pool, m.pool));
+            }
             if m.pool != self.partitioner.pool_of(m.class) {
                 return Err(format!(
                     "{k:?} is in pool {:?} but its class maps elsewhere",

@@ -122,7 +122,7 @@ pub fn replay(
     let bar = opts.progress.then(|| {
         let b = ProgressBar::new(requests.len() as u64);
         b.set_style(
-            ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} ({per_sec}, eta {eta})")
+            ProgressStyle::with_template("{msg} {bar:40} {human_pos}/{human_len} requests (eta {eta})")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b.set_message(setup.label.clone());

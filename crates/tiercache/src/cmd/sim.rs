@@ -88,7 +88,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     }
     let opts = ReplayOptions {
         window: want_series.then_some(window),
-        progress: std::io::stderr().is_terminal() && !args.json,
+        progress: std::io::stderr().is_terminal(),
     };
     let mut outcomes = Vec::with_capacity(setups.len());
     for s in &setups {
