@@ -133,7 +133,13 @@ impl Tier {
             capacity: c,
             policy: cfg.policy,
             map,
-            slots: vec![SlotEntry { key: BlockKey::new(0, 0), meta: SlotMeta::EMPTY }; c],
+            slots: vec![
+                SlotEntry {
+                    key: BlockKey::new(0, 0),
+                    meta: SlotMeta::EMPTY
+                };
+                c
+            ],
             free: (0..c as u32).rev().collect(),
             pools,
             partitioner,
@@ -421,7 +427,10 @@ impl Tier {
             }
             let m = self.slots[s.index()].meta;
             if m.pool != e.pool {
-                return Err(format!("{k:?}: map says pool {:?}, slot says {:?}", e.pool, m.pool));
+                return Err(format!(
+                    "{k:?}: map says pool {:?}, slot says {:?}",
+                    e.pool, m.pool
+                ));
             }
             if m.pool != self.partitioner.pool_of(m.class) {
                 return Err(format!(

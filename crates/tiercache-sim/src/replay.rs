@@ -122,8 +122,10 @@ pub fn replay(
     let bar = opts.progress.then(|| {
         let b = ProgressBar::new(requests.len() as u64);
         b.set_style(
-            ProgressStyle::with_template("{msg} {bar:40} {human_pos}/{human_len} requests (eta {eta})")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{msg} {bar:40} {human_pos}/{human_len} requests (eta {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b.set_message(setup.label.clone());
         b

@@ -179,6 +179,23 @@ fn warm(file: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// One fio run on a fresh mount with `--emulate hdd`.
+fn cold_run(
+    backing: &Path,
+    mp: &Path,
+    memory: u64,
+    rw: &str,
+    bs: &str,
+    runtime: u64,
+) -> Result<(f64, f64), String> {
+    let child = start_tiercache(backing, mp, memory, &["--emulate", "hdd"])?;
+    let _mounts = Mounts {
+        daemons: vec![(child, mp.to_path_buf())],
+        bindfs: Vec::new(),
+    };
+    fio(&mp.join("data.bin"), rw, bs, runtime)
+}
+
 pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     need("fio", "fio")?;
     need("bindfs", "bindfs")?;
@@ -253,24 +270,10 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         r1.push(fio(t, "read", "1m", a.runtime)?.1);
     }
     drop(mounts);
-    // Cold: a fresh tiercache mount behind the HDD device MODEL.
-    let mut mounts = Mounts {
-        daemons: Vec::new(),
-        bindfs: Vec::new(),
-    };
-    let cold = start_tiercache(&backing, &mp_tc, memory, &["--emulate", "hdd"])?;
-    mounts.daemons.push((cold, mp_tc.clone()));
-    let cold4 = fio(&mp_tc.join("data.bin"), "randread", "4k", a.runtime)?.0;
-    drop(mounts);
-    let mut mounts = Mounts {
-        daemons: Vec::new(),
-        bindfs: Vec::new(),
-    };
-    let cold = start_tiercache(&backing, &mp_tc, memory, &["--emulate", "hdd"])?;
-    mounts.daemons.push((cold, mp_tc.clone()));
-    // One pass: a timed run would wrap around and re-read what it just cached.
-    let cold1 = fio(&mp_tc.join("data.bin"), "read", "1m", 0)?.1;
-    drop(mounts);
+    // Cold: each run on a fresh tiercache mount behind the HDD device MODEL; the sequential run
+    // makes one pass, since a timed run would wrap around and re-read what it just cached.
+    let cold4 = cold_run(&backing, &mp_tc, memory, "randread", "4k", a.runtime)?.0;
+    let cold1 = cold_run(&backing, &mp_tc, memory, "read", "1m", 0)?.1;
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&root);
     }

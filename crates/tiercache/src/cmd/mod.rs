@@ -4,4 +4,5 @@ pub mod bench;
 pub mod bench_fuse;
 pub mod ctl;
 pub mod mount;
+pub mod partition_flags;
 pub mod sim;

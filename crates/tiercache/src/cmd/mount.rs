@@ -1,6 +1,7 @@
 //! `tiercache mount BACKING MOUNTPOINT [...]`: flags over `--config FILE`, checked before
 //! anything is mounted; then the daemon (in the background unless `--foreground`).
 
+use super::partition_flags::PartitionFlags;
 use crate::live::config::{self, FileConfig};
 use crate::live::daemon::{self, Settings};
 use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
@@ -8,7 +9,7 @@ use crate::live::size::parse_size;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
-use tiercache_core::partition::{Amount, DirprioParams, PartitionConfig, PartitionKind};
+use tiercache_core::partition::{Amount, PartitionKind};
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::BlockSize;
 use tiercache_mem::MemConfig;
@@ -35,24 +36,9 @@ pub struct MountArgs {
     /// A priority directory whose whole subtree is priority. Repeatable.
     #[arg(long = "priority-recursive", value_name = "DIR")]
     pub priority_recursive: Vec<PathBuf>,
-    /// Pool partitioner: none|basic|dirprio|static [default: dirprio].
-    #[arg(long, value_name = "KIND")]
-    pub partition: Option<PartitionKind>,
-    /// dirprio window ω in block accesses [default: the tier's blocks B].
-    #[arg(long, value_name = "N")]
-    pub omega: Option<u64>,
-    /// dirprio T_p [default: 1.0].
-    #[arg(long, value_name = "F")]
-    pub t_protected: Option<f64>,
-    /// dirprio T_n [default: 0.65].
-    #[arg(long, value_name = "F")]
-    pub t_normal: Option<f64>,
-    /// dirprio B_pmin (static: the protected size), blocks or P% [default: 75%].
-    #[arg(long, value_name = "N|P%")]
-    pub b_pmin: Option<String>,
-    /// dirprio B_nmin in blocks [default: 32].
-    #[arg(long, value_name = "N")]
-    pub b_nmin: Option<u64>,
+    /// Partitioner of the memory tier and its parameters.
+    #[command(flatten)]
+    pub part: PartitionFlags,
     /// Eviction policy in each pool: lru|fifo|clock|sieve|s3fifo|arc [default: lru].
     #[arg(long, value_name = "NAME")]
     pub policy: Option<PolicyKind>,
@@ -86,10 +72,6 @@ pub fn run(args: MountArgs) -> Result<(), String> {
     } else {
         daemon::spawn_background(&args, &settings)
     }
-}
-
-fn flag<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
-    flag.or(file)
 }
 
 /// Merges flags over the config file and checks every value, naming the flag at fault.
@@ -138,13 +120,6 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             src("memory", args.memory.is_some())
         ));
     }
-    let partition = match (args.partition, &file.partition) {
-        (Some(p), _) => p,
-        (None, Some(p)) => p
-            .parse()
-            .map_err(|e| format!("{}: {e}", src("partition", false)))?,
-        (None, None) => PartitionKind::Dirprio,
-    };
     let policy = match (args.policy, &file.policy) {
         (Some(p), _) => p,
         (None, Some(p)) => p
@@ -152,31 +127,42 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             .map_err(|e| format!("{}: {e}", src("policy", false)))?,
         (None, None) => PolicyKind::Lru,
     };
-    let g = DirprioParams::guidance(capacity, false);
-    let b_pmin_text = args
-        .b_pmin
-        .clone()
-        .or_else(|| file.b_pmin.as_ref().map(|b| b.as_text()));
-    let b_pmin = match b_pmin_text {
-        Some(t) => t
-            .parse::<Amount>()
-            .map_err(|e| format!("{}: {e}", src("b-pmin", args.b_pmin.is_some())))?,
-        None => g.b_pmin,
+    let from_file = PartitionFlags {
+        partition: match &file.partition {
+            Some(p) => Some(
+                p.parse()
+                    .map_err(|e| format!("{}: {e}", src("partition", false)))?,
+            ),
+            None => None,
+        },
+        omega: file.omega,
+        t_protected: file.t_protected,
+        t_normal: file.t_normal,
+        b_pmin: match &file.b_pmin {
+            Some(b) => Some(
+                b.as_text()
+                    .parse::<Amount>()
+                    .map_err(|e| format!("{}: {e}", src("b-pmin", false)))?,
+            ),
+            None => None,
+        },
+        b_nmin: file.b_nmin,
     };
-    let params = DirprioParams {
-        omega: flag(args.omega, file.omega),
-        t_protected: flag(args.t_protected, file.t_protected).unwrap_or(g.t_protected),
-        t_normal: flag(args.t_normal, file.t_normal).unwrap_or(g.t_normal),
-        b_pmin,
-        b_nmin: flag(args.b_nmin, file.b_nmin).unwrap_or(g.b_nmin),
-    };
-    if params.omega == Some(0) {
-        return Err(format!(
-            "{}: must be at least 1",
-            src("omega", args.omega.is_some())
-        ));
+    if let Some(cfg) = &args.config {
+        // A bad value in the file is reported against the file, not a flag.
+        from_file
+            .resolve(&PartitionFlags::default(), PartitionKind::Dirprio, capacity)
+            .map_err(|e| {
+                format!(
+                    "{}: {}",
+                    cfg.display(),
+                    e.trim_start_matches("--").replace('-', "_")
+                )
+            })?;
     }
-    params.resolved(capacity).map_err(|e| format!("--{e}"))?;
+    let partition = args
+        .part
+        .resolve(&from_file, PartitionKind::Dirprio, capacity)?;
     let emulate = match args.emulate.as_deref().or(file.emulate.as_deref()) {
         None | Some("none") => None,
         Some("hdd") => Some(tiercache_mem::DeviceModel::hdd()),
@@ -203,10 +189,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         capacity_blocks: capacity as usize,
         block_size,
         policy,
-        partition: PartitionConfig {
-            kind: partition,
-            params,
-        },
+        partition,
         readahead_max_blocks: file.readahead.unwrap_or(32),
         flush_interval: file
             .flush_interval_ms

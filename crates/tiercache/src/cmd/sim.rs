@@ -1,10 +1,11 @@
 //! `tiercache sim`: replay workloads or traces, print a table or JSON, write series and plots.
 
+use super::partition_flags::PartitionFlags;
 use clap::Args;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use tiercache_core::partition::{Amount, DirprioParams, PartitionConfig, PartitionKind};
+use tiercache_core::partition::PartitionKind;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::{Access, BlockSize};
 use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
@@ -39,24 +40,9 @@ pub struct SimArgs {
     /// placement inclusive|exclusive|pinned[=FIRST]). Default: one tier mem:1000:lru.
     #[arg(long = "tier", value_name = "SPEC")]
     pub tiers: Vec<TierSpec>,
-    /// Partitioner of the top tier.
-    #[arg(long, value_name = "KIND", default_value = "none")]
-    pub partition: PartitionKind,
-    /// dirprio window ω in accesses (default: the top tier's capacity B).
-    #[arg(long, value_name = "N")]
-    pub omega: Option<u64>,
-    /// dirprio T_p, a fraction (default 1.0).
-    #[arg(long, value_name = "F")]
-    pub t_protected: Option<f64>,
-    /// dirprio T_n, a fraction (default 0.65).
-    #[arg(long, value_name = "F")]
-    pub t_normal: Option<f64>,
-    /// dirprio B_pmin / static protected size: blocks or a percentage of B (default 75%).
-    #[arg(long, value_name = "N|P%")]
-    pub b_pmin: Option<Amount>,
-    /// dirprio B_nmin in blocks (default 32).
-    #[arg(long, value_name = "N")]
-    pub b_nmin: Option<u64>,
+    /// Partitioner of the top tier and its parameters.
+    #[command(flatten)]
+    pub part: PartitionFlags,
     /// Replay the same requests under several partitioners or policies, e.g. none,basic,dirprio
     /// or lru,arc,s3fifo (a policy applies to every tier).
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
@@ -82,7 +68,11 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     let setups = setups(&args)?;
     let top_capacity = setups[0].tiers[0].blocks as u64;
     let want_series = args.timeseries.is_some() || args.plot.is_some();
-    let window = args.window.or(args.omega).unwrap_or(top_capacity).max(1);
+    let window = args
+        .window
+        .or(args.part.omega)
+        .unwrap_or(top_capacity)
+        .max(1);
     if args.window == Some(0) {
         return Err("--window: must be at least 1".into());
     }
@@ -171,27 +161,15 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Err("--tier: tier names must be distinct".into());
     }
-    let capacity = tiers[0].blocks as u64;
-    let g = DirprioParams::guidance(capacity, false);
-    let params = DirprioParams {
-        omega: args.omega,
-        t_protected: args.t_protected.unwrap_or(g.t_protected),
-        t_normal: args.t_normal.unwrap_or(g.t_normal),
-        b_pmin: args.b_pmin.unwrap_or(g.b_pmin),
-        b_nmin: args.b_nmin.unwrap_or(g.b_nmin),
-    };
-    // Validate against the top tier now, so the error names the flag.
-    if args.omega == Some(0) {
-        return Err("--omega: must be at least 1".into());
-    }
-    params.resolved(capacity).map_err(|e| format!("--{e}"))?;
+    let partition = args.part.resolve(
+        &PartitionFlags::default(),
+        PartitionKind::None,
+        tiers[0].blocks as u64,
+    )?;
     let base = Setup {
-        label: args.partition.to_string(),
+        label: partition.kind.to_string(),
         tiers,
-        partition: PartitionConfig {
-            kind: args.partition,
-            params,
-        },
+        partition,
     };
     if args.compare.is_empty() {
         return Ok(vec![base]);

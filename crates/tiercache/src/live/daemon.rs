@@ -88,19 +88,25 @@ impl Handler for Live {
     }
 }
 
-/// Mounts and serves until stopped. Errors before the mount is up leave nothing mounted.
-pub fn run_foreground(s: Settings) -> Result<(), String> {
-    logging::init();
-    let files = MountFiles::for_mountpoint(&s.mountpoint);
+/// The mount's control files, refusing a mount point a live daemon already serves.
+fn claim_files(mountpoint: &std::path::Path) -> Result<MountFiles, String> {
+    let files = MountFiles::for_mountpoint(mountpoint);
     if let Some(pid) = files.live_pid() {
         return Err(format!(
             "{}: already served by tiercache pid {pid}",
-            s.mountpoint.display()
+            mountpoint.display()
         ));
     }
     files
         .ensure_dir()
         .map_err(|e| format!("{}: {e}", control::runtime_dir().display()))?;
+    Ok(files)
+}
+
+/// Mounts and serves until stopped. Errors before the mount is up leave nothing mounted.
+pub fn run_foreground(s: Settings) -> Result<(), String> {
+    logging::init();
+    let files = claim_files(&s.mountpoint)?;
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
     let real: Arc<dyn Device> = Arc::new(RealDevice);
@@ -217,16 +223,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
 /// Starts the daemon in its own session with output to its log file, and returns once the mount
 /// answers on its control socket (or with the daemon's own one-line error).
 pub fn spawn_background(_args: &MountArgs, s: &Settings) -> Result<(), String> {
-    let files = MountFiles::for_mountpoint(&s.mountpoint);
-    if let Some(pid) = files.live_pid() {
-        return Err(format!(
-            "{}: already served by tiercache pid {pid}",
-            s.mountpoint.display()
-        ));
-    }
-    files
-        .ensure_dir()
-        .map_err(|e| format!("{}: {e}", control::runtime_dir().display()))?;
+    let files = claim_files(&s.mountpoint)?;
     let log = OpenOptions::new()
         .create(true)
         .append(true)
