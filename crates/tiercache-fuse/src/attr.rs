@@ -1,12 +1,16 @@
 //! Conversion between backing `struct stat` values and FUSE attributes.
 //!
 //! Invariant: the attributes reported for an inode are the backing file's,
-//! except `ino` (the FUSE node id, see `inode.rs`) and `size`, which the data
-//! path may override while it holds data the backing file does not have yet.
+//! except `ino` (the FUSE node id, see `inode.rs`), and `size`, `mtime` and
+//! `ctime`, which the data path may override while it holds writes the
+//! backing file does not have yet (or has, but got later than the
+//! application made them).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+
+use crate::data::TimesOverride;
 
 /// Maps the `S_IFMT` bits of a mode to a FUSE file type.
 pub(crate) fn kind_from_mode(mode: u32) -> FileType {
@@ -32,16 +36,26 @@ pub(crate) fn system_time(sec: i64, nsec: i64) -> SystemTime {
     }
 }
 
-/// Builds the FUSE attributes of node `nodeid` from a backing `stat`.
-pub(crate) fn file_attr(nodeid: u64, st: &libc::stat, size_override: Option<u64>) -> FileAttr {
+/// Builds the FUSE attributes of node `nodeid` from a backing `stat` and the
+/// data path's overrides.
+pub(crate) fn file_attr(
+    nodeid: u64,
+    st: &libc::stat,
+    size_override: Option<u64>,
+    times: TimesOverride,
+) -> FileAttr {
     let size = u64::try_from(st.st_size).unwrap_or(0);
     FileAttr {
         ino: INodeNo(nodeid),
         size: size_override.unwrap_or(size),
         blocks: u64::try_from(st.st_blocks).unwrap_or(0),
         atime: system_time(st.st_atime, st.st_atime_nsec),
-        mtime: system_time(st.st_mtime, st.st_mtime_nsec),
-        ctime: system_time(st.st_ctime, st.st_ctime_nsec),
+        mtime: times
+            .mtime
+            .unwrap_or_else(|| system_time(st.st_mtime, st.st_mtime_nsec)),
+        ctime: times
+            .ctime
+            .unwrap_or_else(|| system_time(st.st_ctime, st.st_ctime_nsec)),
         crtime: UNIX_EPOCH,
         kind: kind_from_mode(st.st_mode),
         perm: (st.st_mode & 0o7777) as u16,
@@ -119,8 +133,32 @@ mod tests {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         st.st_size = 10;
         st.st_mode = libc::S_IFREG | 0o4755;
-        assert_eq!(file_attr(3, &st, None).size, 10);
-        assert_eq!(file_attr(3, &st, Some(99)).size, 99);
-        assert_eq!(file_attr(3, &st, None).perm, 0o4755);
+        let none = TimesOverride::default();
+        assert_eq!(file_attr(3, &st, None, none).size, 10);
+        assert_eq!(file_attr(3, &st, Some(99), none).size, 99);
+        assert_eq!(file_attr(3, &st, None, none).perm, 0o4755);
+    }
+
+    #[test]
+    fn times_override_wins() {
+        // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        st.st_mode = libc::S_IFREG | 0o644;
+        st.st_mtime = 10;
+        st.st_ctime = 20;
+        let a = file_attr(3, &st, None, TimesOverride::default());
+        assert_eq!((a.mtime, a.ctime), (system_time(10, 0), system_time(20, 0)));
+        let times = TimesOverride {
+            mtime: Some(system_time(30, 5)),
+            ctime: None,
+        };
+        let a = file_attr(3, &st, None, times);
+        assert_eq!((a.mtime, a.ctime), (system_time(30, 5), system_time(20, 0)));
+        let times = TimesOverride {
+            mtime: None,
+            ctime: Some(system_time(15, 0)),
+        };
+        let a = file_attr(3, &st, None, times);
+        assert_eq!((a.mtime, a.ctime), (system_time(10, 0), system_time(15, 0)));
     }
 }

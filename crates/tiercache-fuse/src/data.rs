@@ -15,9 +15,18 @@
 //! * `truncate` for setattr(size) and for `O_TRUNC` opens, with an open,
 //!   writable descriptor of the backing file (a handle's or a temporary one).
 //!   The implementation must change the backing size (or arrange to).
-//! * `size_override` is consulted by every getattr/lookup/readdirplus reply;
-//!   return `Some(len)` while the logical size differs from the backing one
-//!   (e.g. dirty cached data past the backing EOF).
+//! * `size_override` and `times_override` are consulted by every
+//!   getattr/lookup/readdirplus reply of a regular file, *after* the backing
+//!   `fstat`; return `Some` while the logical value differs from the backing
+//!   one (dirty cached data past the backing EOF; cached writes whose
+//!   modification time BACKING does not show yet; a change time BACKING moved
+//!   when the data path wrote back). Fields without override are taken from
+//!   a fresh backing `fstat` made after the query, so a data path may move
+//!   data to BACKING (and drop its override) at any time; the
+//!   `backing_ctime` it is given may therefore predate its own latest write.
+//! * `set_times` wraps setattr(atime/mtime) of a regular file: `apply`
+//!   changes BACKING's times; a data path that writes back later must keep
+//!   the modification time set there (it is what the application asked for).
 //! * `release` once per handle after the last use; `evict` when the kernel
 //!   forgot the node: its id may later name a different file, so anything
 //!   cached for `ino` must be dropped.
@@ -47,6 +56,18 @@ pub struct AttrSnapshot {
     pub dev: u64,
     /// Backing `st_ino`.
     pub ino: u64,
+}
+
+/// Times a data path reports instead of BACKING's
+/// ([`DataPath::times_override`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimesOverride {
+    /// Modification time of writes BACKING has not seen yet (or an explicit
+    /// time set since).
+    pub mtime: Option<SystemTime>,
+    /// Change time as the application's operations made it, where BACKING's
+    /// differs (e.g. moved by a later write-back).
+    pub ctime: Option<SystemTime>,
 }
 
 /// One open file, as seen by the data path.
@@ -100,6 +121,23 @@ pub trait DataPath: Send + Sync + 'static {
     /// Logical size of node `ino` if it differs from the backing size.
     fn size_override(&self, _ino: u64) -> Option<u64> {
         None
+    }
+    /// Modification and change times of node `ino` where they differ from
+    /// BACKING's, whose `ctime` was `backing_ctime` (see the module docs).
+    fn times_override(&self, _ino: u64, _backing_ctime: SystemTime) -> TimesOverride {
+        TimesOverride::default()
+    }
+    /// `utimensat` of regular file `ino`: `apply` sets BACKING's times;
+    /// `mtime` tells whether the modification time is among them. A caching
+    /// data path runs `apply` serialised with its write-back of `ino`, and
+    /// makes later write-back leave the modification time as set.
+    fn set_times(
+        &self,
+        _ino: u64,
+        _mtime: bool,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        apply()
     }
     /// The handle is closed; no further calls will use it.
     fn release(&self, _fh: &FileHandleInfo) {}

@@ -36,6 +36,6 @@ mod ops_xattr;
 mod sys;
 mod validate;
 
-pub use data::{AttrSnapshot, DataPath, FileHandleInfo, PassThrough};
+pub use data::{AttrSnapshot, DataPath, FileHandleInfo, PassThrough, TimesOverride};
 pub use error::FuseError;
 pub use mount::{mount, run, MountHandle, MountOptions};

@@ -122,7 +122,7 @@ impl TierFs {
                     continue;
                 };
                 let id = if e.name == "." { node.id } else { e.ino };
-                let attr = crate::attr::file_attr(id, &st, None);
+                let attr = crate::attr::file_attr(id, &st, None, Default::default());
                 if reply.add(INodeNo(id), next, &e.name, &ttl, &attr, Generation(0)) {
                     break;
                 }

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use fuser::{Errno, FileAttr, FileHandle, INodeNo, Request, TimeOrNow};
 
-use crate::attr::{file_attr, timespec};
+use crate::attr::{file_attr, system_time, timespec};
+use crate::data::TimesOverride;
 use crate::fs::{errno, OpResult, TierFs};
 use crate::inode::{Inode, ROOT_ID};
 use crate::sys;
@@ -58,21 +59,37 @@ impl Umask {
 }
 
 impl TierFs {
-    /// Builds the attributes of node `id` from a backing stat.
-    pub(crate) fn attr_of(&self, id: u64, st: &libc::stat) -> FileAttr {
-        let over = if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            self.data.size_override(id)
-        } else {
-            None
-        };
-        file_attr(id, st, over)
+    /// Builds the attributes of node `id` from `st`, a backing stat taken
+    /// through `fd`, and the data path's overrides.
+    ///
+    /// The overrides are asked after `st` was taken, and the data path may
+    /// have written data back in between (extending BACKING and dropping its
+    /// size override, or applying its modification time): size and times
+    /// without override are then taken from a fresh stat, made after the
+    /// query. (Using `st` would report a size or mtime older than both the
+    /// backing file's and the data path's, e.g. a file that shrinks while it
+    /// is appended to.)
+    pub(crate) fn attr_of(&self, id: u64, st: &libc::stat, fd: RawFd) -> FileAttr {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return file_attr(id, st, None, TimesOverride::default());
+        }
+        let size = self.data.size_override(id);
+        let times = self
+            .data
+            .times_override(id, system_time(st.st_ctime, st.st_ctime_nsec));
+        if size.is_none() || times.mtime.is_none() {
+            if let Ok(fresh) = sys::fstat(fd) {
+                return file_attr(id, &fresh, size, times);
+            }
+        }
+        file_attr(id, st, size, times)
     }
 
     /// Registers a kernel lookup of the backing inode behind `fd`.
     pub(crate) fn register(&self, fd: OwnedFd) -> OpResult<FileAttr> {
         let st = sys::fstat(fd.as_raw_fd()).map_err(errno)?;
         let node = self.inodes.lookup(fd, &st);
-        Ok(self.attr_of(node.id, &st))
+        Ok(self.attr_of(node.id, &st, node.fd()))
     }
 
     pub(crate) fn op_lookup(&self, parent: INodeNo, name: &OsStr) -> OpResult<FileAttr> {
@@ -84,7 +101,7 @@ impl TierFs {
         if name == ".." && dir.id == ROOT_ID || name == "." {
             let node = self.inodes.add_lookup(dir.id).ok_or(Errno::ESTALE)?;
             let st = sys::fstat(node.fd()).map_err(errno)?;
-            return Ok(self.attr_of(node.id, &st));
+            return Ok(self.attr_of(node.id, &st, node.fd()));
         }
         let cname = sys::name_cstr(name).map_err(errno)?;
         let fd = sys::open_path_at(dir.fd(), &cname).map_err(errno)?;
@@ -98,7 +115,7 @@ impl TierFs {
             None => sys::fstat(node.fd()),
         }
         .map_err(errno)?;
-        Ok(self.attr_of(node.id, &st))
+        Ok(self.attr_of(node.id, &st, node.fd()))
     }
 
     pub(crate) fn op_setattr(&self, ino: INodeNo, set: &SetAttr) -> OpResult<FileAttr> {
@@ -116,10 +133,19 @@ impl TierFs {
             self.truncate_node(&node, set.fh, size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            sys::utimens_fd(fd, &[timespec(set.atime), timespec(set.mtime)]).map_err(errno)?;
+            let times = [timespec(set.atime), timespec(set.mtime)];
+            let mut apply = || sys::utimens_fd(fd, &times);
+            if node.is_reg() {
+                // the data path may hold writes whose write-back would move the mtime
+                self.data
+                    .set_times(node.id, set.mtime.is_some(), &mut apply)
+                    .map_err(errno)?;
+            } else {
+                apply().map_err(errno)?;
+            }
         }
         let st = sys::fstat(fd).map_err(errno)?;
-        Ok(self.attr_of(node.id, &st))
+        Ok(self.attr_of(node.id, &st, fd))
     }
 
     /// Truncates through the data path, using the handle's backing file when
@@ -264,7 +290,7 @@ impl TierFs {
         // the kernel now holds one more reference to the same node
         let node = self.inodes.add_lookup(node.id).ok_or(Errno::ESTALE)?;
         let st = sys::fstat(node.fd()).map_err(errno)?;
-        Ok(self.attr_of(node.id, &st))
+        Ok(self.attr_of(node.id, &st, node.fd()))
     }
 
     pub(crate) fn op_unlink(&self, parent: INodeNo, name: &OsStr, flags: i32) -> OpResult<()> {

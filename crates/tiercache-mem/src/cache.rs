@@ -17,6 +17,7 @@ use crate::files::{FileStamp, OpenOutcome};
 use crate::stats::{
     classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
 };
+use crate::times::LogicalTimes;
 use crate::trace::TraceSink;
 use std::fs::File;
 use std::io::{self, Write};
@@ -25,7 +26,7 @@ use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
 
@@ -346,6 +347,36 @@ impl MemCache {
     /// The logical size of `file` when cached writes extend it beyond BACKING.
     pub fn logical_size(&self, file: FileId) -> Option<u64> {
         self.inner.logical_size(file)
+    }
+
+    /// The times readers must see for `file` instead of BACKING's, whose ctime is
+    /// `backing_ctime`: the modification time of cached writes not all on BACKING yet, and a
+    /// change time that the tier's own write-back does not move (BACKING's ctime cannot be set).
+    pub fn logical_times(&self, file: FileId, backing_ctime: SystemTime) -> LogicalTimes {
+        self.inner.logical_times(file, backing_ctime)
+    }
+
+    /// Sets BACKING's times through `apply` (e.g. `utimensat`) serialised with everything else
+    /// on `file`; when `mtime` is among them, later write-back of cached writes keeps the
+    /// modification time `apply` set instead of moving it to the write-back time.
+    pub fn set_times(
+        &self,
+        file: FileId,
+        mtime: bool,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.inner.set_times(file, mtime, apply)
+    }
+
+    /// Runs `op`, which changes `file`'s bytes or size on BACKING directly (fallocate, hole
+    /// punching, zeroing), after writing back its dirty blocks and with every other request on
+    /// the file held off; then drops its cached blocks and takes its size from BACKING.
+    pub fn apply_to_backing(
+        &self,
+        file: FileId,
+        op: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.inner.apply_to_backing(file, op)
     }
 
     /// The file's generation: bumped by every write and truncate.

@@ -14,6 +14,7 @@
 use crate::arena::{Arena, SlotState, ORD};
 use crate::files::FileState;
 use crate::stats::Windows;
+use crate::times::CtimeTable;
 use crate::trace::{TraceRecord, TraceSink};
 use std::collections::HashMap;
 use std::fs::File;
@@ -31,6 +32,8 @@ pub(crate) struct Engine {
     /// Blocks being written straight to BACKING, with the number of writers doing so.
     pub wt_inflight: HashMap<BlockKey, u32>,
     pub trace: Option<TraceSink>,
+    /// Change times hidden from readers (see `times`); outlives per-file states.
+    pub ctimes: CtimeTable,
     pub windows: Windows,
     pub start: Instant,
 }
@@ -52,6 +55,7 @@ impl Engine {
             dirty_blocks: 0,
             wt_inflight: HashMap::new(),
             trace: None,
+            ctimes: CtimeTable::default(),
             windows,
             start,
         }

@@ -8,6 +8,8 @@
 //!   the tier believes BACKING holds (writes past it are cached until written back);
 //! - `stamp` describes BACKING as of the tier's last change to it, so a different stamp at open
 //!   means someone changed the file behind the tier's back;
+//! - `mtime` (the logical modification time) is `Some` while cached writes are not all on
+//!   BACKING, and `wb_ctime` while a write-back is changing BACKING (see `times`);
 //! - lock order per file: `io` (write-back, truncate) before `op` (reads/writes shared;
 //!   truncate and invalidation exclusive); nothing takes `op` while holding a slot lock, and
 //!   writers throttle *before* taking `op`.
@@ -15,6 +17,7 @@
 use crate::cache::Inner;
 use crate::engine::Dropped;
 use crate::error::{unknown_file, StoredError};
+use crate::times::LogicalTimes;
 use std::collections::BTreeSet;
 use std::fs::{File, Metadata};
 use std::io;
@@ -119,6 +122,11 @@ pub(crate) struct FileState {
     pub error: Option<StoredError>,
     /// Data was written to BACKING since the last sync.
     pub needs_sync: bool,
+    /// Logical modification time while cached writes are not all on BACKING: the time of the
+    /// last write, or of a later truncate or explicit `set_times` (see `times`).
+    pub mtime: Option<SystemTime>,
+    /// The ctime to report while a write-back is changing BACKING (see `times`).
+    pub wb_ctime: Option<SystemTime>,
     pub ra: ReadAhead,
 }
 
@@ -138,6 +146,8 @@ impl FileState {
             dirtied_at: None,
             error: None,
             needs_sync: false,
+            mtime: None,
+            wb_ctime: None,
             ra: ReadAhead::default(),
         }
     }
@@ -331,6 +341,128 @@ impl Inner {
         self.lock().files.get(&file).map(|f| f.generation)
     }
 
+    pub(crate) fn logical_times(&self, file: FileId, backing_ctime: SystemTime) -> LogicalTimes {
+        let mut eng = self.lock();
+        let (mtime, during) = eng
+            .files
+            .get(&file)
+            .map_or((None, None), |f| (f.mtime, f.wb_ctime));
+        if mtime.is_none() && during.is_none() && eng.ctimes.get(file).is_none() {
+            return LogicalTimes::default();
+        }
+        // Also when it equals `backing_ctime`: the caller may combine it with a later stat, taken
+        // after a write-back of ours moved BACKING's.
+        let ctime = eng.ctimes.resolve(file, backing_ctime, during, mtime);
+        LogicalTimes {
+            mtime,
+            ctime: Some(ctime),
+        }
+    }
+
+    /// Runs `apply` (which sets BACKING's times) with the file quiesced: no write-back, write or
+    /// truncate runs meanwhile. When `mtime` is among the times and the file has dirty blocks,
+    /// the time BACKING now shows becomes the logical mtime, so their write-back keeps it.
+    pub(crate) fn set_times(
+        &self,
+        file: FileId,
+        mtime: bool,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Ok(shared) = self.shared(file) else {
+            return apply();
+        };
+        let _io = crate::cache::lock(&shared.io);
+        let _op = crate::cache::write_lock(&shared.op);
+        apply()?;
+        let fd = {
+            let mut eng = self.lock();
+            let Some(f) = eng.files.get_mut(&file) else {
+                return Ok(());
+            };
+            match f.backing.clone() {
+                Some(fd) => fd,
+                None => {
+                    // closed and clean: BACKING's times are the file's
+                    if mtime {
+                        f.mtime = None;
+                    }
+                    return Ok(());
+                }
+            }
+        };
+        let stamp = FileStamp::of_file(&fd);
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&file) else {
+            return Ok(());
+        };
+        match stamp {
+            Ok(stamp) => {
+                f.stamp = stamp;
+                if mtime {
+                    f.mtime = (!f.dirty.is_empty()).then_some(stamp.mtime);
+                }
+            }
+            Err(e) => log::warn!("file {}: fstat after set_times failed: {e}", file.0),
+        }
+        Ok(())
+    }
+
+    /// Runs `op`, which changes BACKING's bytes or size directly (fallocate, hole punching),
+    /// with the file written back and quiesced; then drops the file's cached blocks and takes
+    /// its size from BACKING. `op`'s error is returned after the state was refreshed.
+    pub(crate) fn apply_to_backing(
+        &self,
+        file: FileId,
+        op: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Ok(shared) = self.shared(file) else {
+            return op();
+        };
+        let _io = crate::cache::lock(&shared.io);
+        let _op = crate::cache::write_lock(&shared.op);
+        self.flush_locked(file, crate::flusher::Why::Sync(true))?;
+        let result = op();
+        let fd = self.lock().files.get(&file).and_then(|f| f.backing.clone());
+        let stamp = match fd.as_deref().map(FileStamp::of_file) {
+            Some(Ok(stamp)) => Some(stamp),
+            Some(Err(e)) => {
+                log::warn!("file {}: fstat after a direct change failed: {e}", file.0);
+                None
+            }
+            None => None,
+        };
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&file) else {
+            return result;
+        };
+        f.generation += 1;
+        f.ra = ReadAhead::default();
+        if let Some(stamp) = stamp {
+            f.stamp = stamp;
+            f.size = stamp.size;
+            f.backing_size = stamp.size;
+        }
+        f.needs_sync = true;
+        if f.dirty.is_empty() {
+            f.mtime = None;
+        }
+        let blocks: Vec<u64> = f.blocks.iter().copied().collect();
+        for b in blocks {
+            let key = BlockKey {
+                file,
+                block: BlockIndex(b),
+            };
+            match eng.drop_block(key, false) {
+                Dropped::Yes | Dropped::NotCached => {}
+                Dropped::Pinned | Dropped::Dirty => {
+                    log::error!("file {}: block {b} busy after a direct change", file.0);
+                }
+            }
+        }
+        drop(eng);
+        result
+    }
+
     /// Cached and dirty block counts of a file.
     pub(crate) fn file_blocks(&self, file: FileId) -> (usize, usize) {
         self.lock()
@@ -340,15 +472,19 @@ impl Inner {
     }
 
     /// Re-reads the backing file's stamp after the tier changed it, so that the next `open`
-    /// does not mistake our own writes for a change behind our back.
-    pub(crate) fn refresh_stamp(&self, file: FileId, fd: &File) {
-        match FileStamp::of_file(fd) {
-            Ok(stamp) => {
+    /// does not mistake our own writes for a change behind our back. Returns BACKING's ctime.
+    pub(crate) fn refresh_stamp(&self, file: FileId, fd: &File) -> Option<SystemTime> {
+        match fd.metadata() {
+            Ok(m) => {
                 if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.stamp = stamp;
+                    f.stamp = FileStamp::from_metadata(&m);
                 }
+                Some(crate::times::ctime_of(&m))
             }
-            Err(e) => log::warn!("file {}: fstat after write-back failed: {e}", file.0),
+            Err(e) => {
+                log::warn!("file {}: fstat after write-back failed: {e}", file.0);
+                None
+            }
         }
     }
 }

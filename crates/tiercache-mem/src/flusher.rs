@@ -4,9 +4,10 @@
 //! pin its dirty blocks (in offset order) and note the logical size and each block's dirty
 //! sequence; then, with no engine lock, copy each block under its slot's *shared* lock (readers are never blocked by this) into a run
 //! buffer — contiguous blocks merged, up to 1 MiB per run, the block holding EOF clipped at EOF
-//! — and `pwrite` each run; finally, under the engine lock, mark clean each written block whose
-//! dirty sequence did not move since the snapshot (a write committed after it may have moved
-//! EOF past the clip), and unpin.
+//! — and `pwrite` each run; then set BACKING's mtime to the file's logical mtime of the snapshot
+//! (the time of the writes, not of their write-back); finally, under the engine lock, mark clean
+//! each written block whose dirty sequence did not move since the snapshot (a write committed
+//! after it may have moved EOF past the clip), and unpin.
 //!
 //! Invariants: data not known to be on BACKING is never marked clean (a failed run leaves its
 //! blocks dirty; the error is remembered for the file's next `fsync`/`flush` when it happened in
@@ -22,6 +23,7 @@
 use crate::cache::{lock, Inner};
 use crate::error::{unknown_file, StoredError};
 use crate::stats::Counters;
+use crate::times::{ctime_of, CtimeMap};
 use std::fs::File;
 use std::io;
 use std::sync::{Arc, PoisonError, TryLockError};
@@ -200,7 +202,12 @@ impl Inner {
             (Why::Background, Err(TryLockError::WouldBlock)) => return Ok(0),
             (_, Err(TryLockError::WouldBlock)) => lock(&shared.io),
         };
-        let (fd, size, list) = {
+        self.flush_locked(file, why)
+    }
+
+    /// [`Inner::flush_file`] for a caller that holds the file's `io` lock.
+    pub(crate) fn flush_locked(&self, file: FileId, why: Why) -> io::Result<usize> {
+        let (fd, size, mtime, list) = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get(&file) else {
                 return Ok(0);
@@ -208,7 +215,8 @@ impl Inner {
             let Some(fd) = f.backing.clone() else {
                 return Ok(0);
             };
-            let (size, blocks): (u64, Vec<u64>) = (f.size, f.dirty.iter().copied().collect());
+            let (size, mtime) = (f.size, f.mtime);
+            let blocks: Vec<u64> = f.dirty.iter().copied().collect();
             let mut list = Vec::with_capacity(blocks.len());
             for block in blocks {
                 if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
@@ -219,15 +227,57 @@ impl Inner {
                     list.push((block, slot, seq));
                 }
             }
-            (fd, size, list)
+            (fd, size, mtime, list)
         };
+        // From the first pwrite on, BACKING's ctime is ours, not the application's: readers see
+        // the ctime as it is now until the write-back is done and mapped (see `times`).
+        let hide_ctime = (!list.is_empty() || mtime.is_some())
+            && match fd.metadata() {
+                Ok(m) => {
+                    let mut eng = self.lock();
+                    let pending = eng.files.get(&file).and_then(|f| f.mtime);
+                    let logical = eng.ctimes.resolve(file, ctime_of(&m), None, pending);
+                    match eng.files.get_mut(&file) {
+                        Some(f) => {
+                            f.wb_ctime = Some(logical);
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                Err(e) => {
+                    log::warn!("file {}: fstat before write-back failed: {e}", file.0);
+                    false
+                }
+            };
         let (copied, err, wrote_end) = self.write_runs(file, &fd, size, &list);
-        if wrote_end > 0 {
-            self.refresh_stamp(file, &fd);
-        }
+        // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
+        // set explicitly since). Only the snapshot's time; a later write keeps its own.
+        let mtime_applied = match (mtime, &err) {
+            (Some(t), None) => match fd.set_modified(t) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!(
+                        "file {}: setting the mtime after write-back failed: {e}",
+                        file.0
+                    );
+                    false
+                }
+            },
+            _ => false,
+        };
+        let end_ctime = if wrote_end > 0 || mtime_applied || hide_ctime {
+            self.refresh_stamp(file, &fd)
+        } else {
+            None
+        };
         let mut cleaned = 0;
         let fd_to_close = {
             let mut eng = self.lock();
+            let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
+            if let (Some(logical), Some(ours)) = (during, end_ctime) {
+                eng.ctimes.set(file, CtimeMap { ours, logical });
+            }
             for &(key, slot, seq) in &copied {
                 cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
             }
@@ -238,6 +288,9 @@ impl Inner {
                 if wrote_end > 0 {
                     f.backing_size = f.backing_size.max(wrote_end.min(f.size));
                     f.needs_sync = true;
+                }
+                if mtime_applied && f.dirty.is_empty() && f.mtime == mtime {
+                    f.mtime = None;
                 }
                 if let (Some(e), Why::Background | Why::Throttle) = (&err, why) {
                     f.error = Some(StoredError::of(e));

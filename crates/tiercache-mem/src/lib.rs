@@ -13,12 +13,14 @@
 //! - writes: write-back into dirty slots (read-modify-write for partial blocks), write-through
 //!   when no slot can be had, throttling above the dirty ratio;
 //! - write-back: flusher threads, `fsync`, `flush_all`, errors kept and reported;
+//! - logical times ([`LogicalTimes`]): the mtime of cached writes, and a ctime that the tier's
+//!   own write-back does not move;
 //! - backing [`Device`]s: real, emulated HDD/SSD model, fault injection;
 //! - statistics ([`MemStats`]) and an optional CSV access trace for the simulator.
 //!
 //! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
-//! `files` (per-file state), `read`, `write`, `flusher`, `device`, `stats`, `trace`, `cache`
-//! (the public type), `config`, `error`.
+//! `files` (per-file state), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
+//! `device`, `stats`, `trace`, `cache` (the public type), `config`, `error`.
 
 mod arena;
 mod cache;
@@ -30,6 +32,7 @@ mod files;
 mod flusher;
 mod read;
 mod stats;
+mod times;
 mod trace;
 mod write;
 
@@ -39,6 +42,7 @@ pub use device::{Device, DeviceModel, EmulatedDevice, EmulationStats, FaultyDevi
 pub use error::MemError;
 pub use files::{FileStamp, OpenOutcome};
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
+pub use times::LogicalTimes;
 pub use trace::TRACE_HEADER;
 
 pub use tiercache_core::{Class, FileId};

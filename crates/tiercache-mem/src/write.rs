@@ -18,12 +18,12 @@ use crate::arena::SlotState;
 use crate::cache::{lock, read_lock, write_lock, Inner};
 use crate::engine::Dropped;
 use crate::error::unknown_file;
-use crate::files::{same_state, FileShared, ReadAhead};
+use crate::files::{same_state, FileShared, FileStamp, ReadAhead};
 use crate::stats::Counters;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 use tiercache_core::{BlockKey, FileId, SlotId};
 
 #[derive(Debug, Clone, Copy)]
@@ -201,6 +201,7 @@ impl Inner {
     /// Step (3).
     fn finish_write(&self, file: FileId, plan: &WritePlan, offset: u64, done: &Done) {
         let now = Instant::now();
+        let wall = SystemTime::now();
         let kick = {
             let mut eng = self.lock();
             for &(key, slot) in &done.cached {
@@ -232,6 +233,11 @@ impl Inner {
                     f.backing_size = f.backing_size.max(done.through_end).min(f.size);
                     f.needs_sync = true;
                 }
+                // The write's modification time, until write-back puts it on BACKING (a
+                // write-through alone already moved BACKING's own).
+                if done.bytes > 0 && !f.dirty.is_empty() {
+                    f.mtime = Some(wall);
+                }
             }
             eng.dirty_blocks > self.dirty_bg_limit
         };
@@ -253,6 +259,15 @@ impl Inner {
             f.backing.clone().ok_or_else(|| unknown_file(file))?
         };
         self.device.set_len(file, &fd, new_size)?;
+        // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written
+        // back.
+        let stamp = match FileStamp::of_file(&fd) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::warn!("file {}: fstat after truncate failed: {e}", file.0);
+                None
+            }
+        };
         {
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
@@ -284,8 +299,17 @@ impl Inner {
                     }
                 }
             }
+            if let Some(f) = eng.files.get_mut(&file) {
+                if let Some(stamp) = stamp {
+                    f.stamp = stamp;
+                }
+                f.mtime = match (f.dirty.is_empty(), stamp) {
+                    (true, _) => None,
+                    (false, Some(stamp)) => Some(stamp.mtime),
+                    (false, None) => f.mtime,
+                };
+            }
         }
-        self.refresh_stamp(file, &fd);
         Ok(())
     }
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod random;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -12,8 +12,9 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::SystemTime;
 use tiercache_core::{Class, FileId};
-use tiercache_fuse::{DataPath, FileHandleInfo};
+use tiercache_fuse::{DataPath, FileHandleInfo, TimesOverride};
 use tiercache_mem::{FileStamp, MemCache};
 
 /// Per-inode state the adapter keeps.
@@ -171,17 +172,33 @@ impl DataPath for CacheDataPath {
     }
 
     fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-        // Hole punching and zeroing change data under the cache: write back, apply to BACKING,
-        // then drop the now stale clean blocks.
-        let id = FileId(fh.ino);
-        self.mem.fsync(id, true)?;
-        tiercache_fuse::PassThrough.fallocate(fh, mode, offset, len)?;
-        self.mem.invalidate(id);
-        Ok(())
+        // Allocation may extend the file, hole punching and zeroing change its bytes: the memory
+        // tier writes back, holds the file while BACKING is changed, then drops its blocks and
+        // takes the new size from BACKING (reads past the old EOF must see the zeros).
+        self.mem.apply_to_backing(FileId(fh.ino), &mut || {
+            tiercache_fuse::PassThrough.fallocate(fh, mode, offset, len)
+        })
     }
 
     fn size_override(&self, ino: u64) -> Option<u64> {
         self.mem.logical_size(FileId(ino))
+    }
+
+    fn times_override(&self, ino: u64, backing_ctime: SystemTime) -> TimesOverride {
+        let t = self.mem.logical_times(FileId(ino), backing_ctime);
+        TimesOverride {
+            mtime: t.mtime,
+            ctime: t.ctime,
+        }
+    }
+
+    fn set_times(
+        &self,
+        ino: u64,
+        mtime: bool,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.mem.set_times(FileId(ino), mtime, apply)
     }
 
     fn release(&self, fh: &FileHandleInfo) {
