@@ -139,14 +139,6 @@ impl Hierarchy {
         }
     }
 
-    /// Starts loading every tier's key-map bucket for an access a few requests ahead.
-    #[inline]
-    pub fn prefetch(&self, key: &BlockKey) {
-        for t in &self.tiers {
-            t.prefetch(key);
-        }
-    }
-
     /// Serves one access; returns the index of the tier that hit, if any.
     #[inline]
     pub fn access(&mut self, a: Access) -> Option<usize> {

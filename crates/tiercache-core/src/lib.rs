@@ -7,7 +7,7 @@
 //!   S3-FIFO, ARC), each O(1) per access and allocation-free in steady state;
 //! - [`partition`]: partitioners deciding pool sizes and which pool gives up a block
 //!   (`none`, `basic`, `dirprio` = paper 000's controller, `static`);
-//! - [`tier`]: one cache level = key map ([`keymap`]) + slots + pools + partitioner;
+//! - [`tier`]: one cache level = key map + slots + pools + partitioner;
 //! - [`hierarchy`]: an ordered list of tiers with placement modes (inclusive, exclusive, pinned);
 //! - [`stats`]: counters per tier, pool and class.
 //!
@@ -18,7 +18,6 @@ pub mod class;
 pub mod error;
 pub mod hierarchy;
 pub mod ids;
-pub mod keymap;
 pub mod partition;
 pub mod policy;
 pub mod stats;

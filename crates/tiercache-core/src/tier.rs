@@ -9,10 +9,10 @@
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
 use crate::ids::{BlockKey, SlotId};
-use crate::keymap::{Entry, KeyMap};
 use crate::partition::{new_partitioner, PartitionConfig, Partitioner, PoolSizes};
 use crate::policy::{new_policy, EvictionPolicy, PolicyKind};
 use crate::stats::TierStats;
+use rustc_hash::FxHashMap;
 
 /// How a tier is built.
 #[derive(Debug, Clone)]
@@ -63,6 +63,13 @@ impl SlotMeta {
     }
 }
 
+/// A map value: where a resident block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    slot: SlotId,
+    pool: PoolId,
+}
+
 /// One slot's key and state.
 #[derive(Debug, Clone, Copy)]
 struct SlotEntry {
@@ -96,7 +103,7 @@ pub struct Tier {
     capacity: usize,
     policy: PolicyKind,
     /// Key → slot and pool; the pool rides in the map so a hit touches no slot entry.
-    map: KeyMap,
+    map: FxHashMap<BlockKey, Entry>,
     /// Per slot: the key and its state, side by side so an eviction reads one cache line.
     slots: Vec<SlotEntry>,
     free: Vec<u32>,
@@ -119,7 +126,8 @@ impl Tier {
         for p in &mut pools {
             p.set_capacity(c);
         }
-        let map = KeyMap::with_capacity(c);
+        let mut map = FxHashMap::default();
+        map.reserve(c);
         let mut tier = Self {
             name: cfg.name.clone(),
             capacity: c,
@@ -198,7 +206,7 @@ impl Tier {
     pub fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
         self.stats.requests += 1;
         match self.map.get(&key) {
-            Some(Entry { slot, pool }) => {
+            Some(&Entry { slot, pool }) => {
                 self.pools[pool.index()].touch(slot);
                 self.stats.hits += 1;
                 self.stats.pools[pool.index()].hits += 1;
@@ -218,12 +226,6 @@ impl Tier {
                 None
             }
         }
-    }
-
-    /// Starts loading the memory a lookup of `key` will read (a hint for replay loops).
-    #[inline]
-    pub fn prefetch(&self, key: &BlockKey) {
-        self.map.prefetch(key);
     }
 
     /// Where `key` is, without counting a request or changing order.
@@ -258,7 +260,7 @@ impl Tier {
 
     /// Inserts only into a free slot; `None` when full (pinned regions never evict).
     pub fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
-        if let Some(Entry { slot, .. }) = self.map.get(&key) {
+        if let Some(&Entry { slot, .. }) = self.map.get(&key) {
             return Some(slot);
         }
         let slot = SlotId(self.free.pop()?);
@@ -268,7 +270,7 @@ impl Tier {
     }
 
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
-        if let Some(Entry { slot, .. }) = self.map.get(&key) {
+        if let Some(&Entry { slot, .. }) = self.map.get(&key) {
             return Ok(Inserted {
                 slot,
                 evicted: None,
@@ -388,7 +390,7 @@ impl Tier {
 
     /// Every resident block and its slot, in no particular order.
     pub fn resident(&self) -> impl Iterator<Item = (BlockKey, SlotId)> + '_ {
-        self.map.iter().map(|(k, e)| (k, e.slot))
+        self.map.iter().map(|(k, e)| (*k, e.slot))
     }
 
     /// The key in `slot`, if the slot holds a block (sampling without a map lookup).
@@ -413,9 +415,9 @@ impl Tier {
         if self.len() > self.capacity {
             return Err("over capacity".into());
         }
-        for (k, e) in self.map.iter() {
+        for (k, e) in &self.map {
             let s = e.slot;
-            if self.slots[s.index()].key != k {
+            if self.slots[s.index()].key != *k {
                 return Err(format!(
                     "slot {} holds {:?}, map says {:?}",
                     s.0,

@@ -96,9 +96,6 @@ impl Setup {
     }
 }
 
-/// How far ahead the replay loop prefetches (requests).
-const PREFETCH_AHEAD: usize = 8;
-
 /// What to collect besides the final report.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReplayOptions {
@@ -140,15 +137,8 @@ pub fn replay(
     let mut last = Snapshot::of(&h);
     let mut in_window = 0usize;
     let start = Instant::now();
-    let mut next = 0usize;
     for part in requests.chunks(chunk) {
         for &a in part {
-            // Overlap the memory latency of lookups: start loading the metadata of the request
-            // PREFETCH_AHEAD places later while this one is served.
-            if let Some(ahead) = requests.get(next + PREFETCH_AHEAD) {
-                h.prefetch(&ahead.key);
-            }
-            next += 1;
             h.access(a);
         }
         in_window += part.len();
