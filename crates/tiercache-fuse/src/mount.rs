@@ -49,7 +49,10 @@ impl Default for MountOptions {
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         Self {
-            threads: (cpus * 2).clamp(4, 16),
+            // One per CPU: measured on 2 CPUs, 2 threads serve 4 KiB hits at ~88 K IOPS, 4 at
+            // ~55 K (more threads, more wake-ups on other CPUs). Raise it for high-latency
+            // BACKING with many concurrent clients.
+            threads: cpus.clamp(2, 16),
             kernel_cache: false,
             allow_other: false,
             fs_name: "tiercache".to_owned(),

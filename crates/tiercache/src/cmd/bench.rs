@@ -22,8 +22,8 @@ pub struct SimBenchArgs {
     /// Requests per scenario.
     #[arg(long, default_value_t = 10_000_000)]
     pub requests: usize,
-    /// Blocks in the top tier.
-    #[arg(long, default_value_t = 100_000)]
+    /// Blocks in the top tier (the workload spans ten times as many).
+    #[arg(long, default_value_t = 10_000)]
     pub cache_blocks: usize,
     /// Print JSON.
     #[arg(long)]

@@ -57,6 +57,9 @@ pub struct MountArgs {
     /// Serve Prometheus metrics on ADDR, e.g. 127.0.0.1:9477.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// FUSE request threads [default: one per CPU, at least 2]; more help slow, concurrent BACKING.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// Stay attached to the terminal instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
@@ -208,6 +211,15 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             )
         })?;
     }
+    let threads = args.threads.or(file.threads);
+    if let Some(t) = threads {
+        if !(1..=256).contains(&t) {
+            return Err(format!(
+                "{}: {t} is outside 1..=256",
+                src("threads", args.threads.is_some())
+            ));
+        }
+    }
     Ok(Settings {
         backing: args.backing.clone(),
         mountpoint,
@@ -218,6 +230,6 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         allow_other: args.allow_other || file.allow_other.unwrap_or(false),
         trace_out: args.trace_out.clone().or(file.trace_out),
         metrics: args.metrics.clone().or(file.metrics),
-        threads: file.threads,
+        threads,
     })
 }
