@@ -25,6 +25,9 @@ pub struct SimBenchArgs {
     /// Blocks in the top tier (the workload spans ten times as many).
     #[arg(long, default_value_t = 10_000)]
     pub cache_blocks: usize,
+    /// Replays per scenario; the median rate is reported (the machine may be shared).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -51,8 +54,8 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
 }
 
 fn sim(a: SimBenchArgs) -> Result<(), String> {
-    if a.cache_blocks == 0 || a.requests == 0 {
-        return Err("--cache-blocks and --requests must be positive".into());
+    if a.cache_blocks == 0 || a.requests == 0 || a.repeat == 0 {
+        return Err("--cache-blocks, --requests and --repeat must be positive".into());
     }
     let universe = a.cache_blocks * 10;
     let specs: Vec<StreamSpec> = [
@@ -97,11 +100,16 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
     let mut rps = Vec::new();
     let mut lru_hit = 0.0;
     for s in &setups {
-        let o = replay(s, &requests, ReplayOptions::default()).map_err(|e| e.to_string())?;
-        if s.label == "lru" {
-            lru_hit = o.report.overall_hit_ratio;
+        let mut runs = Vec::with_capacity(a.repeat);
+        for _ in 0..a.repeat {
+            let o = replay(s, &requests, ReplayOptions::default()).map_err(|e| e.to_string())?;
+            if s.label == "lru" {
+                lru_hit = o.report.overall_hit_ratio;
+            }
+            runs.push(o.report.requests_per_second);
         }
-        rps.push(o.report.requests_per_second);
+        runs.sort_by(f64::total_cmp);
+        rps.push(runs[runs.len() / 2]);
     }
     let r = SimBench {
         requests: a.requests,
@@ -125,8 +133,8 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
         );
     } else {
         println!(
-            "{} requests, top tier {} blocks, workload {}",
-            r.requests, r.cache_blocks, r.workload
+            "{} requests, top tier {} blocks, median of {} replays, workload {}",
+            r.requests, r.cache_blocks, a.repeat, r.workload
         );
         println!(
             "single-tier LRU   {:>8.1} M requests/s  (hit ratio {:.4})",
