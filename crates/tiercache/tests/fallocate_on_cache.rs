@@ -4,67 +4,13 @@
 //! applies the change with the file written back and quiesced and takes the size from BACKING.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
+use support::{mounted, s, tc, Mount};
+
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn tc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// A background `tiercache mount` of `root/backing` on `root/mnt`; force-unmounted on drop.
-struct Mount {
-    backing: PathBuf,
-    mnt: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Mount {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));
-        std::fs::create_dir(&backing).unwrap();
-        std::fs::create_dir(&mnt).unwrap();
-        let out = tc(&["mount", s(&backing), s(&mnt), "--memory", "1M"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self {
-            backing,
-            mnt,
-            _dir: dir,
-        }
-    }
-}
-
-fn mounted(p: &Path) -> bool {
-    let want = std::fs::canonicalize(p.parent().unwrap())
-        .unwrap()
-        .join(p.file_name().unwrap());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if mounted(&self.mnt) {
-            let _ = tc(&["unmount", "--force", s(&self.mnt)]);
-        }
-    }
-}
 
 fn fallocate(f: &std::fs::File, mode: i32, offset: i64, len: i64) {
     // SAFETY: plain integer arguments on a descriptor we own.
@@ -81,7 +27,7 @@ fn pread(f: &std::fs::File, len: usize, offset: u64) -> Vec<u8> {
 
 #[test]
 fn reads_past_the_old_eof_see_the_allocated_zeros() {
-    let m = Mount::new();
+    let m = Mount::new(&["--memory", "1M"]);
     let f = OpenOptions::new()
         .read(true)
         .write(true)

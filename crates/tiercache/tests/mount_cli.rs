@@ -3,86 +3,14 @@
 //! the control socket, config files, --trace-out replayed by `sim`, --metrics.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
+use support::{mounted, s, tc, Mount};
+
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tiercache")
-}
-
-fn tc(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn mounted(p: &Path) -> bool {
-    let want = std::fs::canonicalize(p.parent().unwrap())
-        .unwrap()
-        .join(p.file_name().unwrap());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
-}
-
-/// A mounted tiercache; dropping it force-unmounts whatever is left.
-struct Mount {
-    _dir: tempfile::TempDir,
-    backing: PathBuf,
-    mnt: PathBuf,
-}
-
-impl Mount {
-    fn new(extra: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().unwrap();
-        let backing = dir.path().join("slow");
-        let mnt = dir.path().join("fast");
-        std::fs::create_dir_all(&backing).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
-        let mut args = vec!["mount", s(&backing), s(&mnt)];
-        args.extend_from_slice(extra);
-        let out = tc(&args);
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(mounted(&mnt));
-        Mount {
-            _dir: dir,
-            backing,
-            mnt,
-        }
-    }
-
-    fn stats(&self) -> serde_json::Value {
-        let out = tc(&["stats", s(&self.mnt), "--json"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    fn pid(&self) -> i32 {
-        self.stats()["pid"].as_i64().unwrap() as i32
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if mounted(&self.mnt) {
-            let _ = tc(&["unmount", "--force", s(&self.mnt)]);
-        }
-    }
-}
 
 fn wait_gone(pid: i32) {
     let t = Instant::now();

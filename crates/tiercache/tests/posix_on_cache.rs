@@ -12,12 +12,14 @@
 
 #[path = "../../tiercache-fuse/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use common::{diff, manifest, random, run_in, text};
+use support::{mounted, s, tc};
 
 macro_rules! fixture {
     ($name:literal) => {
@@ -40,27 +42,6 @@ const PERM_CHECK: &str = fixture!("perm_check.py");
 const SMALL: [&str; 4] = ["--memory", "1M", "--block-size", "4K"];
 /// 512 blocks of 512 B: many blocks per file, so write-back runs while files are read.
 const TINY_BLOCKS: [&str; 4] = ["--memory", "256K", "--block-size", "512"];
-
-fn tc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn mounted(p: &Path) -> bool {
-    let want = std::fs::canonicalize(p.parent().unwrap())
-        .unwrap()
-        .join(p.file_name().unwrap());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
-}
 
 /// `root/backing` served by a background `tiercache mount` daemon on `root/mnt`, plus a plain
 /// directory `root/plain` on the same file system as BACKING. Dropping it force-unmounts

@@ -1,0 +1,84 @@
+//! Helpers the mount tests share: run the built `tiercache`, find mounts, and a background
+//! mount guard that force-unmounts on drop.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs the built binary with `args`.
+pub fn tc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Whether `p` is a mount point now (its parent canonicalised, as the daemon does).
+pub fn mounted(p: &Path) -> bool {
+    let want = std::fs::canonicalize(p.parent().unwrap())
+        .unwrap()
+        .join(p.file_name().unwrap());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
+}
+
+/// `root/slow` served by a background `tiercache mount` on `root/fast`; force-unmounted on drop.
+pub struct Mount {
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mount {
+    /// Mounts with `extra` flags; panics with the daemon's error when the mount fails.
+    pub fn new(extra: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let backing = dir.path().join("slow");
+        let mnt = dir.path().join("fast");
+        std::fs::create_dir_all(&backing).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let mut args = vec!["mount", s(&backing), s(&mnt)];
+        args.extend_from_slice(extra);
+        let out = tc(&args);
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(mounted(&mnt));
+        Mount {
+            _dir: dir,
+            backing,
+            mnt,
+        }
+    }
+
+    /// `tiercache stats --json`.
+    pub fn stats(&self) -> serde_json::Value {
+        let out = tc(&["stats", s(&self.mnt), "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.stats()["pid"].as_i64().unwrap() as i32
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let _ = tc(&["unmount", "--force", s(&self.mnt)]);
+        }
+    }
+}
