@@ -222,6 +222,14 @@ fn bad_flags_are_one_line_errors_naming_the_flag() {
         ),
         (vec!["sim"], "--workload"),
         (
+            vec!["sim", "--workload", "uniform", "--requests", "100000000000"],
+            "--requests",
+        ),
+        (
+            vec!["sim", "--workload", "uniform", "--tier", "a:4000000000:lru"],
+            "--tier",
+        ),
+        (
             vec!["sim", "--trace", "/nonexistent/t.bin"],
             "/nonexistent/t.bin",
         ),

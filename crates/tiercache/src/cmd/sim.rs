@@ -140,12 +140,40 @@ fn load_requests(args: &SimArgs) -> Result<Vec<Access>, String> {
         if args.format.is_some() {
             return Err("--format: only applies with --trace".into());
         }
-        generate(
-            &args.workloads,
-            args.requests.unwrap_or(DEFAULT_REQUESTS),
-            args.seed,
-        )
-        .map_err(|e| format!("--workload: {e}"))
+        let n = args.requests.unwrap_or(DEFAULT_REQUESTS);
+        fits_in_memory(n)?;
+        generate(&args.workloads, n, args.seed).map_err(|e| format!("--workload: {e}"))
+    }
+}
+
+/// The request stream is held in memory (so `--compare` replays the very same one): refuse a
+/// count whose stream would not fit in half of the memory available now.
+fn fits_in_memory(requests: usize) -> Result<(), String> {
+    check_memory(
+        "--requests",
+        requests as u64 * std::mem::size_of::<Access>() as u64,
+    )
+}
+
+/// Metadata bytes per cached block, generously (slot, two pool nodes, map bucket, ghosts).
+const BYTES_PER_BLOCK: u64 = 160;
+
+/// Errors naming `flag` when `need` bytes exceed half of MemAvailable.
+fn check_memory(flag: &str, need: u64) -> Result<(), String> {
+    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    match avail {
+        Some(a) if need > a / 2 => Err(format!(
+            "{flag}: needs {} MiB of memory, more than half of the {} MiB available",
+            need >> 20,
+            a >> 20
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -156,6 +184,8 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
     } else {
         args.tiers.clone()
     };
+    let blocks: u64 = tiers.iter().map(|t| t.blocks as u64).sum();
+    check_memory("--tier", blocks * BYTES_PER_BLOCK)?;
     let mut names: Vec<&str> = tiers.iter().map(|t| t.name.as_str()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
