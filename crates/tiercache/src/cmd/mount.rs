@@ -15,7 +15,7 @@ use tiercache_core::BlockSize;
 use tiercache_mem::MemConfig;
 
 /// Default memory tier size: enough to show the effect on a first run, small beside a server's
-/// RAM.
+/// RAM. A size larger than the machine's RAM is refused.
 pub const DEFAULT_MEMORY: &str = "256M";
 
 #[derive(Args, Debug, Clone)]
@@ -77,6 +77,17 @@ pub fn run(args: MountArgs) -> Result<(), String> {
     }
 }
 
+/// MemTotal from /proc/meminfo, in bytes.
+fn mem_total() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = m
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?;
+    kb.parse::<u64>().ok().map(|k| k * 1024)
+}
+
 /// Merges flags over the config file and checks every value, naming the flag at fault.
 pub fn settings(args: &MountArgs) -> Result<Settings, String> {
     let file = match &args.config {
@@ -122,6 +133,16 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             "{}: {memory} bytes hold fewer than 64 blocks of {bs_bytes}",
             src("memory", args.memory.is_some())
         ));
+    }
+    if let Some(total) = mem_total() {
+        if memory > total {
+            return Err(format!(
+                "{}: {} MiB is more than this machine's {} MiB of RAM",
+                src("memory", args.memory.is_some()),
+                memory >> 20,
+                total >> 20
+            ));
+        }
     }
     let policy = match (args.policy, &file.policy) {
         (Some(p), _) => p,
