@@ -6,7 +6,7 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum CoreError {
     /// A configuration value is out of range; names the parameter.
-    #[error("invalid {param}: {reason}")]
+    #[error("{param}: {reason}")]
     InvalidConfig { param: &'static str, reason: String },
     /// Every candidate victim is pinned or dirty: the caller should clean or wait, then retry.
     #[error("no evictable block in tier `{tier}`: retry after writeback")]

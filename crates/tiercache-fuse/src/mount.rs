@@ -224,6 +224,60 @@ impl MountHandle {
         }
     }
 
+    /// Unmounts only if nothing uses the file system: on `EBUSY` it stays mounted and served
+    /// and [`FuseError::Busy`] is returned (nothing is detached). Can be retried.
+    pub fn try_unmount(&mut self) -> Result<(), FuseError> {
+        if self.unmounter.is_none() {
+            return self.join();
+        }
+        let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
+            self.mountpoint.as_os_str(),
+        ))
+        .map_err(|source| FuseError::Unmount {
+            path: self.mountpoint.clone(),
+            source,
+        })?;
+        // fuser's own unmounter is one-shot (a failed attempt forgets the mount), so the plain
+        // umount(2) is tried here first; it needs CAP_SYS_ADMIN.
+        // SAFETY: `c` is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            self.unmounter = None;
+            return self.join();
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EBUSY) => Err(FuseError::Busy(self.mountpoint.clone())),
+            // Not privileged: fusermount3 through fuser (a busy mount then fails for good).
+            Some(libc::EPERM) => self.do_unmount(),
+            _ => Err(FuseError::Unmount {
+                path: self.mountpoint.clone(),
+                source: err,
+            }),
+        }
+    }
+
+    /// Detaches lazily (`MNT_DETACH`): the path is free at once, files already open keep being
+    /// served, and the session ends when the last one is closed ([`MountHandle::is_finished`]).
+    pub fn detach(&mut self) -> Result<(), FuseError> {
+        let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
+            self.mountpoint.as_os_str(),
+        ))
+        .map_err(|source| FuseError::Unmount {
+            path: self.mountpoint.clone(),
+            source,
+        })?;
+        // SAFETY: `c` is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(FuseError::Unmount {
+                path: self.mountpoint.clone(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // The session thread keeps serving open files; the unmounter has nothing left to do.
+        self.unmounter = None;
+        Ok(())
+    }
+
     fn do_unmount(&mut self) -> Result<(), FuseError> {
         let Some(mut unmounter) = self.unmounter.take() else {
             return self.join();

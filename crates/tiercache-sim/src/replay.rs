@@ -240,7 +240,7 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64) -> Report {
                 ClassReport {
                     requests: hc.requests(),
                     hits: hc.hits,
-                    hit_ratio: hc.ratio().unwrap_or(0.0),
+                    hit_ratio: hc.ratio(),
                 },
             )
         })

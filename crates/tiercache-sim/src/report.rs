@@ -44,12 +44,15 @@ pub struct TierReport {
 pub struct ClassReport {
     pub requests: u64,
     pub hits: u64,
-    pub hit_ratio: f64,
+    /// `null` when the class had no requests.
+    pub hit_ratio: Option<f64>,
 }
 
 fn class_ratio(r: &Report, class: &str) -> String {
     match r.classes.get(class) {
-        Some(c) if c.requests > 0 => format!("{:.4}", c.hit_ratio),
+        Some(ClassReport {
+            hit_ratio: Some(r), ..
+        }) => format!("{r:.4}"),
         _ => "-".into(),
     }
 }
@@ -98,11 +101,11 @@ pub fn single_table(r: &Report) -> String {
         }
     }
     for (name, c) in &r.classes {
-        if c.requests > 0 {
+        if let Some(ratio) = c.hit_ratio {
             let _ = writeln!(
                 s,
-                "class {name:<8} {:>10} requests, hit ratio {:.4}",
-                c.requests, c.hit_ratio
+                "class {name:<8} {:>10} requests, hit ratio {ratio:.4}",
+                c.requests
             );
         }
     }

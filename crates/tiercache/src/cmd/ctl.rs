@@ -1,6 +1,6 @@
 //! Control commands on a running mount: `stats`, `priority`, `flush`, `unmount`.
 
-use crate::live::control::{self, canonical_mountpoint, MountFiles, Request};
+use crate::live::control::{self, canonical_mountpoint, CallError, MountFiles, Request};
 use crate::live::stats;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ pub struct StatsArgs {
     /// Print the JSON document (keys: memory.*, classes.*, backing.*, pid, ...).
     #[arg(long)]
     pub json: bool,
-    /// Print again every SECONDS until interrupted.
+    /// Print again every SECONDS until interrupted (with --json: one document per line).
     #[arg(long, value_name = "SECONDS")]
     pub watch: Option<f64>,
 }
@@ -40,8 +40,9 @@ pub enum PriorityCommand {
 #[derive(Args, Debug)]
 pub struct UnmountArgs {
     pub mountpoint: PathBuf,
-    /// Detach the mount even if its daemon is dead or does not answer (lazy unmount), and kill a
-    /// stale daemon. Data not yet written back by a dead daemon is lost; fsync'ed data is safe.
+    /// Unmount even if files are open (their access is aborted), give up dirty data that cannot be
+    /// written back, and detach a mount whose daemon is dead or does not answer (killing a stale
+    /// daemon). Data acknowledged by fsync is on BACKING in every case.
     #[arg(long)]
     pub force: bool,
 }
@@ -56,7 +57,10 @@ pub fn stats_cmd(a: StatsArgs) -> Result<(), String> {
     }
     loop {
         let v = control::call(&a.mountpoint, &Request::Stats, CALL_TIMEOUT)?;
-        if a.json {
+        if a.json && a.watch.is_some() {
+            // One document per line (NDJSON), so the stream parses.
+            println!("{}", serde_json::to_string(&v).map_err(|e| e.to_string())?);
+        } else if a.json {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
@@ -149,32 +153,28 @@ fn unescape(s: &str) -> Vec<u8> {
 pub fn unmount_cmd(a: UnmountArgs) -> Result<(), String> {
     let mp = canonical_mountpoint(&a.mountpoint);
     let files = MountFiles::for_mountpoint(&mp);
-    match control::call(&mp, &Request::Unmount, Duration::from_secs(10)) {
+    // The daemon answers after unmounting and writing everything back: no short timeout.
+    let req = Request::Unmount { force: a.force };
+    match control::call_typed(&mp, &req, Duration::from_secs(24 * 3600)) {
         Ok(v) => {
             let pid = v["pid"].as_i64().unwrap_or(0) as i32;
-            // The daemon writes everything back first; wait for it to exit.
             let start = Instant::now();
-            while pid > 0 && alive(pid) {
-                std::thread::sleep(Duration::from_millis(50));
-                if a.force && start.elapsed() > Duration::from_secs(60) {
-                    break;
-                }
+            while pid > 0 && alive(pid) && start.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(20));
             }
-            if !is_mounted(&mp) {
-                println!("tiercache: unmounted {}", mp.display());
-                return Ok(());
-            }
-            if !a.force {
+            if is_mounted(&mp) {
                 return Err(format!(
                     "{}: still mounted after the daemon stopped",
                     mp.display()
                 ));
             }
+            println!("tiercache: unmounted {}", mp.display());
+            Ok(())
         }
-        Err(e) if !a.force => return Err(e),
-        Err(_) => {}
+        Err(CallError::Refused(e)) => Err(e),
+        Err(CallError::Unreachable(e)) if !a.force => Err(e),
+        Err(CallError::Unreachable(_)) => force(&mp, &files),
     }
-    force(&mp, &files)
 }
 
 fn alive(pid: i32) -> bool {

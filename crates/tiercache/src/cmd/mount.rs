@@ -46,11 +46,12 @@ pub struct MountArgs {
     #[arg(long, value_name = "MODEL")]
     pub emulate: Option<String>,
     /// Let the kernel page cache cache file data too (default: direct I/O, no double caching).
-    #[arg(long)]
-    pub kernel_cache: bool,
+    /// `--kernel-cache=false` turns off a `kernel_cache = true` from the config file.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub kernel_cache: Option<bool>,
     /// Allow other users to use the mount (the kernel still checks permissions).
-    #[arg(long)]
-    pub allow_other: bool,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub allow_other: Option<bool>,
     /// Record block accesses to FILE (CSV that `tiercache sim --trace FILE` replays).
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
@@ -200,12 +201,26 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
     };
     let mountpoint = crate::live::control::canonical_mountpoint(&args.mountpoint);
     let mut priority = PriorityDirs::default();
-    for (dirs, recursive) in [(&args.priority, false), (&args.priority_recursive, true)]
-        .into_iter()
-        .chain([(&file.priority, false), (&file.priority_recursive, true)])
-    {
+    // Priority flags, when given, replace the file's lists (flags override the file).
+    let from_flags = !args.priority.is_empty() || !args.priority_recursive.is_empty();
+    let (lists, whence) = if from_flags || args.config.is_none() {
+        (
+            [(&args.priority, false), (&args.priority_recursive, true)],
+            "--priority".to_string(),
+        )
+    } else {
+        let cfg = args
+            .config
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        (
+            [(&file.priority, false), (&file.priority_recursive, true)],
+            format!("{cfg}: priority"),
+        )
+    };
+    for (dirs, recursive) in lists {
         for d in dirs {
-            let dir = normalize(d, &mountpoint).map_err(|e| format!("--priority: {e}"))?;
+            let dir = normalize(d, &mountpoint).map_err(|e| format!("{whence}: {e}"))?;
             priority.add(PriorityRule { dir, recursive });
         }
     }
@@ -247,8 +262,8 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         mem,
         priority,
         emulate,
-        kernel_cache: args.kernel_cache || file.kernel_cache.unwrap_or(false),
-        allow_other: args.allow_other || file.allow_other.unwrap_or(false),
+        kernel_cache: args.kernel_cache.or(file.kernel_cache).unwrap_or(false),
+        allow_other: args.allow_other.or(file.allow_other).unwrap_or(false),
         trace_out: args.trace_out.clone().or(file.trace_out),
         metrics: args.metrics.clone().or(file.metrics),
         threads,

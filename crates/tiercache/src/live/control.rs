@@ -18,11 +18,19 @@ use std::time::Duration;
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Request {
     Stats,
-    PriorityAdd { dir: PathBuf, recursive: bool },
-    PriorityRemove { dir: PathBuf },
+    PriorityAdd {
+        dir: PathBuf,
+        recursive: bool,
+    },
+    PriorityRemove {
+        dir: PathBuf,
+    },
     PriorityList,
     Flush,
-    Unmount,
+    Unmount {
+        #[serde(default)]
+        force: bool,
+    },
 }
 
 /// The daemon's answer.
@@ -56,7 +64,16 @@ pub fn runtime_dir() -> PathBuf {
 /// The canonical form of a mount point without touching a possibly dead FUSE mount: canonicalize
 /// the parent (a live directory) and append the last component.
 pub fn canonical_mountpoint(p: &Path) -> PathBuf {
-    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    // A symlink to the mount point resolves to it. `readlink` never asks the mounted file
+    // system anything (a directory has no link body), so a hung mount cannot hang us here.
+    for _ in 0..40 {
+        let Ok(target) = std::fs::read_link(&abs) else {
+            break;
+        };
+        let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        abs = std::path::absolute(base.join(target)).unwrap_or(abs);
+    }
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => std::fs::canonicalize(parent)
             .map(|d| d.join(name))
@@ -99,25 +116,69 @@ impl MountFiles {
         }
     }
 
-    /// Creates the runtime directory, owner-only.
+    /// Creates the runtime directory (mode 0700) or checks the existing one: it must be a real
+    /// directory (not a symlink) owned by us and closed to group and others. Nothing is chmod'ed
+    /// or followed, so another user cannot redirect our files by planting a link.
     pub fn ensure_dir(&self) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
         let dir = runtime_dir();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let m = std::fs::symlink_metadata(&dir)?;
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        if !m.file_type().is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+            return Err(io::Error::other(format!(
+                "{} must be a directory owned by uid {me} with mode 0700 (not a symlink); remove it",
+                dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes the mount's pid-file lock (held for the daemon's life) and writes our pid. Fails if
+    /// a live daemon holds it.
+    pub fn lock_pid(&self) -> io::Result<std::fs::File> {
+        use std::io::Write as _;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.pid)?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        f.set_len(0)?;
+        writeln!(f, "{}", std::process::id())?;
+        Ok(f)
     }
 
     /// The daemon's pid, if the pid file names a live process.
+    /// A pid file whose lock is free is stale (its daemon died), whatever process now has that
+    /// pid: only a daemon holding the lock counts, so pid reuse cannot make us kill a stranger.
     pub fn live_pid(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(&self.pid).ok()?;
+        // SAFETY: flock on a descriptor we own; a shared probe released when `f` closes.
+        let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        if free {
+            return None;
+        }
         let pid: i32 = std::fs::read_to_string(&self.pid)
             .ok()?
             .trim()
             .parse()
             .ok()?;
-        // SAFETY: kill with signal 0 only checks for existence and permission.
-        (pid > 0 && unsafe { libc::kill(pid, 0) } == 0).then_some(pid)
+        (pid > 0).then_some(pid)
     }
 }
 
@@ -168,9 +229,14 @@ pub fn serve(files: &MountFiles, handler: Arc<dyn Handler>) -> io::Result<()> {
     Ok(())
 }
 
+/// Longest request line accepted.
+const MAX_REQUEST: u64 = 64 << 10;
+
 fn serve_one(stream: UnixStream, h: &dyn Handler) {
+    use std::io::Read as _;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new(match stream.try_clone() {
-        Ok(s) => s,
+        Ok(s) => s.take(MAX_REQUEST),
         Err(_) => return,
     });
     let mut line = String::new();
@@ -203,37 +269,62 @@ fn serve_one(stream: UnixStream, h: &dyn Handler) {
     }
 }
 
+/// Why a control call failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// No daemon answered (not mounted, or the daemon is dead or hung).
+    Unreachable(String),
+    /// The daemon answered with an error.
+    Refused(String),
+}
+
+impl From<CallError> for String {
+    fn from(e: CallError) -> String {
+        match e {
+            CallError::Unreachable(m) | CallError::Refused(m) => m,
+        }
+    }
+}
+
 /// Sends one request to the mount at `mountpoint` and returns its data, or a one-line error.
 pub fn call(
     mountpoint: &Path,
     req: &Request,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
+    call_typed(mountpoint, req, timeout).map_err(String::from)
+}
+
+/// [`call`], telling an unreachable daemon from a refusal.
+pub fn call_typed(
+    mountpoint: &Path,
+    req: &Request,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallError> {
+    use CallError::{Refused, Unreachable};
     let files = MountFiles::for_mountpoint(mountpoint);
     let stream = UnixStream::connect(&files.socket).map_err(|e| {
-        format!(
+        Unreachable(format!(
             "{}: no tiercache daemon answers ({}: {e}); is it mounted? (`tiercache unmount --force` clears a dead mount)",
             mountpoint.display(),
             files.socket.display()
-        )
+        ))
     })?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    let mut w = stream.try_clone().map_err(|e| e.to_string())?;
-    let mut text = serde_json::to_string(req).map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| Unreachable(format!("control socket: {e}"));
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    let mut w = stream.try_clone().map_err(io)?;
+    let mut text = serde_json::to_string(req).map_err(|e| Refused(e.to_string()))?;
     text.push('\n');
-    w.write_all(text.as_bytes())
-        .map_err(|e| format!("control socket: {e}"))?;
+    w.write_all(text.as_bytes()).map_err(io)?;
     let mut line = String::new();
-    BufReader::new(stream)
-        .read_line(&mut line)
-        .map_err(|e| format!("control socket: {e}"))?;
-    let reply: Reply =
-        serde_json::from_str(line.trim()).map_err(|e| format!("control socket: bad reply: {e}"))?;
+    BufReader::new(stream).read_line(&mut line).map_err(io)?;
+    let reply: Reply = serde_json::from_str(line.trim())
+        .map_err(|e| Unreachable(format!("control socket: bad reply: {e}")))?;
     if reply.ok {
         Ok(reply.data.unwrap_or(serde_json::Value::Null))
     } else {
-        Err(reply.error.unwrap_or_else(|| "request failed".into()))
+        Err(Refused(
+            reply.error.unwrap_or_else(|| "request failed".into()),
+        ))
     }
 }

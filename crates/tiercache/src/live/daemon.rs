@@ -9,11 +9,12 @@ use super::{logging, metrics, stats};
 use crate::cmd::mount::MountArgs;
 use std::fs::OpenOptions;
 use std::io::{BufWriter, Read, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tiercache_mem::{Device, DeviceModel, EmulatedDevice, MemCache, MemConfig, RealDevice};
 
@@ -33,24 +34,36 @@ pub struct Settings {
     pub threads: Option<usize>,
 }
 
+/// `tiercache unmount`, handed from the control socket to the main loop, which answers once
+/// the mount is gone and everything is written back (or with why not).
+struct StopRequest {
+    force: bool,
+    reply: mpsc::Sender<Result<(), String>>,
+}
+
 /// The running mount as the control socket sees it.
 struct Live {
     data: Arc<CacheDataPath>,
     mountpoint: PathBuf,
     backing: PathBuf,
-    stop: Arc<AtomicBool>,
+    log: PathBuf,
+    stops: Mutex<mpsc::Sender<StopRequest>>,
     emulation: Option<String>,
 }
 
 impl Handler for Live {
     fn handle(&self, req: Request) -> Result<serde_json::Value, String> {
         match req {
-            Request::Stats => Ok(stats::json(
-                &self.data.mem().stats(),
-                &self.mountpoint,
-                &self.backing,
-                self.emulation.as_deref(),
-            )),
+            Request::Stats => {
+                let mut v = stats::json(
+                    &self.data.mem().stats(),
+                    &self.mountpoint,
+                    &self.backing,
+                    self.emulation.as_deref(),
+                );
+                v["log_file"] = serde_json::json!(self.log);
+                Ok(v)
+            }
             Request::PriorityAdd { dir, recursive } => {
                 let dir = normalize(&dir, &self.mountpoint)?;
                 let added = self.data.update_priority(|p| {
@@ -80,9 +93,18 @@ impl Handler for Live {
                     .map_err(|e| format!("flush: {e}"))?;
                 Ok(serde_json::json!({ "flushed": true, "secs": t.elapsed().as_secs_f64() }))
             }
-            Request::Unmount => {
-                self.stop.store(true, Ordering::SeqCst);
-                Ok(serde_json::json!({ "unmounting": true, "pid": std::process::id() }))
+            Request::Unmount { force } => {
+                let (reply, answer) = mpsc::channel();
+                self.stops
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .send(StopRequest { force, reply })
+                    .map_err(|_| "the daemon is already stopping".to_string())?;
+                // Answered after the unmount and the final write-back, however long that takes.
+                answer
+                    .recv()
+                    .map_err(|_| "the daemon stopped without an answer".to_string())??;
+                Ok(serde_json::json!({ "unmounted": true, "pid": std::process::id() }))
             }
         }
     }
@@ -107,6 +129,14 @@ fn claim_files(mountpoint: &std::path::Path) -> Result<MountFiles, String> {
 pub fn run_foreground(s: Settings) -> Result<(), String> {
     logging::init();
     let files = claim_files(&s.mountpoint)?;
+    // Held for the daemon's life: proves to `live_pid` that the pid file is ours.
+    let pid_lock = files.lock_pid().map_err(|e| {
+        format!(
+            "{}: cannot lock {} ({e}); another tiercache may be starting on it",
+            s.mountpoint.display(),
+            files.pid.display()
+        )
+    })?;
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
     let real: Arc<dyn Device> = Arc::new(RealDevice);
@@ -158,18 +188,24 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         data.clone() as Arc<dyn tiercache_fuse::DataPath>,
     )
     .map_err(|e| e.to_string())?;
+    // The FUSE connection's number, to abort it (so no write is acknowledged any more) when a
+    // forced stop must not leave open files being served.
+    let conn = std::fs::metadata(&s.mountpoint)
+        .map(|m| fuse_connection(m.dev()))
+        .ok();
+    let (stop_tx, stop_rx) = mpsc::channel::<StopRequest>();
     let live = Arc::new(Live {
         data: Arc::clone(&data),
         mountpoint: s.mountpoint.clone(),
         backing: backing.clone(),
-        stop: Arc::clone(&stop),
+        log: files.log.clone(),
+        stops: Mutex::new(stop_tx),
         emulation: emulation.clone(),
     });
     if let Err(e) = control::serve(&files, live.clone()) {
         drop(handle);
         return Err(format!("control socket {}: {e}", files.socket.display()));
     }
-    let _ = std::fs::write(&files.pid, format!("{}\n", std::process::id()));
     if let Some(l) = metrics_listener {
         let live = Arc::clone(&live);
         let render: metrics::Render = Arc::new(move || stats::prometheus(&live.data.mem().stats()));
@@ -187,37 +223,197 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
             .as_ref()
             .map_or(String::new(), |e| format!(", BACKING behind device {e}"))
     );
-    let external = loop {
-        if stop.load(Ordering::SeqCst) {
-            break false;
-        }
-        if handle.is_finished() {
-            break true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    log::info!(
-        "{}: writing back and stopping",
-        if external {
-            "unmounted from outside"
-        } else {
-            "stop requested"
-        }
-    );
-    let mut result = Ok(());
-    if !external {
-        if let Err(e) = handle.unmount() {
-            log::warn!("{e}");
-        }
-    }
-    if let Err(e) = mem.shutdown() {
-        log::error!("write-back at shutdown failed: {e}");
-        result = Err(format!("write-back at shutdown failed: {e}"));
+    let mut handle = handle;
+    let mut waiting = serve_until_stopped(&mut handle, &stop, &stop_rx, conn, &s.mountpoint);
+    drop(handle);
+    let result = final_write_back(&mem, &stop_rx, &mut waiting, conn);
+    for w in waiting {
+        let _ = w.send(result.clone());
     }
     let _ = std::fs::remove_file(&files.socket);
     let _ = std::fs::remove_file(&files.pid);
+    drop(pid_lock);
     log::info!("stopped");
+    // Let the control threads deliver their answers before the process goes.
+    std::thread::sleep(Duration::from_millis(100));
     result
+}
+
+/// The FUSE connection id (the minor number of the mount's device), as named in
+/// `/sys/fs/fuse/connections/`.
+fn fuse_connection(dev: u64) -> u64 {
+    (dev & 0xff) | ((dev >> 12) & 0xfff00)
+}
+
+/// Aborts the FUSE connection: every pending and later request fails (ECONNABORTED), so nothing
+/// more is acknowledged that the final write-back would not see.
+fn abort_connection(conn: Option<u64>) {
+    let Some(c) = conn else { return };
+    let path = format!("/sys/fs/fuse/connections/{c}/abort");
+    if !std::path::Path::new(&path).exists() {
+        mount_fusectl();
+    }
+    if let Err(e) = std::fs::write(&path, b"1") {
+        log::warn!(
+            "cannot abort the FUSE connection ({path}: {e}); open files are cut off at exit"
+        );
+    }
+}
+
+/// Mounts the FUSE control file system where the kernel expects it, if it is not there.
+fn mount_fusectl() {
+    let (src, target, fstype) = (c"fusectl", c"/sys/fs/fuse/connections", c"fusectl");
+    // SAFETY: valid NUL-terminated strings and no data argument; failure is only logged.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        log::warn!("cannot mount fusectl: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Serves until the mount is gone. A signal or `tiercache unmount` unmounts when nothing is in
+/// use. If files are open: `unmount` is refused (the caller is told), `unmount --force` detaches
+/// and aborts the connection, and a signal detaches lazily and keeps serving the open files
+/// until they are closed (a second signal aborts them). Returns the unmount requests waiting
+/// for the final write-back's outcome.
+fn serve_until_stopped(
+    handle: &mut tiercache_fuse::MountHandle,
+    signal: &AtomicBool,
+    requests: &mpsc::Receiver<StopRequest>,
+    conn: Option<u64>,
+    mountpoint: &std::path::Path,
+) -> Vec<mpsc::Sender<Result<(), String>>> {
+    let mut waiting = Vec::new();
+    let mut draining = false;
+    loop {
+        if handle.is_finished() {
+            log::info!(
+                "{}: writing back and stopping",
+                if draining {
+                    "last open file closed"
+                } else {
+                    "unmounted from outside"
+                }
+            );
+            return waiting;
+        }
+        if signal.swap(false, Ordering::SeqCst) {
+            if draining {
+                log::warn!("second stop signal: aborting the files still open");
+                abort_connection(conn);
+                return waiting;
+            }
+            match handle.try_unmount() {
+                Ok(()) => {
+                    log::info!("stop signal: unmounted; writing back");
+                    return waiting;
+                }
+                Err(tiercache_fuse::FuseError::Busy(_)) => {
+                    log::info!(
+                        "stop signal while files are open: detached; serving them until closed"
+                    );
+                    if let Err(e) = handle.detach() {
+                        log::error!("{e}");
+                        return waiting;
+                    }
+                    draining = true;
+                }
+                Err(e) => {
+                    log::error!("{e}");
+                    return waiting;
+                }
+            }
+        }
+        while let Ok(req) = requests.try_recv() {
+            if draining {
+                if req.force {
+                    abort_connection(conn);
+                    waiting.push(req.reply);
+                    return waiting;
+                }
+                waiting.push(req.reply);
+                continue;
+            }
+            match handle.try_unmount() {
+                Ok(()) => {
+                    log::info!("unmount requested: unmounted; writing back");
+                    waiting.push(req.reply);
+                    return waiting;
+                }
+                Err(tiercache_fuse::FuseError::Busy(_)) if !req.force => {
+                    let _ = req.reply.send(Err(format!(
+                        "{}: busy (files are open); close them, or `tiercache unmount --force` to detach it and abort their access",
+                        mountpoint.display()
+                    )));
+                }
+                Err(tiercache_fuse::FuseError::Busy(_)) => {
+                    log::warn!("forced unmount while files are open: detaching and aborting them");
+                    if let Err(e) = handle.detach() {
+                        log::error!("{e}");
+                    }
+                    abort_connection(conn);
+                    waiting.push(req.reply);
+                    return waiting;
+                }
+                Err(e) => {
+                    let _ = req.reply.send(Err(e.to_string()));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Writes everything back. On failure (BACKING full or failing) the dirty data stays in memory
+/// and is retried every 5 s, and at once when `tiercache unmount` asks again, while the control
+/// socket keeps answering (`stats`, `flush`); `tiercache unmount --force` gives up and discards
+/// it, with the error logged and returned.
+fn final_write_back(
+    mem: &MemCache,
+    requests: &mpsc::Receiver<StopRequest>,
+    waiting: &mut Vec<mpsc::Sender<Result<(), String>>>,
+    conn: Option<u64>,
+) -> Result<(), String> {
+    let _ = conn;
+    loop {
+        match mem.flush_all() {
+            Ok(()) => {
+                return mem
+                    .shutdown()
+                    .map_err(|e| format!("write-back at shutdown failed: {e}"));
+            }
+            Err(e) => {
+                let msg = format!(
+                    "write-back failed: {e}; the dirty data stays in this daemon's memory and is retried every 5 s (fix BACKING, or `tiercache unmount --force` to discard it)"
+                );
+                log::error!("{msg}");
+                for w in waiting.drain(..) {
+                    let _ = w.send(Err(msg.clone()));
+                }
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if let Ok(req) = requests.recv_timeout(Duration::from_millis(200)) {
+                        if req.force {
+                            let gave_up = format!("{msg}; forced stop: dirty data discarded");
+                            log::error!("{gave_up}");
+                            waiting.push(req.reply);
+                            return Err(gave_up);
+                        }
+                        // Someone asks again: retry now and answer with that outcome.
+                        waiting.push(req.reply);
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Starts the daemon in its own session with output to its log file, and returns once the mount
@@ -227,6 +423,8 @@ pub fn spawn_background(_args: &MountArgs, s: &Settings) -> Result<(), String> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&files.log)
         .map_err(|e| format!("{}: {e}", files.log.display()))?;
     let start_len = log.metadata().map_or(0, |m| m.len());

@@ -17,15 +17,25 @@ pub fn serve_listener(listener: TcpListener, render: Render) -> io::Result<std::
         .name("tc-metrics".into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
-                let _ = answer(conn, &render);
+                // One thread per scrape, so a slow or idle client delays nobody else.
+                let render = Arc::clone(&render);
+                let _ = std::thread::Builder::new()
+                    .name("tc-metrics-conn".into())
+                    .spawn(move || answer(conn, &render));
             }
         })?;
     Ok(local)
 }
 
+/// Longest request head read; the rest is ignored.
+const MAX_HEAD: u64 = 8 << 10;
+
 fn answer(stream: TcpStream, render: &Render) -> io::Result<()> {
+    use std::io::Read as _;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    // At most MAX_HEAD bytes, so a client sending an endless line costs no memory.
+    let mut reader = BufReader::new(stream.try_clone()?.take(MAX_HEAD));
     let mut line = String::new();
     // Read the request head up to the blank line; the path does not matter.
     loop {
