@@ -268,6 +268,10 @@ impl MemCache {
     /// Registers an open handle of `file` (the backing inode number) with its open backing file,
     /// class and current attributes. Blocks cached from an earlier version with a different
     /// stamp are dropped (clean ones; dirty ones are kept and a warning is logged).
+    ///
+    /// `backing` may be read-only: it becomes the file's backing handle only when the file has
+    /// none or only a less capable one (read-write > read-only > write-only), so a read-only
+    /// open never takes the place of the writable handle pending write-back needs.
     pub fn open(
         &self,
         file: FileId,
@@ -305,9 +309,27 @@ impl MemCache {
     }
 
     /// Sets the file's size: BACKING is truncated (or extended) at once, cached blocks beyond
-    /// are dropped and the tail of the last partial block is zeroed.
+    /// are dropped and the tail of the last partial block is zeroed. Goes through the file's
+    /// backing handle, so it fails with `EBADF` for a file without one (closed and clean); use
+    /// [`MemCache::truncate_with`] when a writable descriptor is at hand.
     pub fn truncate(&self, file: FileId, new_size: u64) -> io::Result<()> {
-        self.inner.truncate(file, new_size)
+        self.inner.truncate(file, None, new_size)
+    }
+
+    /// [`MemCache::truncate`] through `writable`, a descriptor of the file open for writing
+    /// (`truncate(2)` by path of a closed file, whose backing handle the tier let go). A file
+    /// the tier does not know is simply truncated on BACKING.
+    pub fn truncate_with(&self, file: FileId, writable: &File, new_size: u64) -> io::Result<()> {
+        self.inner.truncate(file, Some(writable), new_size)
+    }
+
+    /// The background write-back error of `file` not reported yet, if any; reporting clears it
+    /// (one reporter, like Linux's errseq). Cheap: no write-back, no I/O — for `close()`, which
+    /// must not wait for write-back. Later failures are remembered anew.
+    pub fn take_writeback_error(&self, file: FileId) -> Option<io::Error> {
+        let mut eng = self.inner.lock();
+        let e = eng.files.get_mut(&file)?.error.take()?;
+        Some(e.to_io())
     }
 
     /// Returns once `file`'s dirty blocks are on BACKING and BACKING is synced
@@ -392,12 +414,19 @@ impl MemCache {
 
     /// Drops `file`'s clean cached blocks (dirty ones stay). Returns how many were dropped.
     pub fn invalidate(&self, file: FileId) -> usize {
-        self.inner.invalidate(file, false)
+        self.inner.invalidate(file)
     }
 
-    /// Like [`MemCache::invalidate`], and also forgets the file when it is closed and clean.
+    /// The file's id may name another file from now on (the kernel forgot the inode): writes
+    /// its dirty blocks back — synchronously, without syncing BACKING; not at all when the
+    /// inode is unlinked, as nobody can read them any more — then drops all its blocks and its
+    /// state (remembered error, pending sync, logical times). If that write-back fails, the
+    /// dirty blocks are kept (and retried) but the next `open` of `file` takes it for a
+    /// different file unless its stamp matches exactly. With handles still open, clean blocks
+    /// go now, and at [`MemCache::release`] the file is left in that forgotten state, its dirty
+    /// blocks to the flusher. Returns the blocks dropped.
     pub fn forget(&self, file: FileId) -> usize {
-        self.inner.invalidate(file, true)
+        self.inner.forget(file)
     }
 
     /// Cached and dirty blocks of `file`.

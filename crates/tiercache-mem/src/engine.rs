@@ -209,6 +209,34 @@ impl Engine {
         Dropped::Yes
     }
 
+    /// Drops the unpinned cached blocks of `file` (dirty ones too with `allow_dirty`). Returns
+    /// the clean and the dirty blocks dropped.
+    pub fn drop_file_blocks(&mut self, file: FileId, allow_dirty: bool) -> (usize, usize) {
+        let Some(f) = self.files.get(&file) else {
+            return (0, 0);
+        };
+        let blocks: Vec<(u64, bool)> = f
+            .blocks
+            .iter()
+            .map(|&b| (b, f.dirty.contains(&b)))
+            .collect();
+        let (mut clean, mut dirty) = (0, 0);
+        for (b, was_dirty) in blocks {
+            let key = BlockKey {
+                file,
+                block: tiercache_core::BlockIndex(b),
+            };
+            if self.drop_block(key, allow_dirty) == Dropped::Yes {
+                if was_dirty {
+                    dirty += 1;
+                } else {
+                    clean += 1;
+                }
+            }
+        }
+        (clean, dirty)
+    }
+
     /// After a request unpinned `slot`: if it is still not valid (its fill failed, or was never
     /// done) and nobody else holds it, give it back so it does not sit in the cache empty.
     pub fn reap(&mut self, arena: &Arena, key: BlockKey, slot: SlotId) {
@@ -233,9 +261,23 @@ impl Engine {
     /// Lets go of what a closed file no longer needs: its backing handle once it is clean and
     /// synced, its whole state once it also has no cached blocks. Returns the handle to drop
     /// (outside the lock when the caller can, as closing may take time).
+    ///
+    /// A forgotten file (see `files`) keeps its handle, which pins its inode, as long as
+    /// anything of it is cached, and its whole state goes (logical ctime included) once
+    /// nothing is.
     pub fn gc_file(&mut self, id: FileId) -> Option<Arc<File>> {
         let f = self.files.get_mut(&id)?;
-        if f.handles > 0 || !f.dirty.is_empty() || f.needs_sync {
+        if f.handles > 0 || !f.dirty.is_empty() {
+            return None;
+        }
+        if f.forgotten {
+            if !f.blocks.is_empty() {
+                return None;
+            }
+            self.ctimes.remove(id);
+            return self.files.remove(&id).and_then(|f| f.backing);
+        }
+        if f.needs_sync {
             return None;
         }
         let fd = f.backing.take();

@@ -7,6 +7,7 @@
 //! rebuilt from their raw OS error).
 
 use std::io;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use tiercache_core::{CoreError, FileId};
 
@@ -89,7 +90,73 @@ impl StoredError {
     }
 }
 
+/// How often a file's repeated write-back failure is logged at most.
+pub(crate) const ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Rate limit of one file's write-back error log: the first failure is logged, then at most one
+/// line per [`ERROR_LOG_EVERY`] with the number of failures not logged in between.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ErrorLog {
+    /// When the last line was logged (`None`: no failure since the last success).
+    last: Option<Instant>,
+    /// Failures since `last` that were not logged.
+    suppressed: u64,
+}
+
+impl ErrorLog {
+    /// Notes a failure at `now`. `Some(n)` when it is to be logged, `n` being the failures not
+    /// logged since the previous line.
+    pub(crate) fn failed(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(t) if now.saturating_duration_since(t) < ERROR_LOG_EVERY => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+
+    /// Notes a success. `Some(n)` when it ends a run of failures, `n` of them not logged.
+    pub(crate) fn succeeded(&mut self) -> Option<u64> {
+        self.last
+            .take()
+            .map(|_| std::mem::take(&mut self.suppressed))
+    }
+}
+
 /// `EBADF` for an operation on a file the tier does not know.
 pub(crate) fn unknown_file(file: FileId) -> io::Error {
     MemError::UnknownFile(file).into()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Write-back errors were logged every second per file forever: the log is rate limited.
+    use super::*;
+
+    #[test]
+    fn repeated_write_back_errors_are_logged_once_a_minute_with_a_count() {
+        let t0 = Instant::now();
+        let mut l = ErrorLog::default();
+        assert_eq!(l.failed(t0), Some(0), "the first failure is logged");
+        for s in 1..60 {
+            assert_eq!(l.failed(t0 + Duration::from_secs(s)), None);
+        }
+        assert_eq!(l.failed(t0 + Duration::from_secs(60)), Some(59));
+        assert_eq!(l.failed(t0 + Duration::from_secs(61)), None);
+        assert_eq!(
+            l.succeeded(),
+            Some(1),
+            "recovery reports the unlogged failures"
+        );
+        assert_eq!(l.succeeded(), None, "nothing to report after a success");
+        assert_eq!(
+            l.failed(t0 + Duration::from_secs(62)),
+            Some(0),
+            "a new run of failures is logged at once"
+        );
+    }
 }

@@ -1,9 +1,11 @@
 //! Per-file state and the file-level operations: `open` (with the staleness check), `release`,
-//! `set_class`, `invalidate`/`forget`, sizes and generations.
+//! `set_class`, `invalidate`, `forget`, sizes and generations.
 //!
 //! Invariants:
 //! - a file has a state while it is open, has cached blocks, or has dirty blocks; its backing
 //!   handle is kept while it is open, dirty or not yet synced (the flusher needs an fd);
+//! - the backing handle is the most capable one seen (read-write before read-only): a later
+//!   read-only open never replaces a writable handle that pending write-back needs;
 //! - `backing_size ≤ size`; `size` is the logical size readers see (EOF), `backing_size` what
 //!   the tier believes BACKING holds (writes past it are cached until written back);
 //! - `stamp` describes BACKING as of the tier's last change to it, so a different stamp at open
@@ -13,16 +15,31 @@
 //! - lock order per file: `io` (write-back, truncate) before `op` (reads/writes shared;
 //!   truncate and invalidation exclusive); nothing takes `op` while holding a slot lock, and
 //!   writers throttle *before* taking `op`.
+//!
+//! Inode reuse. A [`FileId`] is a backing inode number, which BACKING gives to a new file once
+//! the old inode is freed. While the FUSE layer knows the inode its node pins it (an `O_PATH`
+//! descriptor), so cached blocks without a backing handle are safe; after the kernel forgot the
+//! node ([`crate::MemCache::forget`]) nothing pins it any more. So `forget` writes the file's
+//! dirty blocks back and drops everything the tier has of it — blocks, state, remembered error,
+//! logical times. When that write-back fails the state stays *forgotten*: its dirty blocks and
+//! its backing handle (which pins the inode) are kept for retries, its clean blocks go, and the
+//! next `open` of the id reuses the state only if the stamp matches exactly; otherwise the old
+//! data is written back through the old handle once more and the state is replaced. A forgotten
+//! state goes as soon as it is clean. A forget that arrives while handles are still open (the
+//! kernel may send FORGET before the last RELEASE is handled) drops the clean blocks at once
+//! and makes the state forgotten at the last release, leaving its dirty blocks to the flusher
+//! (a close does not wait for write-back).
 
 use crate::cache::Inner;
-use crate::engine::Dropped;
-use crate::error::{unknown_file, StoredError};
+use crate::engine::{Dropped, Engine};
+use crate::error::{unknown_file, ErrorLog, StoredError};
 use crate::times::LogicalTimes;
 use std::collections::BTreeSet;
 use std::fs::{File, Metadata};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Instant, SystemTime};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
 
@@ -104,6 +121,8 @@ impl ReadAhead {
 pub(crate) struct FileState {
     pub shared: Arc<FileShared>,
     pub backing: Option<Arc<File>>,
+    /// Access mode of `backing` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
+    pub backing_mode: i32,
     pub class: Class,
     pub stamp: FileStamp,
     pub size: u64,
@@ -120,6 +139,8 @@ pub(crate) struct FileState {
     pub dirtied_at: Option<Instant>,
     /// A background write-back error not yet reported by `fsync`/`flush`.
     pub error: Option<StoredError>,
+    /// Rate limit of the write-back error log of this file.
+    pub error_log: ErrorLog,
     /// Data was written to BACKING since the last sync.
     pub needs_sync: bool,
     /// Logical modification time while cached writes are not all on BACKING: the time of the
@@ -128,13 +149,20 @@ pub(crate) struct FileState {
     /// The ctime to report while a write-back is changing BACKING (see `times`).
     pub wb_ctime: Option<SystemTime>,
     pub ra: ReadAhead,
+    /// The kernel forgot the inode but the write-back at `forget` failed: only dirty blocks are
+    /// kept (with the backing handle, which pins the inode) and the state goes once they are
+    /// written back. The next `open` reuses it only with an identical stamp.
+    pub forgotten: bool,
+    /// `forget` came while handles were open: it is carried out at the last `release`.
+    pub forget_at_release: bool,
 }
 
 impl FileState {
-    fn new(backing: Arc<File>, class: Class, stamp: FileStamp) -> Self {
+    fn new(backing: Arc<File>, mode: i32, class: Class, stamp: FileStamp) -> Self {
         Self {
             shared: Arc::new(FileShared::default()),
             backing: Some(backing),
+            backing_mode: mode,
             class,
             stamp,
             size: stamp.size,
@@ -145,12 +173,45 @@ impl FileState {
             dirty: BTreeSet::new(),
             dirtied_at: None,
             error: None,
+            error_log: ErrorLog::default(),
             needs_sync: false,
             mtime: None,
             wb_ctime: None,
             ra: ReadAhead::default(),
+            forgotten: false,
+            forget_at_release: false,
         }
     }
+
+    /// Installs `fd` (access mode `mode`) as the backing handle unless the current one is at
+    /// least as capable; returns the handle no longer used (to be closed outside the lock).
+    fn offer_backing(&mut self, fd: Arc<File>, mode: i32) -> Option<Arc<File>> {
+        if self.backing.is_some() && mode_rank(mode) <= mode_rank(self.backing_mode) {
+            return Some(fd);
+        }
+        self.backing_mode = mode;
+        self.backing.replace(fd)
+    }
+}
+
+/// How useful a descriptor is as the backing handle: read-write serves reads, fills and
+/// write-back; read-only serves reads; write-only cannot fill partial blocks.
+fn mode_rank(mode: i32) -> u8 {
+    match mode {
+        libc::O_RDWR => 2,
+        libc::O_RDONLY => 1,
+        _ => 0,
+    }
+}
+
+/// The access mode (`fcntl(F_GETFL) & O_ACCMODE`) of an open descriptor.
+pub(crate) fn access_mode(f: &File) -> io::Result<i32> {
+    // SAFETY: F_GETFL only reads the flags of a descriptor `f` keeps open.
+    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(flags & libc::O_ACCMODE)
 }
 
 impl Inner {
@@ -170,109 +231,182 @@ impl Inner {
         class: Class,
         stamp: FileStamp,
     ) -> io::Result<OpenOutcome> {
-        let shared = {
+        let mode = access_mode(&backing)?;
+        // Stale-stamp checks quiesce the file; they start over when the state they locked went
+        // away meanwhile (closed and evicted, or forgotten and replaced).
+        let mut fresh: Option<FileStamp> = None;
+        loop {
+            let shared = {
+                let mut eng = self.lock();
+                let Some(f) = eng.files.get_mut(&file) else {
+                    let st = fresh.unwrap_or(stamp);
+                    eng.files
+                        .insert(file, FileState::new(backing, mode, class, st));
+                    return Ok(OpenOutcome::default());
+                };
+                if f.stamp == stamp && !f.forgotten {
+                    let reused_blocks = self.attach(eng, file, backing, mode, class);
+                    return Ok(OpenOutcome {
+                        reused_blocks,
+                        ..OpenOutcome::default()
+                    });
+                }
+                Arc::clone(&f.shared)
+            };
+            // The stamp differs (or the kernel forgot the file). Quiesce the file (no
+            // write-back, write-through or truncate can run) and look at BACKING ourselves,
+            // through the caller's descriptor (the same inode): the caller's stamp may simply
+            // predate our own latest write-back, which already refreshed the stored stamp.
+            let _io = crate::cache::lock(&shared.io);
+            let _op = crate::cache::write_lock(&shared.op);
+            let now = *fresh.get_or_insert_with(|| match FileStamp::of_file(&backing) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("file {}: fstat at open failed: {e}", file.0);
+                    stamp
+                }
+            });
+            let replace = {
+                let eng = self.lock();
+                match eng.files.get(&file) {
+                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => f.forgotten && f.stamp != now,
+                    _ => continue,
+                }
+            };
+            if replace {
+                // A forgotten state is another file as far as this open is concerned: its data
+                // goes to its own inode (through its own handle) and the state goes.
+                if let Some((old_fd, dropped)) = self.drop_forgotten_state(file, &shared) {
+                    drop(old_fd);
+                    let mut eng = self.lock();
+                    if eng.files.contains_key(&file) {
+                        continue; // another open of the id came first
+                    }
+                    eng.files
+                        .insert(file, FileState::new(backing, mode, class, now));
+                    return Ok(OpenOutcome {
+                        dropped_blocks: dropped,
+                        ..OpenOutcome::default()
+                    });
+                }
+                // Could not be dropped (logged): handled as a change behind our back below.
+            }
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
-                eng.files
-                    .insert(file, FileState::new(backing, class, stamp));
-                return Ok(OpenOutcome::default());
+                continue;
             };
-            f.handles += 1;
-            f.backing = Some(backing);
-            let reclass = f.class != class;
-            f.class = class;
-            let stale = f.stamp != stamp;
-            let shared = Arc::clone(&f.shared);
-            if reclass {
-                self.reclassify(&mut eng, file, class);
+            if !Arc::ptr_eq(&f.shared, &shared) {
+                continue;
             }
-            if !stale {
-                let n = eng.files.get(&file).map_or(0, |f| f.blocks.len());
+            if f.stamp == now {
+                f.forgotten = false;
+                let reused_blocks = self.attach(eng, file, backing, mode, class);
                 return Ok(OpenOutcome {
-                    reused_blocks: n,
+                    reused_blocks,
                     ..OpenOutcome::default()
                 });
             }
-            shared
-        };
-        // The stamp differs. Quiesce the file (no write-back, write-through or truncate can run)
-        // and look at BACKING ourselves: the caller's stamp may simply predate our own latest
-        // write-back, which already refreshed the stored stamp.
-        let _io = crate::cache::lock(&shared.io);
-        let _op = crate::cache::write_lock(&shared.op);
-        let fd = self.lock().files.get(&file).and_then(|f| f.backing.clone());
-        let stamp = match fd.as_deref().map(FileStamp::of_file) {
-            Some(Ok(fresh)) => fresh,
-            Some(Err(e)) => {
-                log::warn!("file {}: fstat at open failed: {e}", file.0);
-                stamp
+            let blocks: Vec<u64> = f.blocks.iter().copied().collect();
+            let kept_dirty = f.dirty.len();
+            let old = f.stamp;
+            f.forgotten = false;
+            f.stamp = now;
+            f.backing_size = now.size;
+            f.size = if kept_dirty > 0 {
+                f.size.max(now.size)
+            } else {
+                now.size
+            };
+            f.generation += 1;
+            f.ra = ReadAhead::default();
+            // What the tier remembered of the old version is not this version's.
+            f.error = None;
+            f.error_log = ErrorLog::default();
+            f.needs_sync = false;
+            let mut dropped = 0;
+            for b in blocks {
+                let key = BlockKey {
+                    file,
+                    block: BlockIndex(b),
+                };
+                match eng.drop_block(key, false) {
+                    Dropped::Yes => dropped += 1,
+                    Dropped::Pinned => log::error!("file {}: block {b} pinned at open", file.0),
+                    Dropped::Dirty | Dropped::NotCached => {}
+                }
             }
-            None => stamp,
-        };
-        let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&file) else {
-            return Ok(OpenOutcome::default());
-        };
-        if f.stamp == stamp {
+            if kept_dirty > 0 {
+                log::warn!(
+                    "file {} changed behind the cache ({old:?} -> {now:?}); dropped {dropped} \
+                     clean blocks, kept {kept_dirty} dirty blocks that will overwrite it",
+                    file.0
+                );
+            } else if dropped > 0 {
+                log::info!(
+                    "file {} changed behind the cache; dropped {dropped} stale blocks",
+                    file.0
+                );
+            }
+            self.attach(eng, file, backing, mode, class);
             return Ok(OpenOutcome {
-                reused_blocks: f.blocks.len(),
-                ..OpenOutcome::default()
+                reused_blocks: 0,
+                dropped_blocks: dropped,
+                kept_dirty,
             });
         }
-        let blocks: Vec<u64> = f.blocks.iter().copied().collect();
-        let kept_dirty = f.dirty.len();
-        let old = f.stamp;
-        f.stamp = stamp;
-        f.backing_size = stamp.size;
-        f.size = if kept_dirty > 0 {
-            f.size.max(stamp.size)
-        } else {
-            stamp.size
+    }
+
+    /// Counts a new handle of the known `file`: offers its descriptor as the backing handle,
+    /// applies its class, and closes the descriptor not kept once the engine lock is let go.
+    /// Returns the file's cached blocks.
+    fn attach(
+        &self,
+        mut eng: MutexGuard<'_, Engine>,
+        file: FileId,
+        backing: Arc<File>,
+        mode: i32,
+        class: Class,
+    ) -> usize {
+        let Some(f) = eng.files.get_mut(&file) else {
+            return 0;
         };
-        f.generation += 1;
-        f.ra = ReadAhead::default();
-        let mut dropped = 0;
-        for b in blocks {
-            let key = BlockKey {
-                file,
-                block: BlockIndex(b),
-            };
-            match eng.drop_block(key, false) {
-                Dropped::Yes => dropped += 1,
-                Dropped::Pinned => log::error!("file {}: block {b} pinned at open", file.0),
-                Dropped::Dirty | Dropped::NotCached => {}
-            }
+        f.handles += 1;
+        f.forget_at_release = false; // the kernel knows the inode again
+        let unused = f.offer_backing(backing, mode);
+        let reclass = f.class != class;
+        f.class = class;
+        let blocks = f.blocks.len();
+        if reclass {
+            self.reclassify(&mut eng, file, class);
         }
-        if kept_dirty > 0 {
-            log::warn!(
-                "file {} changed behind the cache ({old:?} -> {stamp:?}); dropped {dropped} \
-                 clean blocks, kept {kept_dirty} dirty blocks that will overwrite it",
-                file.0
-            );
-        } else if dropped > 0 {
-            log::info!(
-                "file {} changed behind the cache; dropped {dropped} stale blocks",
-                file.0
-            );
-        }
-        Ok(OpenOutcome {
-            reused_blocks: 0,
-            dropped_blocks: dropped,
-            kept_dirty,
-        })
+        drop(eng);
+        drop(unused);
+        blocks
     }
 
     pub(crate) fn release(&self, file: FileId) {
-        let fd = {
+        let (fd, kick) = {
             let mut eng = self.lock();
-            match eng.files.get_mut(&file) {
-                // The last handle closed (the caller calls this once, at the last close).
-                Some(f) => f.handles = 0,
-                None => return,
+            let Some(f) = eng.files.get_mut(&file) else {
+                return;
+            };
+            // The last handle closed (the caller calls this once, at the last close).
+            f.handles = 0;
+            let mut kick = false;
+            if std::mem::take(&mut f.forget_at_release) {
+                // The kernel forgot the file while it was open. Without blocking the close:
+                // clean blocks go, dirty ones are left to the flusher, and the state, forgotten,
+                // goes once they are written back (its handle pins the inode until then).
+                f.forgotten = true;
+                kick = !f.dirty.is_empty();
+                eng.drop_file_blocks(file, false);
             }
-            eng.gc_file(file)
+            (eng.gc_file(file), kick)
         };
         drop(fd);
+        if kick {
+            self.kick_flusher();
+        }
     }
 
     /// Moves the file's cached blocks to the pool of `class`.
@@ -300,35 +434,140 @@ impl Inner {
         }
     }
 
-    /// Drops the file's clean blocks; with `forget`, also its state when it is closed and clean.
-    pub(crate) fn invalidate(&self, file: FileId, forget: bool) -> usize {
+    /// Drops the file's clean blocks (dirty ones stay).
+    pub(crate) fn invalidate(&self, file: FileId) -> usize {
         let Ok(shared) = self.shared(file) else {
             return 0;
         };
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
-        let (dropped, fd) = {
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&file) else {
+            return 0;
+        };
+        f.ra = ReadAhead::default();
+        eng.drop_file_blocks(file, false).0
+    }
+
+    /// The kernel forgot `file`, whose id may name another file from now on: writes its dirty
+    /// blocks back (synchronously; not for an unlinked inode, whose data nobody can reach any
+    /// more) and drops all its blocks and its state. If the write-back fails, the state stays
+    /// forgotten (see the module docs). With handles still open, clean blocks go now and the
+    /// rest at the last release. Returns the blocks dropped.
+    pub(crate) fn forget(&self, file: FileId) -> usize {
+        let Ok(shared) = self.shared(file) else {
+            return 0;
+        };
+        let _io = crate::cache::lock(&shared.io);
+        let _op = crate::cache::write_lock(&shared.op);
+        let fd = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
                 return 0;
             };
-            f.ra = ReadAhead::default();
-            let blocks: Vec<u64> = f.blocks.iter().copied().collect();
-            let mut dropped = 0;
-            for b in blocks {
-                let key = BlockKey {
-                    file,
-                    block: BlockIndex(b),
-                };
-                if eng.drop_block(key, false) == Dropped::Yes {
-                    dropped += 1;
-                }
+            if !Arc::ptr_eq(&f.shared, &shared) {
+                return 0; // opened anew meanwhile: not the file that was forgotten
             }
-            let fd = if forget { eng.gc_file(file) } else { None };
-            (dropped, fd)
+            f.ra = ReadAhead::default();
+            if f.handles > 0 {
+                f.forget_at_release = true;
+                return eng.drop_file_blocks(file, false).0;
+            }
+            if f.dirty.is_empty() {
+                None
+            } else {
+                f.backing.clone()
+            }
+        };
+        let unlinked = fd
+            .as_deref()
+            .is_some_and(|fd| fd.metadata().is_ok_and(|m| m.nlink() == 0));
+        let written = match fd {
+            Some(_) if !unlinked => self
+                .flush_locked(file, crate::flusher::Why::Forget)
+                .map(|_| ()),
+            _ => Ok(()),
+        };
+        let (dropped, fd) = {
+            let mut eng = self.lock();
+            if !eng
+                .files
+                .get(&file)
+                .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared))
+            {
+                return 0;
+            }
+            let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
+            if dirty > 0 {
+                log::debug!(
+                    "file {}: forgotten after unlink; {dirty} dirty blocks not written",
+                    file.0
+                );
+            }
+            match eng.files.get_mut(&file) {
+                Some(f) if f.blocks.is_empty() => {
+                    let fd = eng.files.remove(&file).and_then(|f| f.backing);
+                    eng.ctimes.remove(file);
+                    (clean + dirty, fd)
+                }
+                Some(f) => {
+                    f.forgotten = true;
+                    let left = f.dirty.len();
+                    let why = match &written {
+                        Err(e) => e.to_string(),
+                        Ok(()) => "blocks busy".to_string(),
+                    };
+                    log::warn!(
+                        "file {}: forgotten with {left} dirty blocks not written back ({why}); \
+                         they are kept and retried",
+                        file.0
+                    );
+                    (clean, None)
+                }
+                None => (clean + dirty, None),
+            }
         };
         drop(fd);
         dropped
+    }
+
+    /// For `open`, which holds the file's `io` and `op` locks: writes a forgotten state's dirty
+    /// blocks back through its own handle once more, then drops the state whatever the outcome
+    /// (the id names a different file now). Returns the old handle and the blocks dropped, or
+    /// `None` when blocks were busy and the state was kept.
+    fn drop_forgotten_state(
+        &self,
+        file: FileId,
+        shared: &Arc<FileShared>,
+    ) -> Option<(Option<Arc<File>>, usize)> {
+        // Errors are logged and counted by the write-back itself.
+        let _ = self.flush_locked(file, crate::flusher::Why::Forget);
+        let mut eng = self.lock();
+        if !eng
+            .files
+            .get(&file)
+            .is_some_and(|f| Arc::ptr_eq(&f.shared, shared))
+        {
+            return Some((None, 0)); // written back and gone already
+        }
+        let (clean, dirty) = eng.drop_file_blocks(file, true);
+        if dirty > 0 {
+            log::error!(
+                "file {}: discarding {dirty} dirty blocks of a forgotten file that could not be \
+                 written back; the id names a different file now",
+                file.0
+            );
+        }
+        if eng.files.get(&file).is_some_and(|f| !f.blocks.is_empty()) {
+            log::error!(
+                "file {}: blocks busy while replacing a forgotten file",
+                file.0
+            );
+            return None;
+        }
+        let fd = eng.files.remove(&file).and_then(|f| f.backing);
+        eng.ctimes.remove(file);
+        Some((fd, clean + dirty))
     }
 
     pub(crate) fn logical_size(&self, file: FileId) -> Option<u64> {

@@ -13,7 +13,13 @@
 //! blocks dirty; the error is remembered for the file's next `fsync`/`flush` when it happened in
 //! the background, and returned directly otherwise); a block re-dirtied during its write-back
 //! stays dirty; `fsync` returns only after the file's dirty blocks at the time of the call are
-//! written and BACKING is synced.
+//! written and BACKING is synced. Write-back writes through the file's backing handle, or — when
+//! only a read-only one is at hand — through a read-write reopen of it made at that moment; if
+//! that reopen fails, its errno is the write-back's error.
+//!
+//! Errors are logged once per file when they start, then at most once a minute with the count
+//! of failures in between (the flusher retries every interval), and once when write-back works
+//! again.
 //!
 //! Background policy: every `flush_interval` (or when kicked because dirty blocks passed the
 //! background limit) the flusher writes back, oldest-dirtied file first, every file dirty for
@@ -26,6 +32,7 @@ use crate::stats::Counters;
 use crate::times::{ctime_of, CtimeMap};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, PoisonError, TryLockError};
 use std::time::Instant;
 use tiercache_core::{BlockKey, FileId, SlotId};
@@ -44,6 +51,10 @@ pub(crate) enum Why {
     Throttle,
     /// `fsync`/`flush_all`: wait, return errors, then sync (`true` = data only).
     Sync(bool),
+    /// `forget` (the caller holds the `io` lock): return errors, no sync. Errors are not
+    /// remembered for a later `fsync`/`flush`: nobody has the file open, and its data stays
+    /// dirty and is retried (a later `fsync` of it reports a failure that persists).
+    Forget,
 }
 
 /// A block copied for write-back: key, slot, dirty sequence at the copy.
@@ -207,7 +218,7 @@ impl Inner {
 
     /// [`Inner::flush_file`] for a caller that holds the file's `io` lock.
     pub(crate) fn flush_locked(&self, file: FileId, why: Why) -> io::Result<usize> {
-        let (fd, size, mtime, list) = {
+        let (fd, mode, size, mtime, list) = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get(&file) else {
                 return Ok(0);
@@ -215,7 +226,7 @@ impl Inner {
             let Some(fd) = f.backing.clone() else {
                 return Ok(0);
             };
-            let (size, mtime) = (f.size, f.mtime);
+            let (mode, size, mtime) = (f.backing_mode, f.size, f.mtime);
             let blocks: Vec<u64> = f.dirty.iter().copied().collect();
             let mut list = Vec::with_capacity(blocks.len());
             for block in blocks {
@@ -227,7 +238,14 @@ impl Inner {
                     list.push((block, slot, seq));
                 }
             }
-            (fd, size, mtime, list)
+            (fd, mode, size, mtime, list)
+        };
+        // Only a read-only handle may be at hand (the file was last opened read-only): write
+        // through a read-write reopen of the same inode, or fail (and keep the data dirty).
+        let wfd = if list.is_empty() {
+            Ok(Arc::clone(&fd))
+        } else {
+            self.writable_backing(file, &fd, mode)
         };
         // From the first pwrite on, BACKING's ctime is ours, not the application's: readers see
         // the ctime as it is now until the write-back is done and mapped (see `times`).
@@ -250,7 +268,10 @@ impl Inner {
                     false
                 }
             };
-        let (copied, err, wrote_end) = self.write_runs(file, &fd, size, &list);
+        let ((copied, err, wrote_end), fd) = match wfd {
+            Ok(wfd) => (self.write_runs(file, &wfd, size, &list), wfd),
+            Err(e) => ((Vec::new(), Some(e), 0), fd),
+        };
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
         let mtime_applied = match (mtime, &err) {
@@ -272,6 +293,9 @@ impl Inner {
             None
         };
         let mut cleaned = 0;
+        let now = Instant::now();
+        let mut log_err: Option<u64> = None;
+        let mut recovered: Option<u64> = None;
         let fd_to_close = {
             let mut eng = self.lock();
             let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
@@ -295,6 +319,15 @@ impl Inner {
                 if let (Some(e), Why::Background | Why::Throttle) = (&err, why) {
                     f.error = Some(StoredError::of(e));
                 }
+                match &err {
+                    Some(_) => log_err = f.error_log.failed(now),
+                    None if !list.is_empty() => recovered = f.error_log.succeeded(),
+                    None => {}
+                }
+                if f.forgotten && f.dirty.is_empty() {
+                    // written back at last: nothing of a forgotten file stays
+                    eng.drop_file_blocks(file, false);
+                }
             }
             eng.gc_file(file)
         };
@@ -302,28 +335,84 @@ impl Inner {
         Counters::add(&self.counters.writeback_blocks, cleaned as u64);
         if let Some(e) = err {
             Counters::add(&self.counters.writeback_errors, 1);
-            log::error!(
-                "file {}: write-back failed, data stays dirty: {e} (errno {:?})",
-                file.0,
-                e.raw_os_error()
-            );
+            // The flusher retries every interval: log the first failure, then once a minute.
+            if let Some(unlogged) = log_err {
+                log::error!(
+                    "file {}: write-back failed, data stays dirty: {e} (errno {:?}){}",
+                    file.0,
+                    e.raw_os_error(),
+                    unlogged_note(unlogged)
+                );
+            }
             return Err(e);
+        }
+        if let Some(unlogged) = recovered {
+            log::info!(
+                "file {}: write-back works again ({unlogged} failures not logged)",
+                file.0
+            );
         }
         if let Why::Sync(datasync) = why {
             if let Some(f) = self.lock().files.get_mut(&file) {
                 f.needs_sync = false;
             }
             if let Err(e) = self.dev_sync(file, &fd, datasync) {
-                if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.needs_sync = true;
+                let log = match self.lock().files.get_mut(&file) {
+                    Some(f) => {
+                        f.needs_sync = true;
+                        f.error_log.failed(Instant::now())
+                    }
+                    None => Some(0),
+                };
+                if let Some(unlogged) = log {
+                    log::error!(
+                        "file {}: sync of BACKING failed: {e}{}",
+                        file.0,
+                        unlogged_note(unlogged)
+                    );
                 }
-                log::error!("file {}: sync of BACKING failed: {e}", file.0);
                 return Err(e);
             }
             let closed = self.lock().gc_file(file);
             drop(closed);
         }
         Ok(cleaned)
+    }
+
+    /// A descriptor of `file` that write-back can write through: `fd` (access mode `mode`)
+    /// unless it is read-only, else a read-write reopen of the same inode through
+    /// `/proc/self/fd` (the daemon runs as root), which then becomes the file's backing handle
+    /// if `fd` still is. The reopen's error is returned as is.
+    pub(crate) fn writable_backing(
+        &self,
+        file: FileId,
+        fd: &Arc<File>,
+        mode: i32,
+    ) -> io::Result<Arc<File>> {
+        if mode != libc::O_RDONLY {
+            return Ok(Arc::clone(fd));
+        }
+        let rw = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map(Arc::new)
+            .inspect_err(|e| {
+                // The error itself is reported (rate-limited) by the write-back.
+                log::debug!(
+                    "file {}: read-write reopen for write-back failed: {e}",
+                    file.0
+                );
+            })?;
+        let mut eng = self.lock();
+        if let Some(f) = eng.files.get_mut(&file) {
+            if f.backing.as_ref().is_some_and(|b| Arc::ptr_eq(b, fd)) {
+                // The old handle is still held by the caller: not closed under the lock.
+                f.backing = Some(Arc::clone(&rw));
+                f.backing_mode = libc::O_RDWR;
+            }
+        }
+        Ok(rw)
     }
 
     /// Copies and writes the pinned dirty blocks `list` (block, slot, dirty sequence at the
@@ -387,5 +476,13 @@ impl Inner {
             done.append(&mut run);
         }
         (done, None, wrote_end)
+    }
+}
+
+/// The tail of a rate-limited error line: how many failures were not logged before it.
+fn unlogged_note(unlogged: u64) -> String {
+    match unlogged {
+        0 => String::new(),
+        n => format!("; {n} more failures since the last report"),
     }
 }

@@ -13,8 +13,11 @@
 //!   ctime — and any older one, from a stat taken before — to that logical ctime. A later ctime
 //!   on BACKING is someone else's change (chmod, link, truncate...) and shows as is; the entry is
 //!   then useless and dropped. The table outlives the per-file state (a file's state goes when
-//!   it is closed and evicted, but a `tar` may have stat'ed it just before), is bounded, and is
-//!   lost at unmount: a file whose entry is gone shows its write-back ctime from then on.
+//!   it is closed and its blocks are evicted, but a `tar` may have stat'ed it just before), is
+//!   bounded, and is lost at unmount: a file whose entry is gone shows its write-back ctime from
+//!   then on. An entry goes with the rest of the file when the kernel forgets the inode
+//!   (`MemCache::forget`): the kernel keeps no attributes of it then, and its number may be
+//!   reused.
 //!   A chmod that races with a write-back of the same file may have its ctime hidden.
 //!
 //! Inode numbers are reused, but a new file's ctime is later than any write-back of the old one,
@@ -64,6 +67,11 @@ impl CtimeTable {
             let keep_from = self.seq - (MAX_ENTRIES / 2) as u64;
             self.map.retain(|_, e| e.1 > keep_from);
         }
+    }
+
+    /// Forgets `file`'s entry (the kernel forgot the inode; its number may be reused).
+    pub fn remove(&mut self, file: FileId) {
+        self.map.remove(&file);
     }
 
     /// The logical ctime of `file` whose BACKING ctime is `backing`, given the write-back in

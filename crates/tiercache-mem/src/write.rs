@@ -37,6 +37,8 @@ enum WPlan {
 #[derive(Debug)]
 struct WritePlan {
     fd: Arc<File>,
+    /// Access mode of `fd`.
+    mode: i32,
     size: u64,
     backing_size: u64,
     generation: u64,
@@ -91,6 +93,7 @@ impl Inner {
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
+        let mode = f.backing_mode;
         f.generation += 1;
         let (generation, size, backing_size, class) =
             (f.generation, f.size, f.backing_size, f.class);
@@ -116,6 +119,7 @@ impl Inner {
         }
         Ok(WritePlan {
             fd,
+            mode,
             size,
             backing_size,
             generation,
@@ -134,6 +138,8 @@ impl Inner {
     ) -> (Done, Option<io::Error>) {
         let bs = self.bs as u64;
         let mut done = Done::default();
+        // For write-throughs: the backing handle, or a read-write reopen of a read-only one.
+        let mut through_fd: Option<Arc<File>> = None;
         for &(block, step) in &plan.steps {
             let bstart = block << self.shift;
             let (lo, hi) = (bstart.max(offset), (bstart + bs).min(end));
@@ -144,10 +150,21 @@ impl Inner {
                     self.write_slot(file, plan, key, slot, (lo - bstart) as usize, chunk)
                         .map(|()| done.cached.push((key, slot)))
                 }
-                WPlan::Through => self.dev_write(file, &plan.fd, chunk, lo).map(|()| {
-                    done.through_end = hi;
-                    done.through_blocks += 1;
-                }),
+                WPlan::Through => {
+                    let fd = match through_fd.take() {
+                        Some(fd) => Ok(fd),
+                        None => self.writable_backing(file, &plan.fd, plan.mode),
+                    };
+                    fd.and_then(|fd| {
+                        let r = self.dev_write(file, &fd, chunk, lo);
+                        through_fd = Some(fd);
+                        r
+                    })
+                    .map(|()| {
+                        done.through_end = hi;
+                        done.through_blocks += 1;
+                    })
+                }
             };
             match result {
                 Ok(()) => done.bytes += chunk.len(),
@@ -247,21 +264,64 @@ impl Inner {
         }
     }
 
-    /// Sets the size of `file` to `new_size`, BACKING first.
-    pub(crate) fn truncate(&self, file: FileId, new_size: u64) -> io::Result<()> {
-        let shared = self.shared(file)?;
-        let _io = lock(&shared.io);
-        let _op = write_lock(&shared.op);
-        let fd = {
-            let eng = self.lock();
-            let f = eng.files.get(&file).ok_or_else(|| unknown_file(file))?;
-            same_state(f, &shared, file)?;
-            f.backing.clone().ok_or_else(|| unknown_file(file))?
-        };
-        self.device.set_len(file, &fd, new_size)?;
+    /// Sets the size of `file` to `new_size`, BACKING first: through `given` (a writable
+    /// descriptor of the file) when there is one, else through the file's backing handle (a
+    /// read-write reopen of it if it is read-only). With `given`, a file the tier does not know
+    /// (any more) is simply truncated on BACKING.
+    pub(crate) fn truncate(
+        &self,
+        file: FileId,
+        given: Option<&File>,
+        new_size: u64,
+    ) -> io::Result<()> {
+        // A state that goes away (closed and evicted, or forgotten) while we wait for its locks
+        // sends us round again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let shared = match (self.shared(file), given) {
+                (Ok(shared), _) => shared,
+                (Err(_), Some(fd)) => return self.device.set_len(file, fd, new_size),
+                (Err(e), None) => return Err(e),
+            };
+            let _io = lock(&shared.io);
+            let _op = write_lock(&shared.op);
+            let stored = {
+                let eng = self.lock();
+                let f = match eng.files.get(&file) {
+                    Some(f) => f,
+                    None if given.is_some() => continue,
+                    None => return Err(unknown_file(file)),
+                };
+                if !Arc::ptr_eq(&f.shared, &shared) {
+                    if given.is_some() && tries < 8 {
+                        continue;
+                    }
+                    same_state(f, &shared, file)?;
+                }
+                f.backing.clone().map(|fd| (fd, f.backing_mode))
+            };
+            // Held until the state is updated: the stored handle may be a fresh reopen.
+            let owned;
+            let fd: &File = match (given, stored) {
+                (Some(fd), _) => fd,
+                (None, Some((fd, mode))) => {
+                    owned = self.writable_backing(file, &fd, mode)?;
+                    &owned
+                }
+                (None, None) => return Err(unknown_file(file)),
+            };
+            return self.truncate_locked(file, fd, new_size);
+        }
+    }
+
+    /// [`Inner::truncate`] for a caller that holds the file's `io` and `op` locks; `fd` is a
+    /// writable descriptor of the file.
+    fn truncate_locked(&self, file: FileId, fd: &File, new_size: u64) -> io::Result<()> {
+        self.device.set_len(file, fd, new_size)?;
         // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written
         // back.
-        let stamp = match FileStamp::of_file(&fd) {
+        let stamp = match FileStamp::of_file(fd) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::warn!("file {}: fstat after truncate failed: {e}", file.0);

@@ -95,9 +95,9 @@ fn write_back_does_not_move_the_reported_ctime() {
     assert_eq!(cache.logical_times(id, backing_after).ctime, Some(seen));
     // A stat taken before the write-back maps to the same time.
     assert_eq!(cache.logical_times(id, seen).ctime, Some(seen));
-    // Closing and evicting the file keeps the mapping.
+    // Closing the file and evicting its blocks keeps the mapping.
     cache.release(id);
-    cache.forget(id);
+    cache.invalidate(id);
     assert_eq!(cache.file_blocks(id), (0, 0));
     assert_eq!(cache.logical_times(id, backing_after).ctime, Some(seen));
     // Someone else's change (chmod) shows as is.
@@ -106,6 +106,28 @@ fn write_back_does_not_move_the_reported_ctime() {
     let chmod = ctime(&path);
     assert!(chmod > backing_after);
     assert_eq!(cache.logical_times(id, chmod).ctime, Some(chmod));
+}
+
+#[test]
+fn forget_drops_the_ctime_mapping_with_the_rest_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_file(dir.path(), "c", &pattern(0, 4000, 0));
+    let cache = MemCache::with_real_device(small_config(32)).unwrap();
+    let id = open(&cache, &path, Class::Normal);
+    cache.write(id, 100, &pattern(100, 3000, 1)).unwrap();
+    let seen = cache.logical_times(id, ctime(&path)).ctime.unwrap();
+    tick();
+    cache.flush_all().unwrap();
+    let backing_after = ctime(&path);
+    assert_eq!(cache.logical_times(id, backing_after).ctime, Some(seen));
+    cache.release(id);
+    // The kernel forgot the inode: its number may name a new file, whose times are BACKING's.
+    cache.forget(id);
+    assert_eq!(cache.file_blocks(id), (0, 0));
+    assert_eq!(
+        cache.logical_times(id, backing_after),
+        tiercache_mem::LogicalTimes::default()
+    );
 }
 
 #[test]

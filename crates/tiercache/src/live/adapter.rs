@@ -23,6 +23,8 @@ struct Known {
     /// Path relative to the mount root at the last open.
     path: PathBuf,
     open_handles: usize,
+    /// The kernel forgot the inode while handles were open: forget it at the last release.
+    evicted: bool,
 }
 
 /// `DataPath` over the memory tier.
@@ -114,31 +116,20 @@ fn sync_flags(flags: i32) -> Option<bool> {
     }
 }
 
-/// A descriptor the write-back path can always write through: the handle's own when it was
-/// opened for writing, else a read-write reopen of the same inode (the daemon may, as root).
-/// Falls back to the read-only descriptor where BACKING refuses writes (then none can happen).
-fn writable(fh: &FileHandleInfo) -> Arc<File> {
-    if fh.flags & libc::O_ACCMODE != libc::O_RDONLY {
-        return Arc::clone(&fh.file);
-    }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/self/fd/{}", fh.file.as_raw_fd()))
-        .map(Arc::new)
-        .unwrap_or_else(|_| Arc::clone(&fh.file))
-}
-
 impl DataPath for CacheDataPath {
     fn open(&self, fh: &FileHandleInfo) -> io::Result<()> {
         let path = self.relative_path(&fh.file).unwrap_or_default();
         let class = self.class_for(&path);
+        // The handle's own descriptor, read-only for a read-only open: the memory tier keeps a
+        // writable one it already has, and reopens read-write only if write-back ever needs it
+        // (a write-intent open shows in inotify, breaks leases and costs an RPC on NFS).
         self.mem
-            .open(FileId(fh.ino), writable(fh), class, stamp(fh))?;
+            .open(FileId(fh.ino), Arc::clone(&fh.file), class, stamp(fh))?;
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         let k = known.entry(fh.ino).or_default();
         k.path = path;
         k.open_handles += 1;
+        k.evicted = false;
         Ok(())
     }
 
@@ -158,17 +149,26 @@ impl DataPath for CacheDataPath {
         u32::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
     }
 
+    fn flush(&self, fh: &FileHandleInfo) -> io::Result<()> {
+        // close(): report a background write-back error of the file once (no write-back here,
+        // that would defeat write-back; `fsync` waits for it). Readers' closes report nothing.
+        if fh.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Ok(());
+        }
+        match self.mem.take_writeback_error(FileId(fh.ino)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     fn fsync(&self, fh: &FileHandleInfo, datasync: bool) -> io::Result<()> {
         self.mem.fsync(FileId(fh.ino), datasync)
     }
 
     fn truncate(&self, ino: u64, file: &File, new_size: u64) -> io::Result<()> {
-        if self.mem.generation(FileId(ino)).is_some() {
-            self.mem.truncate(FileId(ino), new_size)
-        } else {
-            // Never cached: nothing to keep consistent but the backing file.
-            file.set_len(new_size)
-        }
+        // Through `file` (writable): the tier may hold no descriptor of a closed file. A file it
+        // does not know is truncated on BACKING directly.
+        self.mem.truncate_with(FileId(ino), file, new_size)
     }
 
     fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()> {
@@ -206,18 +206,27 @@ impl DataPath for CacheDataPath {
         if let Some(k) = known.get_mut(&fh.ino) {
             k.open_handles = k.open_handles.saturating_sub(1);
             if k.open_handles == 0 {
+                // A forget that came first is carried out by the tier now.
                 self.mem.release(FileId(fh.ino));
+                if k.evicted {
+                    known.remove(&fh.ino);
+                }
             }
         }
     }
 
     fn evict(&self, ino: u64) {
-        // The inode number may name another file later: drop what is clean; dirty blocks stay
-        // until written back (the memory tier keeps their backing descriptor).
+        // The inode number may name another file later: the tier writes the file's dirty blocks
+        // back and drops everything it has of it (at the last release if handles are still
+        // open: FORGET may overtake RELEASE).
         self.mem.forget(FileId(ino));
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        if known.get(&ino).is_some_and(|k| k.open_handles == 0) {
-            known.remove(&ino);
+        match known.get_mut(&ino) {
+            Some(k) if k.open_handles == 0 => {
+                known.remove(&ino);
+            }
+            Some(k) => k.evicted = true,
+            None => {}
         }
     }
 }
