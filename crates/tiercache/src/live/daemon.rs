@@ -130,13 +130,17 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     logging::init();
     let files = claim_files(&s.mountpoint)?;
     // Held for the daemon's life: proves to `live_pid` that the pid file is ours.
-    let pid_lock = files.lock_pid().map_err(|e| {
+    let lock = files.lock_pid().map_err(|e| {
         format!(
             "{}: cannot lock {} ({e}); another tiercache may be starting on it",
             s.mountpoint.display(),
             files.pid.display()
         )
     })?;
+    let pid_lock = PidFile {
+        path: files.pid.clone(),
+        _lock: lock,
+    };
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
     let real: Arc<dyn Device> = Arc::new(RealDevice);
@@ -231,12 +235,25 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         let _ = w.send(result.clone());
     }
     let _ = std::fs::remove_file(&files.socket);
-    let _ = std::fs::remove_file(&files.pid);
     drop(pid_lock);
     log::info!("stopped");
     // Let the control threads deliver their answers before the process goes.
     std::thread::sleep(Duration::from_millis(100));
     result
+}
+
+/// The locked pid file; removed when the daemon is done with it, whichever way it returns (a
+/// failed mount leaves no pid file behind).
+struct PidFile {
+    path: PathBuf,
+    /// Holds the flock; closing it releases the lock.
+    _lock: std::fs::File,
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The FUSE connection id (the minor number of the mount's device), as named in

@@ -32,6 +32,8 @@ pub fn mounted(p: &Path) -> bool {
 pub struct Mount {
     pub backing: PathBuf,
     pub mnt: PathBuf,
+    /// The daemon's log, removed on drop so test runs leave nothing in the runtime dir.
+    log: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -52,11 +54,14 @@ impl Mount {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(mounted(&mnt));
-        Mount {
+        let mut m = Mount {
             _dir: dir,
             backing,
             mnt,
-        }
+            log: None,
+        };
+        m.log = m.stats()["log_file"].as_str().map(PathBuf::from);
+        m
     }
 
     /// `tiercache stats --json`.
@@ -79,6 +84,11 @@ impl Drop for Mount {
     fn drop(&mut self) {
         if mounted(&self.mnt) {
             let _ = tc(&["unmount", "--force", s(&self.mnt)]);
+        }
+        if let Some(log) = &self.log {
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_file(log);
+            }
         }
     }
 }
