@@ -93,12 +93,7 @@ struct SmallFs {
 impl SmallFs {
     fn new() -> SmallFs {
         let dir = tempfile::tempdir().unwrap();
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "cannot mount a tmpfs (tests run as root)");
+        support::mount_tmpfs(dir.path(), "1m");
         SmallFs { dir }
     }
 }

@@ -92,3 +92,18 @@ impl Drop for Mount {
         }
     }
 }
+
+/// Mounts a tmpfs of `size` (e.g. "1m") on `dir`: a small BACKING a test can fill. The tests run
+/// as root, so this must work; unmount it with `umount -l` when done.
+pub fn mount_tmpfs(dir: &Path, size: &str) {
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "cannot mount a tmpfs on {} (the tests need root)",
+        dir.display()
+    );
+}
