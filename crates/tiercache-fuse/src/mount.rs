@@ -259,6 +259,14 @@ impl MountHandle {
     /// Detaches lazily (`MNT_DETACH`): the path is free at once, files already open keep being
     /// served, and the session ends when the last one is closed ([`MountHandle::is_finished`]).
     pub fn detach(&mut self) -> Result<(), FuseError> {
+        self.umount_detach()?;
+        // The session thread keeps serving open files; the unmounter has nothing left to do.
+        self.unmounter = None;
+        Ok(())
+    }
+
+    /// `umount2(MNT_DETACH)` of the mount point.
+    fn umount_detach(&self) -> Result<(), FuseError> {
         let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
             self.mountpoint.as_os_str(),
         ))
@@ -273,8 +281,6 @@ impl MountHandle {
                 source: io::Error::last_os_error(),
             });
         }
-        // The session thread keeps serving open files; the unmounter has nothing left to do.
-        self.unmounter = None;
         Ok(())
     }
 
@@ -285,20 +291,7 @@ impl MountHandle {
         match unmounter.unmount() {
             Ok(()) => self.join(),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
-                    self.mountpoint.as_os_str(),
-                ))
-                .map_err(|source| FuseError::Unmount {
-                    path: self.mountpoint.clone(),
-                    source,
-                })?;
-                // SAFETY: `c` is a valid NUL-terminated path.
-                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-                    return Err(FuseError::Unmount {
-                        path: self.mountpoint.clone(),
-                        source: io::Error::last_os_error(),
-                    });
-                }
+                self.umount_detach()?;
                 // do not wait: users of the detached tree may keep it alive
                 self.thread = None;
                 Err(FuseError::Busy(self.mountpoint.clone()))

@@ -5,73 +5,20 @@
 
 mod support;
 
-use support::{mount_tmpfs, mounted, s, tc};
+use support::{mount_tmpfs, OwnBacking};
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::fd::IntoRawFd;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-struct SmallBacking {
-    backing: PathBuf,
-    mnt: PathBuf,
-    /// The daemon, which may stay up with data it cannot write back.
-    pid: Option<i32>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for SmallBacking {
-    fn drop(&mut self) {
-        if mounted(&self.mnt) {
-            let _ = tc(&["unmount", "--force", s(&self.mnt)]);
-        }
-        if let Some(pid) = self.pid {
-            // SAFETY: signal 0 probes, SIGKILL ends the daemon this test started.
-            if unsafe { libc::kill(pid, 0) } == 0 {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
-        let _ = Command::new("umount").arg("-l").arg(&self.backing).status();
-    }
-}
-
-fn small_backing() -> Option<SmallBacking> {
+fn small_backing() -> OwnBacking {
     let dir = tempfile::tempdir().unwrap();
     let (backing, mnt) = (dir.path().join("slow"), dir.path().join("fast"));
     std::fs::create_dir_all(&backing).unwrap();
     std::fs::create_dir_all(&mnt).unwrap();
     mount_tmpfs(&backing, "256k");
-    let cfg = dir.path().join("tc.toml");
-    std::fs::write(&cfg, "flush_interval_ms = 50\ndirty_expire_ms = 50\n").unwrap();
-    let out = tc(&[
-        "mount",
-        s(&backing),
-        s(&mnt),
-        "--memory",
-        "16M",
-        "--config",
-        s(&cfg),
-    ]);
-    let mut b = SmallBacking {
-        backing,
-        mnt,
-        pid: None,
-        _dir: dir,
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stats = tc(&["stats", s(&b.mnt), "--json"]);
-    b.pid = serde_json::from_slice::<serde_json::Value>(&stats.stdout)
-        .ok()
-        .and_then(|v| v["pid"].as_i64())
-        .map(|p| p as i32);
-    Some(b)
+    OwnBacking::serve(dir, backing, mnt, "16M", 50)
 }
 
 /// `close(2)` of `fd`, with its result.
@@ -86,9 +33,7 @@ fn close(fd: i32) -> std::io::Result<()> {
 
 #[test]
 fn close_reports_a_failed_background_write_back() {
-    let Some(b) = small_backing() else {
-        return;
-    };
+    let b = small_backing();
     let path = b.mnt.join("big");
     let mut w = OpenOptions::new()
         .write(true)

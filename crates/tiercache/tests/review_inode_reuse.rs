@@ -6,96 +6,45 @@
 
 mod support;
 
-use support::{mounted, s, tc};
+use support::{s, OwnBacking};
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-/// An ext4 loop mount on `root/slow` served by `tiercache mount` on `root/fast`.
-struct Ext4Mount {
-    backing: PathBuf,
-    mnt: PathBuf,
-    pid: Option<i32>,
-    _dir: tempfile::TempDir,
-}
-
-impl Ext4Mount {
-    fn new() -> Option<Self> {
-        let dir = tempfile::tempdir().unwrap();
-        let (img, backing, mnt) = (
-            dir.path().join("backing.ext4"),
-            dir.path().join("slow"),
-            dir.path().join("fast"),
-        );
-        std::fs::create_dir_all(&backing).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
-        std::fs::File::create(&img)
-            .unwrap()
-            .set_len(16 << 20)
-            .unwrap();
-        let mkfs = Command::new("mkfs.ext4")
-            .args(["-q", "-F", s(&img)])
-            .output();
-        let loop_mount = || {
-            Command::new("mount")
-                .args(["-o", "loop", s(&img), s(&backing)])
-                .output()
-        };
-        match (mkfs, loop_mount()) {
-            (Ok(m), Ok(l)) if m.status.success() && l.status.success() => {}
-            other => {
-                eprintln!("no ext4 loop mount here ({other:?}); skipping");
-                return None;
-            }
+/// An ext4 loop mount on `root/slow` served by `tiercache mount` on `root/fast`; `None` where
+/// loop mounts are impossible.
+fn ext4_mount() -> Option<OwnBacking> {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, backing, mnt) = (
+        dir.path().join("backing.ext4"),
+        dir.path().join("slow"),
+        dir.path().join("fast"),
+    );
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F", s(&img)])
+        .output();
+    let loop_mount = || {
+        Command::new("mount")
+            .args(["-o", "loop", s(&img), s(&backing)])
+            .output()
+    };
+    match (mkfs, loop_mount()) {
+        (Ok(m), Ok(l)) if m.status.success() && l.status.success() => {}
+        other => {
+            eprintln!("no ext4 loop mount here ({other:?}); skipping");
+            return None;
         }
-        let cfg = dir.path().join("tc.toml");
-        std::fs::write(&cfg, "flush_interval_ms = 50\ndirty_expire_ms = 100\n").unwrap();
-        let out = tc(&[
-            "mount",
-            s(&backing),
-            s(&mnt),
-            "--memory",
-            "1M",
-            "--config",
-            s(&cfg),
-        ]);
-        let mut m = Ext4Mount {
-            backing,
-            mnt,
-            pid: None,
-            _dir: dir,
-        };
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stats = tc(&["stats", s(&m.mnt), "--json"]);
-        m.pid = serde_json::from_slice::<serde_json::Value>(&stats.stdout)
-            .ok()
-            .and_then(|v| v["pid"].as_i64())
-            .map(|p| p as i32);
-        Some(m)
     }
-}
-
-impl Drop for Ext4Mount {
-    fn drop(&mut self) {
-        if mounted(&self.mnt) {
-            let _ = tc(&["unmount", "--force", s(&self.mnt)]);
-        }
-        if let Some(pid) = self.pid {
-            // SAFETY: signal 0 probes, SIGKILL ends the daemon this test started.
-            if unsafe { libc::kill(pid, 0) } == 0 {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
-        let _ = Command::new("umount").arg("-l").arg(&self.backing).status();
-    }
+    Some(OwnBacking::serve(dir, backing, mnt, "1M", 100))
 }
 
 fn set_mtime(path: &Path, t: SystemTime) {
@@ -109,7 +58,7 @@ fn set_mtime(path: &Path, t: SystemTime) {
 
 #[test]
 fn a_new_file_reusing_an_unlinked_dirty_files_inode_reads_its_own_bytes() {
-    let Some(m) = Ext4Mount::new() else {
+    let Some(m) = ext4_mount() else {
         return;
     };
     let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);

@@ -107,3 +107,67 @@ pub fn mount_tmpfs(dir: &Path, size: &str) {
         dir.display()
     );
 }
+
+/// A daemon over a BACKING the test mounted itself (a small tmpfs, a loop ext4), writing back
+/// within `dirty_expire_ms`. Drop force-unmounts, kills the daemon (it may be holding data it
+/// cannot write back, by design) and detaches BACKING.
+pub struct OwnBacking {
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    pub pid: i32,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnBacking {
+    /// Serves `backing` (already mounted by the caller) on `mnt`, both inside `dir`.
+    pub fn serve(
+        dir: tempfile::TempDir,
+        backing: PathBuf,
+        mnt: PathBuf,
+        memory: &str,
+        dirty_expire_ms: u32,
+    ) -> OwnBacking {
+        let cfg = dir.path().join("tc.toml");
+        std::fs::write(
+            &cfg,
+            format!("flush_interval_ms = 50\ndirty_expire_ms = {dirty_expire_ms}\n"),
+        )
+        .unwrap();
+        let out = tc(&[
+            "mount",
+            s(&backing),
+            s(&mnt),
+            "--memory",
+            memory,
+            "--config",
+            s(&cfg),
+        ]);
+        let ok = out.status.success();
+        let mut b = OwnBacking {
+            backing,
+            mnt,
+            pid: 0,
+            _dir: dir,
+        };
+        assert!(ok, "mount failed: {}", String::from_utf8_lossy(&out.stderr));
+        let stats = tc(&["stats", s(&b.mnt), "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+        b.pid = v["pid"].as_i64().unwrap() as i32;
+        b
+    }
+}
+
+impl Drop for OwnBacking {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let _ = tc(&["unmount", "--force", s(&self.mnt)]);
+        }
+        // SAFETY: signal 0 only probes for the daemon this test started.
+        if self.pid > 0 && unsafe { libc::kill(self.pid, 0) } == 0 {
+            // SAFETY: ends the daemon this test started.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.backing).status();
+    }
+}
