@@ -27,7 +27,7 @@ use fuser::{
 };
 
 use crate::data::{DataPath, FileHandleInfo};
-use crate::inode::{Inode, InodeTable};
+use crate::inode::{Inode, InodeTable, NodeFd};
 use crate::ops_dir::DirHandle;
 
 /// Result type of the `op_*` methods.
@@ -56,7 +56,7 @@ pub(crate) struct Negotiated {
 
 /// The pass-through file system.
 pub(crate) struct TierFs {
-    pub(crate) inodes: InodeTable,
+    pub(crate) inodes: Arc<InodeTable>,
     pub(crate) data: Arc<dyn DataPath>,
     pub(crate) cfg: FsConfig,
     pub(crate) negotiated: Arc<Negotiated>,
@@ -83,7 +83,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl TierFs {
     pub(crate) fn new(
-        inodes: InodeTable,
+        inodes: Arc<InodeTable>,
         data: Arc<dyn DataPath>,
         cfg: FsConfig,
         negotiated: Arc<Negotiated>,
@@ -103,6 +103,11 @@ impl TierFs {
     /// Returns the node `id` or `ESTALE` if the kernel used an unknown id.
     pub(crate) fn inode(&self, id: INodeNo) -> OpResult<Arc<Inode>> {
         self.inodes.get(id.0).ok_or(Errno::ESTALE)
+    }
+
+    /// An `O_PATH` descriptor of `node` for the duration of one request.
+    pub(crate) fn node_fd(&self, node: &Arc<Inode>) -> OpResult<NodeFd> {
+        self.inodes.fd(node).map_err(errno)
     }
 
     pub(crate) fn alloc_fh(&self) -> u64 {

@@ -26,7 +26,9 @@
 mod attr;
 mod data;
 mod error;
+mod fdcache;
 mod fs;
+mod handle;
 mod inode;
 mod mount;
 mod ops_dir;
@@ -38,4 +40,6 @@ mod validate;
 
 pub use data::{AttrSnapshot, DataPath, FileHandleInfo, PassThrough, TimesOverride};
 pub use error::FuseError;
-pub use mount::{mount, run, MountHandle, MountOptions};
+pub use handle::raise_nofile_limit;
+pub use inode::InodeStats;
+pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions};

@@ -20,7 +20,7 @@ use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use crate::data::DataPath;
 use crate::error::FuseError;
 use crate::fs::{FsConfig, Negotiated, TierFs};
-use crate::inode::InodeTable;
+use crate::inode::{InodeStats, InodeTable};
 use crate::sys;
 
 /// Options of one mount. Construct with `MountOptions::default()` and adjust
@@ -43,6 +43,12 @@ pub struct MountOptions {
     pub attr_ttl: Duration,
     /// How long the kernel may cache name lookups.
     pub entry_ttl: Duration,
+    /// Most `O_PATH` descriptors kept open for inodes named by handles; `None`: a quarter of
+    /// the descriptor limit (after raising it), at most 65,536.
+    pub fd_cache: Option<usize>,
+    /// Name inodes by file handles where BACKING allows it (default). `false` keeps one
+    /// descriptor per inode the kernel holds (the fallback scheme), e.g. to compare them.
+    pub inode_handles: bool,
 }
 
 impl Default for MountOptions {
@@ -58,6 +64,8 @@ impl Default for MountOptions {
             fs_name: "tiercache".to_owned(),
             attr_ttl: Duration::from_secs(1),
             entry_ttl: Duration::from_secs(1),
+            fd_cache: None,
+            inode_handles: true,
         }
     }
 }
@@ -81,13 +89,16 @@ impl MountOptions {
     }
 }
 
+/// A mounted session, its canonical mount point, what was negotiated, and its inode table.
+type NewSession = (Session<TierFs>, PathBuf, Arc<Negotiated>, Arc<InodeTable>);
+
 /// Validates, builds the file system and mounts it (handshake included).
 fn new_session(
     backing: &Path,
     mountpoint: &Path,
     opts: &MountOptions,
     data: Arc<dyn DataPath>,
-) -> Result<(Session<TierFs>, PathBuf, Arc<Negotiated>), FuseError> {
+) -> Result<NewSession, FuseError> {
     opts.check()?;
     let (backing, mountpoint) = crate::validate::validate(backing, mountpoint)?;
     let io_err = |source: io::Error| FuseError::Io {
@@ -96,9 +107,31 @@ fn new_session(
     };
     let root = sys::open_dir_path(&backing).map_err(io_err)?;
     let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root)).map_err(io_err)?;
+    let limit = match crate::handle::raise_nofile_limit() {
+        Ok((before, now)) => {
+            log::info!("open-files limit (RLIMIT_NOFILE): soft {before} raised to {now}");
+            now
+        }
+        Err(e) => {
+            log::warn!("cannot raise the open-files limit: {e}");
+            crate::handle::nofile_limit().map_or(1024, |l| l.0)
+        }
+    };
+    let fd_cache = opts.fd_cache.unwrap_or_else(|| {
+        usize::try_from(limit / 4)
+            .unwrap_or(usize::MAX)
+            .clamp(16, 65_536)
+    });
+    let inodes = Arc::new(InodeTable::new(root, &st, fd_cache, opts.inode_handles));
+    match inodes.fallback_reason() {
+        None => {
+            log::info!("inodes are named by file handles; at most {fd_cache} cached descriptors")
+        }
+        Some(why) => log::warn!("{why}: one descriptor per inode the kernel holds (limit {limit})"),
+    }
     let negotiated = Arc::new(Negotiated::default());
     let fs = TierFs::new(
-        InodeTable::new(root, &st),
+        Arc::clone(&inodes),
         data,
         FsConfig {
             attr_ttl: opts.attr_ttl,
@@ -124,7 +157,7 @@ fn new_session(
         path: mountpoint.clone(),
         source,
     })?;
-    Ok((session, mountpoint, negotiated))
+    Ok((session, mountpoint, negotiated, inodes))
 }
 
 /// Mounts BACKING on MOUNTPOINT and serves it from background threads.
@@ -137,7 +170,8 @@ pub fn mount(
     opts: MountOptions,
     data: Arc<dyn DataPath>,
 ) -> Result<MountHandle, FuseError> {
-    let (mut session, mountpoint, negotiated) = new_session(backing, mountpoint, &opts, data)?;
+    let (mut session, mountpoint, negotiated, inodes) =
+        new_session(backing, mountpoint, &opts, data)?;
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("tiercache-fuse".to_owned())
@@ -151,6 +185,7 @@ pub fn mount(
         unmounter: Some(unmounter),
         thread: Some(thread),
         negotiated,
+        inodes: InodeStatsReader(inodes),
     })
 }
 
@@ -162,7 +197,8 @@ pub fn run(
     opts: MountOptions,
     data: Arc<dyn DataPath>,
 ) -> Result<(), FuseError> {
-    let (session, _mountpoint, _negotiated) = new_session(backing, mountpoint, &opts, data)?;
+    let (session, _mountpoint, _negotiated, _inodes) =
+        new_session(backing, mountpoint, &opts, data)?;
     session.run().map_err(FuseError::Session)
 }
 
@@ -175,9 +211,26 @@ pub struct MountHandle {
     /// Runs `Session::run`; `None` once joined or abandoned.
     thread: Option<JoinHandle<io::Result<()>>>,
     negotiated: Arc<Negotiated>,
+    inodes: InodeStatsReader,
+}
+
+/// Reads the inode table's statistics of a mount; cheap to clone and keep.
+#[derive(Debug, Clone)]
+pub struct InodeStatsReader(Arc<InodeTable>);
+
+impl InodeStatsReader {
+    /// Inodes known, descriptors held, memory per inode, and how inodes are named.
+    pub fn stats(&self) -> InodeStats {
+        self.0.stats()
+    }
 }
 
 impl MountHandle {
+    /// A reader of the inode table's statistics.
+    pub fn inode_stats(&self) -> InodeStatsReader {
+        self.inodes.clone()
+    }
+
     /// Canonical mount point.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint

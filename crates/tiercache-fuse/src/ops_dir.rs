@@ -12,7 +12,6 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fuser::{Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
@@ -44,7 +43,9 @@ fn is_dot(name: &OsStr) -> bool {
     name == "." || name == ".."
 }
 
-/// File type of a dirent, asking the backing file system for `DT_UNKNOWN`.
+/// File type of a dirent, asking the backing file system for `DT_UNKNOWN` (no descriptor
+/// needed). An entry that cannot be stat'ed is listed as a regular file rather than dropped: a
+/// listing never loses a name (lookup will then tell the truth or the error).
 fn dirent_kind(dir_fd: i32, e: &RawDirEntry) -> FileType {
     let mode = match e.dtype {
         libc::DT_DIR => libc::S_IFDIR,
@@ -55,23 +56,44 @@ fn dirent_kind(dir_fd: i32, e: &RawDirEntry) -> FileType {
         libc::DT_BLK => libc::S_IFBLK,
         libc::DT_REG => libc::S_IFREG,
         _ => sys::name_cstr(&e.name)
-            .and_then(|c| sys::open_path_at(dir_fd, &c))
-            .and_then(|fd| sys::fstat(fd.as_raw_fd()))
+            .and_then(|c| sys::fstat_at(dir_fd, &c))
             .map(|st| st.st_mode)
             .unwrap_or(libc::S_IFREG),
     };
     crate::attr::kind_from_mode(mode)
 }
 
+/// What to do with an entry whose node could not be made for readdirplus.
+fn entry_failed(e: &Errno, added: usize) -> Flow {
+    if *e == Errno::ENOENT {
+        Flow::Skip // removed since the snapshot: POSIX lets readdir omit it
+    } else if added == 0 {
+        Flow::Fail // nothing sent yet: the caller gets the error
+    } else {
+        Flow::Stop // send what we have; the next call starts here and fails if it persists
+    }
+}
+
+enum Flow {
+    Skip,
+    Stop,
+    Fail,
+}
+
 impl TierFs {
     pub(crate) fn op_opendir(&self, ino: INodeNo, flags: i32) -> OpResult<u64> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         if !node.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let keep = flags & (libc::O_NONBLOCK | libc::O_NOATIME);
-        let dir =
-            sys::reopen(node.fd(), libc::O_RDONLY | libc::O_DIRECTORY | keep).map_err(errno)?;
+        let dir = self
+            .inodes
+            .retry("opendir", || {
+                sys::reopen(nfd.raw(), libc::O_RDONLY | libc::O_DIRECTORY | keep)
+            })
+            .map_err(errno)?;
         let fh = self.alloc_fh();
         self.insert_dir(
             fh,
@@ -91,11 +113,12 @@ impl TierFs {
         reply: &mut ReplyDirectory,
     ) -> OpResult<()> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let handle = self.dir(fh)?;
         let (entries, start) = handle.entries_from(offset)?;
         for (i, e) in entries.iter().skip(start).enumerate() {
             let ino = if e.name == "." { node.id } else { e.ino };
-            let kind = dirent_kind(node.fd(), e);
+            let kind = dirent_kind(nfd.raw(), e);
             if reply.add(INodeNo(ino), offset + i as u64 + 1, kind, &e.name) {
                 break;
             }
@@ -103,6 +126,9 @@ impl TierFs {
         Ok(())
     }
 
+    /// Every entry from `offset` on is either in the reply (with its node) or the reply ends
+    /// before it; an error other than "gone since the snapshot" is never turned into a
+    /// silently shorter listing (see [`entry_failed`]).
     pub(crate) fn op_readdirplus(
         &self,
         ino: INodeNo,
@@ -111,34 +137,47 @@ impl TierFs {
         reply: &mut ReplyDirectoryPlus,
     ) -> OpResult<()> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let handle = self.dir(fh)?;
         let ttl = self.cfg.attr_ttl;
         let (entries, start) = handle.entries_from(offset)?;
+        let mut added = 0usize;
         for (i, e) in entries.iter().skip(start).enumerate() {
             let next = offset + i as u64 + 1;
             if is_dot(&e.name) {
                 // not a lookup: the kernel skips "." and ".." when linking
-                let Ok(st) = sys::fstat(node.fd()) else {
-                    continue;
-                };
                 let id = if e.name == "." { node.id } else { e.ino };
-                let attr = crate::attr::file_attr(id, &st, None, Default::default());
+                let attr = match sys::fstat(nfd.raw()) {
+                    Ok(st) => crate::attr::file_attr(id, &st, None, Default::default()),
+                    Err(err) if added == 0 => return Err(errno(err)),
+                    Err(_) => break,
+                };
                 if reply.add(INodeNo(id), next, &e.name, &ttl, &attr, Generation(0)) {
                     break;
                 }
+                added += 1;
                 continue;
             }
-            let fd = match sys::name_cstr(&e.name).and_then(|c| sys::open_path_at(node.fd(), &c)) {
-                Ok(fd) => fd,
-                Err(_) => continue, // removed since the snapshot was taken
-            };
-            let Ok(attr) = self.register(fd) else {
-                continue;
+            let res = sys::name_cstr(&e.name)
+                .and_then(|c| {
+                    self.inodes
+                        .retry("readdirplus", || sys::open_path_at(nfd.raw(), &c))
+                })
+                .map_err(errno)
+                .and_then(|fd| self.register(fd));
+            let attr = match res {
+                Ok(attr) => attr,
+                Err(err) => match entry_failed(&err, added) {
+                    Flow::Skip => continue,
+                    Flow::Stop => break,
+                    Flow::Fail => return Err(err),
+                },
             };
             if reply.add(attr.ino, next, &e.name, &ttl, &attr, Generation(0)) {
                 self.forget_node(attr.ino.0, 1);
                 break;
             }
+            added += 1;
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ use fuser::{Errno, FileAttr, FileHandle, INodeNo, Request, TimeOrNow};
 use crate::attr::{file_attr, system_time, timespec};
 use crate::data::TimesOverride;
 use crate::fs::{errno, OpResult, TierFs};
-use crate::inode::{Inode, ROOT_ID};
+use crate::inode::{Inode, NodeFd, ROOT_ID};
 use crate::sys;
 
 /// Arguments of a setattr request (only the fields Linux uses).
@@ -89,38 +89,50 @@ impl TierFs {
     pub(crate) fn register(&self, fd: OwnedFd) -> OpResult<FileAttr> {
         let st = sys::fstat(fd.as_raw_fd()).map_err(errno)?;
         let node = self.inodes.lookup(fd, &st);
-        Ok(self.attr_of(node.id, &st, node.fd()))
+        match self.node_fd(&node) {
+            Ok(nfd) => Ok(self.attr_of(node.id, &st, nfd.raw())),
+            Err(e) => {
+                self.forget_node(node.id, 1);
+                Err(e)
+            }
+        }
     }
 
     pub(crate) fn op_lookup(&self, parent: INodeNo, name: &OsStr) -> OpResult<FileAttr> {
         let dir = self.inode(parent)?;
+        let dfd = self.node_fd(&dir)?;
         if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         // the kernel resolves "." and ".." itself; never let ".." leave BACKING
         if name == ".." && dir.id == ROOT_ID || name == "." {
+            let st = sys::fstat(dfd.raw()).map_err(errno)?;
             let node = self.inodes.add_lookup(dir.id).ok_or(Errno::ESTALE)?;
-            let st = sys::fstat(node.fd()).map_err(errno)?;
-            return Ok(self.attr_of(node.id, &st, node.fd()));
+            return Ok(self.attr_of(node.id, &st, dfd.raw()));
         }
         let cname = sys::name_cstr(name).map_err(errno)?;
-        let fd = sys::open_path_at(dir.fd(), &cname).map_err(errno)?;
+        let fd = self
+            .inodes
+            .retry("lookup", || sys::open_path_at(dfd.raw(), &cname))
+            .map_err(errno)?;
         self.register(fd)
     }
 
     pub(crate) fn op_getattr(&self, ino: INodeNo, fh: Option<FileHandle>) -> OpResult<FileAttr> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let st = match fh.and_then(|fh| self.file(fh).ok()) {
             Some(f) => sys::fstat(f.file.as_raw_fd()),
-            None => sys::fstat(node.fd()),
+            None => sys::fstat(nfd.raw()),
         }
         .map_err(errno)?;
-        Ok(self.attr_of(node.id, &st, node.fd()))
+        Ok(self.attr_of(node.id, &st, nfd.raw()))
     }
 
     pub(crate) fn op_setattr(&self, ino: INodeNo, set: &SetAttr) -> OpResult<FileAttr> {
         let node = self.inode(ino)?;
-        let fd = node.fd();
+        let nfd = self.node_fd(&node)?;
+        let fd = nfd.raw();
         if let Some(mode) = set.mode {
             sys::chmod_fd(fd, mode & 0o7777).map_err(errno)?;
         }
@@ -130,7 +142,7 @@ impl TierFs {
             sys::chown_fd(fd, uid, gid).map_err(errno)?;
         }
         if let Some(size) = set.size {
-            self.truncate_node(&node, set.fh, size)?;
+            self.truncate_node(&node, &nfd, set.fh, size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let times = [timespec(set.atime), timespec(set.mtime)];
@@ -151,7 +163,13 @@ impl TierFs {
     /// Truncates through the data path, using the handle's backing file when
     /// the request came with a writable handle (ftruncate), else a temporary
     /// write-only descriptor (truncate(2)).
-    fn truncate_node(&self, node: &Inode, fh: Option<FileHandle>, size: u64) -> OpResult<()> {
+    fn truncate_node(
+        &self,
+        node: &Inode,
+        nfd: &NodeFd,
+        fh: Option<FileHandle>,
+        size: u64,
+    ) -> OpResult<()> {
         if node.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -163,7 +181,12 @@ impl TierFs {
                 return self.data.truncate(node.id, &h.file, size).map_err(errno);
             }
         }
-        let file = sys::reopen(node.fd(), libc::O_WRONLY | libc::O_NONBLOCK).map_err(errno)?;
+        let file = self
+            .inodes
+            .retry("truncate", || {
+                sys::reopen(nfd.raw(), libc::O_WRONLY | libc::O_NONBLOCK)
+            })
+            .map_err(errno)?;
         self.data.truncate(node.id, &file, size).map_err(errno)
     }
 
@@ -187,13 +210,14 @@ impl TierFs {
     }
 
     /// Parent directory node plus whether it is set-gid.
-    pub(crate) fn parent_dir(&self, parent: INodeNo) -> OpResult<(Arc<Inode>, bool)> {
+    pub(crate) fn parent_dir(&self, parent: INodeNo) -> OpResult<(Arc<Inode>, NodeFd, bool)> {
         let dir = self.inode(parent)?;
+        let dfd = self.node_fd(&dir)?;
         if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let st = sys::fstat(dir.fd()).map_err(errno)?;
-        Ok((dir, st.st_mode & libc::S_ISGID != 0))
+        let st = sys::fstat(dfd.raw()).map_err(errno)?;
+        Ok((dir, dfd, st.st_mode & libc::S_ISGID != 0))
     }
 
     /// Common tail of mknod/mkdir/symlink: open the new name, hand it to the
@@ -201,12 +225,14 @@ impl TierFs {
     fn finish_new(
         &self,
         req: &Request,
-        dir: &Inode,
+        dfd: &NodeFd,
         sgid: bool,
         cname: &CString,
         umask: Option<(&Umask, u32)>,
     ) -> OpResult<FileAttr> {
-        let res = sys::open_path_at(dir.fd(), cname)
+        let res = self
+            .inodes
+            .retry("create", || sys::open_path_at(dfd.raw(), cname))
             .map_err(errno)
             .and_then(|fd| {
                 if let Some((u, mode)) = umask {
@@ -219,12 +245,12 @@ impl TierFs {
             Ok(fd) => self.register(fd),
             Err(e) => {
                 let st =
-                    sys::open_path_at(dir.fd(), cname).and_then(|fd| sys::fstat(fd.as_raw_fd()));
+                    sys::open_path_at(dfd.raw(), cname).and_then(|fd| sys::fstat(fd.as_raw_fd()));
                 let flag = match st {
                     Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => libc::AT_REMOVEDIR,
                     _ => 0,
                 };
-                if let Err(e2) = sys::unlink_at(dir.fd(), cname, flag) {
+                if let Err(e2) = sys::unlink_at(dfd.raw(), cname, flag) {
                     log::warn!("cannot remove half-created {cname:?}: {e2}");
                 }
                 Err(e)
@@ -241,11 +267,11 @@ impl TierFs {
         umask: u32,
         rdev: u32,
     ) -> OpResult<FileAttr> {
-        let (dir, sgid) = self.parent_dir(parent)?;
+        let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let u = Umask::apply(umask);
-        sys::mknod_at(dir.fd(), &cname, mode, u64::from(rdev)).map_err(errno)?;
-        self.finish_new(req, &dir, sgid, &cname, Some((&u, mode)))
+        sys::mknod_at(dfd.raw(), &cname, mode, u64::from(rdev)).map_err(errno)?;
+        self.finish_new(req, &dfd, sgid, &cname, Some((&u, mode)))
     }
 
     pub(crate) fn op_mkdir(
@@ -256,11 +282,11 @@ impl TierFs {
         mode: u32,
         umask: u32,
     ) -> OpResult<FileAttr> {
-        let (dir, sgid) = self.parent_dir(parent)?;
+        let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let u = Umask::apply(umask);
-        sys::mkdir_at(dir.fd(), &cname, mode).map_err(errno)?;
-        self.finish_new(req, &dir, sgid, &cname, Some((&u, mode)))
+        sys::mkdir_at(dfd.raw(), &cname, mode).map_err(errno)?;
+        self.finish_new(req, &dfd, sgid, &cname, Some((&u, mode)))
     }
 
     pub(crate) fn op_symlink(
@@ -270,11 +296,11 @@ impl TierFs {
         name: &OsStr,
         target: &Path,
     ) -> OpResult<FileAttr> {
-        let (dir, sgid) = self.parent_dir(parent)?;
+        let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let ctarget = sys::bytes_cstr(target.as_os_str().as_bytes()).map_err(errno)?;
-        sys::symlink_at(&ctarget, dir.fd(), &cname).map_err(errno)?;
-        self.finish_new(req, &dir, sgid, &cname, None)
+        sys::symlink_at(&ctarget, dfd.raw(), &cname).map_err(errno)?;
+        self.finish_new(req, &dfd, sgid, &cname, None)
     }
 
     pub(crate) fn op_link(
@@ -284,19 +310,22 @@ impl TierFs {
         newname: &OsStr,
     ) -> OpResult<FileAttr> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let dir = self.inode(newparent)?;
+        let dfd = self.node_fd(&dir)?;
         let cname = sys::name_cstr(newname).map_err(errno)?;
-        sys::link_fd(node.fd(), dir.fd(), &cname).map_err(errno)?;
+        sys::link_fd(nfd.raw(), dfd.raw(), &cname).map_err(errno)?;
         // the kernel now holds one more reference to the same node
         let node = self.inodes.add_lookup(node.id).ok_or(Errno::ESTALE)?;
-        let st = sys::fstat(node.fd()).map_err(errno)?;
-        Ok(self.attr_of(node.id, &st, node.fd()))
+        let st = sys::fstat(nfd.raw()).map_err(errno)?;
+        Ok(self.attr_of(node.id, &st, nfd.raw()))
     }
 
     pub(crate) fn op_unlink(&self, parent: INodeNo, name: &OsStr, flags: i32) -> OpResult<()> {
         let dir = self.inode(parent)?;
+        let dfd = self.node_fd(&dir)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
-        sys::unlink_at(dir.fd(), &cname, flags).map_err(errno)
+        sys::unlink_at(dfd.raw(), &cname, flags).map_err(errno)
     }
 
     pub(crate) fn op_rename(
@@ -308,27 +337,32 @@ impl TierFs {
         flags: u32,
     ) -> OpResult<()> {
         let old = self.inode(parent)?;
+        let ofd = self.node_fd(&old)?;
         let new = self.inode(newparent)?;
+        let nwfd = self.node_fd(&new)?;
         let oldc = sys::name_cstr(name).map_err(errno)?;
         let newc = sys::name_cstr(newname).map_err(errno)?;
-        sys::rename_at2(old.fd(), &oldc, new.fd(), &newc, flags).map_err(errno)
+        sys::rename_at2(ofd.raw(), &oldc, nwfd.raw(), &newc, flags).map_err(errno)
     }
 
     pub(crate) fn op_readlink(&self, ino: INodeNo) -> OpResult<Vec<u8>> {
         let node = self.inode(ino)?;
-        sys::readlink_fd(node.fd()).map_err(errno)
+        let nfd = self.node_fd(&node)?;
+        sys::readlink_fd(nfd.raw()).map_err(errno)
     }
 
     pub(crate) fn op_statfs(&self, ino: INodeNo) -> OpResult<libc::statvfs> {
         let node = self.inode(ino).or_else(|_| self.inode(INodeNo(ROOT_ID)))?;
-        sys::fstatvfs(node.fd()).map_err(errno)
+        let nfd = self.node_fd(&node)?;
+        sys::fstatvfs(nfd.raw()).map_err(errno)
     }
 
     /// `access(2)`. With `default_permissions` the kernel answers access()
     /// itself and never sends this; the fallback checks mode bits only.
     pub(crate) fn op_access(&self, req: &Request, ino: INodeNo, mask: i32) -> OpResult<()> {
         let node = self.inode(ino)?;
-        let st = sys::fstat(node.fd()).map_err(errno)?;
+        let nfd = self.node_fd(&node)?;
+        let st = sys::fstat(nfd.raw()).map_err(errno)?;
         if mask == libc::F_OK {
             return Ok(());
         }

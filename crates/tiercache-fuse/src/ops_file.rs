@@ -81,10 +81,15 @@ impl TierFs {
 
     pub(crate) fn op_open(&self, ino: INodeNo, flags: i32) -> OpResult<(u64, FopenFlags)> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         if node.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EISDIR);
         }
-        let file = sys::reopen(node.fd(), backing_flags(flags, node.is_reg())).map_err(errno)?;
+        let bflags = backing_flags(flags, node.is_reg());
+        let file = self
+            .inodes
+            .retry("open", || sys::reopen(nfd.raw(), bflags))
+            .map_err(errno)?;
         let fh = self.new_handle(node.id, file, flags)?;
         Ok((fh, self.fopen_flags(flags)))
     }
@@ -98,22 +103,24 @@ impl TierFs {
         umask: u32,
         flags: i32,
     ) -> OpResult<(FileAttr, u64, FopenFlags)> {
-        let (dir, sgid) = self.parent_dir(parent)?;
+        let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let u = Umask::apply(umask);
         // Create exclusively so that only a file we really created is given
         // to the caller; if the name appeared meanwhile (and the caller did
         // not ask for O_EXCL) open the existing file instead, as open(2) would.
         let bflags = backing_flags(flags, true) | libc::O_NOFOLLOW;
-        let (file, created) = match sys::open_at(
-            dir.fd(),
-            &cname,
-            bflags | libc::O_CREAT | libc::O_EXCL,
-            mode,
-        ) {
+        let (file, created) = match self.inodes.retry("create", || {
+            sys::open_at(
+                dfd.raw(),
+                &cname,
+                bflags | libc::O_CREAT | libc::O_EXCL,
+                mode,
+            )
+        }) {
             Ok(f) => (f, true),
             Err(e) if flags & libc::O_EXCL == 0 && e.raw_os_error() == Some(libc::EEXIST) => (
-                sys::open_at(dir.fd(), &cname, bflags, 0).map_err(errno)?,
+                sys::open_at(dfd.raw(), &cname, bflags, 0).map_err(errno)?,
                 false,
             ),
             Err(e) => return Err(errno(e)),
@@ -125,11 +132,14 @@ impl TierFs {
                 .map_err(errno)
                 .and_then(|()| self.chown_new(req, fd, sgid));
             if let Err(e) = setup {
-                let _ = sys::unlink_at(dir.fd(), &cname, 0);
+                let _ = sys::unlink_at(dfd.raw(), &cname, 0);
                 return Err(e);
             }
         }
-        let path_fd = sys::path_fd_of(fd).map_err(errno)?;
+        let path_fd = self
+            .inodes
+            .retry("create", || sys::path_fd_of(fd))
+            .map_err(errno)?;
         let attr = self.register(path_fd)?;
         match self.new_handle(attr.ino.0, file, flags) {
             Ok(fh) => {

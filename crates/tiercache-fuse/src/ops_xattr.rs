@@ -25,24 +25,28 @@ impl TierFs {
         flags: i32,
     ) -> OpResult<()> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        sys::setxattr_fd(node.fd(), &cname, value, flags).map_err(errno)
+        sys::setxattr_fd(nfd.raw(), &cname, value, flags).map_err(errno)
     }
 
     pub(crate) fn op_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> OpResult<Vec<u8>> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        sys::getxattr_fd(node.fd(), &cname, size as usize).map_err(errno)
+        sys::getxattr_fd(nfd.raw(), &cname, size as usize).map_err(errno)
     }
 
     pub(crate) fn op_listxattr(&self, ino: INodeNo, size: u32) -> OpResult<Vec<u8>> {
         let node = self.inode(ino)?;
-        sys::listxattr_fd(node.fd(), size as usize).map_err(errno)
+        let nfd = self.node_fd(&node)?;
+        sys::listxattr_fd(nfd.raw(), size as usize).map_err(errno)
     }
 
     pub(crate) fn op_removexattr(&self, ino: INodeNo, name: &OsStr) -> OpResult<()> {
         let node = self.inode(ino)?;
+        let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        sys::removexattr_fd(node.fd(), &cname).map_err(errno)
+        sys::removexattr_fd(nfd.raw(), &cname).map_err(errno)
     }
 }

@@ -137,6 +137,15 @@ pub(crate) fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// `fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)`: no descriptor needed.
+pub(crate) fn fstat_at(dirfd: RawFd, name: &CStr) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is NUL-terminated and `st` is a valid out pointer.
+    cvt(unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(st)
+}
+
 /// `fstatfs`-based statvfs of the file system holding `fd`.
 pub(crate) fn fstatvfs(fd: RawFd) -> io::Result<libc::statvfs> {
     // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
