@@ -66,6 +66,31 @@ pub(crate) struct Inner {
     pub trace_dropped: Arc<AtomicU64>,
     pub trace_thread: Mutex<Option<JoinHandle<()>>>,
     pub start: Instant,
+    /// Closed files still holding their backing descriptor (dirty or not yet synced): exact
+    /// after each flusher round, counted up by `release` in between (see `closed_fd_budget`).
+    pub closed_fds: std::sync::atomic::AtomicUsize,
+    /// One thread at a time runs `bound_closed_fds` from `release`.
+    pub closed_fd_gate: Mutex<()>,
+}
+
+/// How many closed files may hold a backing descriptor while their write-back is pending: half
+/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter). Past half
+/// of it, closes write back and sync the oldest at once (a `tar x` of many small files must not run the daemon out of
+/// descriptors).
+pub(crate) fn closed_fd_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid out pointer.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    usize::try_from(soft / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(8, 65_536)
 }
 
 impl Inner {
@@ -116,6 +141,12 @@ impl Inner {
 
     pub(crate) fn dev_sync(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
         self.device.sync(file, fd, datasync)?;
+        Counters::add(&self.counters.backing_syncs, 1);
+        Ok(())
+    }
+
+    pub(crate) fn dev_sync_fs(&self, fd: &File) -> io::Result<()> {
+        self.device.sync_fs(fd)?;
         Counters::add(&self.counters.backing_syncs, 1);
         Ok(())
     }
@@ -229,6 +260,8 @@ impl MemCache {
             dirty_limit: cfg.dirty_limit(),
             dirty_bg_limit: cfg.dirty_background_limit(),
             flush_ctl: Mutex::new(FlushCtl::default()),
+            closed_fds: std::sync::atomic::AtomicUsize::new(0),
+            closed_fd_gate: Mutex::new(()),
             flush_cv: Condvar::new(),
             trace_dropped: Arc::new(AtomicU64::new(0)),
             trace_thread: Mutex::new(None),

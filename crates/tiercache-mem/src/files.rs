@@ -385,7 +385,7 @@ impl Inner {
     }
 
     pub(crate) fn release(&self, file: FileId) {
-        let (fd, kick) = {
+        let (fd, kick, holds) = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
                 return;
@@ -401,11 +401,31 @@ impl Inner {
                 kick = !f.dirty.is_empty();
                 eng.drop_file_blocks(file, false);
             }
-            (eng.gc_file(file), kick)
+            let fd = eng.gc_file(file);
+            let holds = eng.files.get(&file).is_some_and(|f| f.backing.is_some());
+            (fd, kick, holds)
         };
         drop(fd);
         if kick {
             self.kick_flusher();
+        }
+        if holds {
+            self.wait_for_closed_fds();
+        }
+    }
+
+    /// Counts one more closed file holding its descriptor; past half the budget, the closing
+    /// thread itself writes back and syncs the oldest such files (one thread at a time; the
+    /// others wait for it and look again), as a writer over the dirty limit helps write back.
+    fn wait_for_closed_fds(&self) {
+        use std::sync::atomic::Ordering;
+        let budget = crate::cache::closed_fd_budget();
+        if self.closed_fds.fetch_add(1, Ordering::Relaxed) < budget / 2 {
+            return;
+        }
+        let _one = crate::cache::lock(&self.closed_fd_gate);
+        if self.closed_fds.load(Ordering::Relaxed) >= budget / 2 {
+            self.bound_closed_fds();
         }
     }
 

@@ -127,6 +127,76 @@ impl Inner {
             }
             let _ = self.flush_file(file, Why::Sync(true));
         }
+        self.bound_closed_fds();
+    }
+
+    /// Keeps the closed files that hold a backing descriptor under the budget: past half of
+    /// it, the oldest-dirtied are written back now and made durable by one `syncfs` of BACKING
+    /// (not one `fsync` each: a `tar x` closes thousands of files a second), which lets their
+    /// descriptors go, down to an eighth of the budget. If the `syncfs` fails they keep their
+    /// descriptors and are synced one by one later. Publishes the exact count for `release`.
+    pub(crate) fn bound_closed_fds(&self) {
+        use std::sync::atomic::Ordering;
+        let budget = crate::cache::closed_fd_budget();
+        let held = |inner: &Self| -> Vec<(FileId, Option<Instant>)> {
+            inner
+                .lock()
+                .files
+                .iter()
+                .filter(|(_, f)| f.handles == 0 && f.backing.is_some())
+                .map(|(id, f)| (*id, f.dirtied_at))
+                .collect()
+        };
+        let mut files = held(self);
+        if files.len() > budget / 2 {
+            files.sort_by_key(|&(_, at)| at);
+            let excess = files.len() - budget / 8;
+            let mut written: Vec<(FileId, u64)> = Vec::with_capacity(excess);
+            let mut any_fd: Option<Arc<File>> = None;
+            for &(file, _) in files.iter().take(excess) {
+                if lock(&self.flush_ctl).stop {
+                    break;
+                }
+                if self.flush_file(file, Why::Background).is_err() {
+                    continue;
+                }
+                let eng = self.lock();
+                if let Some(f) = eng.files.get(&file) {
+                    if f.handles == 0 && f.dirty.is_empty() {
+                        written.push((file, f.generation));
+                        if any_fd.is_none() {
+                            any_fd.clone_from(&f.backing);
+                        }
+                    }
+                }
+            }
+            if let Some(fd) = any_fd {
+                match self.dev_sync_fs(&fd) {
+                    Ok(()) => {
+                        let closed: Vec<Option<Arc<File>>> = {
+                            let mut eng = self.lock();
+                            written
+                                .iter()
+                                .map(|&(file, gen)| {
+                                    let f = eng.files.get_mut(&file)?;
+                                    // untouched since its write-back, which syncfs covered
+                                    if f.handles == 0 && f.dirty.is_empty() && f.generation == gen {
+                                        f.needs_sync = false;
+                                    }
+                                    eng.gc_file(file)
+                                })
+                                .collect()
+                        };
+                        drop(closed);
+                    }
+                    Err(e) => {
+                        log::warn!("syncfs of BACKING failed ({e}); syncing files one by one")
+                    }
+                }
+            }
+            files = held(self);
+        }
+        self.closed_fds.store(files.len(), Ordering::Relaxed);
     }
 
     /// Lets a writer help write back while dirty blocks exceed the dirty ratio. Holds no lock

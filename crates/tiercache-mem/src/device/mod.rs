@@ -33,6 +33,15 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn write_at(&self, file: FileId, fd: &File, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes written data durable: `fdatasync` when `datasync`, else `fsync`.
     fn sync(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()>;
+    /// Makes everything written on the file system of `fd` durable (`syncfs`): one call for
+    /// many closed files written back together.
+    fn sync_fs(&self, fd: &File) -> io::Result<()> {
+        // SAFETY: syncfs only reads the descriptor `fd` keeps open.
+        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(fd)) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
     /// Sets the file's length (`ftruncate`).
     fn set_len(&self, file: FileId, fd: &File, len: u64) -> io::Result<()>;
     /// The emulation model's counters, when this device (or one it wraps) is a model.

@@ -61,6 +61,15 @@ pub struct MountArgs {
     /// FUSE request threads [default: one per CPU, at least 2]; more help slow, concurrent BACKING.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// How long the kernel may cache a name lookup, in seconds [default: 1]. Longer makes
+    /// repeated walks faster; a name changed on BACKING behind the mount's back may then be
+    /// seen late by up to that long.
+    #[arg(long, value_name = "SECS")]
+    pub entry_timeout: Option<f64>,
+    /// How long the kernel may cache attributes (size, times, modes), in seconds [default: 1];
+    /// the same trade-off for attributes changed on BACKING behind the mount's back.
+    #[arg(long, value_name = "SECS")]
+    pub attr_timeout: Option<f64>,
     /// Stay attached to the terminal instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
@@ -256,7 +265,21 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             ));
         }
     }
+    let timeout = |flag: Option<f64>, file: Option<f64>, name: &str| {
+        let secs = flag.or(file).unwrap_or(1.0);
+        if !(0.0..=86_400.0).contains(&secs) {
+            return Err(format!(
+                "{}: {secs} is outside 0..=86400 seconds",
+                src(name, flag.is_some())
+            ));
+        }
+        Ok(Duration::from_secs_f64(secs))
+    };
+    let entry_timeout = timeout(args.entry_timeout, file.entry_timeout, "entry-timeout")?;
+    let attr_timeout = timeout(args.attr_timeout, file.attr_timeout, "attr-timeout")?;
     Ok(Settings {
+        entry_timeout,
+        attr_timeout,
         backing: args.backing.clone(),
         mountpoint,
         mem,

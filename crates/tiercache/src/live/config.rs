@@ -3,7 +3,8 @@
 //! TOML keys (all optional) mirror the flags: `memory`, `block_size`, `priority` (list),
 //! `priority_recursive` (list), `partition`, `omega`, `t_protected`, `t_normal`, `b_pmin`,
 //! `b_nmin`, `policy`, `emulate`, `kernel_cache`, `allow_other`, `trace_out`, `metrics`,
-//! `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`. An unknown key or a bad value
+//! `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `entry_timeout`,
+//! `attr_timeout`. An unknown key or a bad value
 //! is an error naming the file and line.
 
 use super::size::parse_size;
@@ -36,6 +37,8 @@ pub struct FileConfig {
     pub flush_interval_ms: Option<u64>,
     pub dirty_expire_ms: Option<u64>,
     pub threads: Option<usize>,
+    pub entry_timeout: Option<f64>,
+    pub attr_timeout: Option<f64>,
 }
 
 /// A size written as a number of bytes or a string with a unit.

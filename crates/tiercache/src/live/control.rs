@@ -213,32 +213,86 @@ pub fn serve(files: &MountFiles, handler: Arc<dyn Handler>) -> io::Result<()> {
     let me = unsafe { libc::getuid() };
     std::thread::Builder::new()
         .name("tc-control".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(stream) = conn else { continue };
-                match peer_uid(&stream) {
-                    Some(uid) if uid == me || uid == 0 => {}
-                    _ => continue,
-                }
-                let h = Arc::clone(&handler);
-                let _ = std::thread::Builder::new()
-                    .name("tc-control-conn".into())
-                    .spawn(move || serve_one(stream, h.as_ref()));
-            }
-        })?;
+        .spawn(move || accept_loop(&listener, me, &handler))?;
     Ok(())
+}
+
+/// Descriptors held back for the control socket: when the process has run out (e.g. the
+/// kernel holds more inodes than the mount can open), they are given up to accept and serve
+/// one request, so `stats`, `flush` and `unmount` still answer.
+const RESERVED_FDS: usize = 8;
+
+fn reserve() -> Vec<std::fs::File> {
+    (0..RESERVED_FDS)
+        .filter_map(|_| std::fs::File::open("/dev/null").ok())
+        .collect()
+}
+
+fn accept_loop(listener: &UnixListener, me: u32, handler: &Arc<dyn Handler>) {
+    let mut reserved = reserve();
+    let mut logged = false;
+    loop {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                if !logged {
+                    log::warn!(
+                        "control socket: out of file descriptors ({e}); serving with the {} reserved ones",
+                        reserved.len()
+                    );
+                    logged = true;
+                }
+                reserved.clear();
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        // served here, so nothing else takes the freed descriptors meanwhile
+                        if authorised(&s, me) {
+                            serve_one(&s, handler.as_ref());
+                        }
+                        drop(s);
+                        reserved = reserve();
+                        continue;
+                    }
+                    Err(e) => {
+                        log::warn!("control socket: accept failed even with the reserve: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                        reserved = reserve();
+                        continue;
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!("control socket: accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        if reserved.len() < RESERVED_FDS {
+            reserved = reserve();
+        }
+        logged = false;
+        if !authorised(&stream, me) {
+            continue;
+        }
+        let h = Arc::clone(handler);
+        let _ = std::thread::Builder::new()
+            .name("tc-control-conn".into())
+            .spawn(move || serve_one(&stream, h.as_ref()));
+    }
+}
+
+fn authorised(s: &UnixStream, me: u32) -> bool {
+    matches!(peer_uid(s), Some(uid) if uid == me || uid == 0)
 }
 
 /// Longest request line accepted.
 const MAX_REQUEST: u64 = 64 << 10;
 
-fn serve_one(stream: UnixStream, h: &dyn Handler) {
+/// One request line, one reply line. Uses the connection's own descriptor only (no clone).
+fn serve_one(stream: &UnixStream, h: &dyn Handler) {
     use std::io::Read as _;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(match stream.try_clone() {
-        Ok(s) => s.take(MAX_REQUEST),
-        Err(_) => return,
-    });
+    let mut reader = BufReader::new(stream.take(MAX_REQUEST));
     let mut line = String::new();
     if reader.read_line(&mut line).is_err() {
         return;

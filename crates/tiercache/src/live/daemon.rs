@@ -32,6 +32,9 @@ pub struct Settings {
     pub trace_out: Option<PathBuf>,
     pub metrics: Option<String>,
     pub threads: Option<usize>,
+    /// Kernel caching of lookups and attributes.
+    pub entry_timeout: Duration,
+    pub attr_timeout: Duration,
 }
 
 /// `tiercache unmount`, handed from the control socket to the main loop, which answers once
@@ -49,6 +52,7 @@ struct Live {
     log: PathBuf,
     stops: Mutex<mpsc::Sender<StopRequest>>,
     emulation: Option<String>,
+    inodes: tiercache_fuse::InodeStatsReader,
 }
 
 impl Handler for Live {
@@ -62,6 +66,7 @@ impl Handler for Live {
                     self.emulation.as_deref(),
                 );
                 v["log_file"] = serde_json::json!(self.log);
+                v["inodes"] = stats::inodes_json(&self.inodes.stats());
                 Ok(v)
             }
             Request::PriorityAdd { dir, recursive } => {
@@ -169,6 +174,8 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     if let Some(t) = s.threads {
         opts.threads = t;
     }
+    opts.entry_ttl = s.entry_timeout;
+    opts.attr_ttl = s.attr_timeout;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
@@ -205,6 +212,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         log: files.log.clone(),
         stops: Mutex::new(stop_tx),
         emulation: emulation.clone(),
+        inodes: handle.inode_stats(),
     });
     if let Err(e) = control::serve(&files, live.clone()) {
         drop(handle);

@@ -78,6 +78,23 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
     })
 }
 
+/// The FUSE inode table: how inodes are named and what each known inode costs.
+pub fn inodes_json(s: &tiercache_fuse::InodeStats) -> Value {
+    json!({
+        "mode": s.mode,
+        "fallback_reason": s.fallback_reason,
+        "known": s.known,
+        "pinned_fds": s.pinned,
+        "cached_fds": s.cached_fds,
+        "fd_cache_capacity": s.fd_cache_capacity,
+        "fd_cache_hits": s.fd_cache_hits,
+        "fd_cache_misses": s.fd_cache_misses,
+        "bytes_per_inode": s.bytes_per_inode,
+        "fd_exhausted": s.fd_exhausted,
+        "nofile_limit": s.nofile_limit,
+    })
+}
+
 /// Human-readable stats.
 pub fn text(v: &Value) -> String {
     let m = &v["memory"];
@@ -120,6 +137,23 @@ pub fn text(v: &Value) -> String {
         "backing: {} reads ({} B), {} writes ({} B)\n",
         b["reads"], b["bytes_read"], b["writes"], b["bytes_written"]
     );
+    let i = &v["inodes"];
+    if i.is_object() {
+        out += &format!(
+            "inodes: {} known (by {}, {} B each), {} descriptors cached of {}, {} pinned; open-files limit {}{}\n",
+            i["known"],
+            i["mode"].as_str().unwrap_or("?"),
+            i["bytes_per_inode"],
+            i["cached_fds"],
+            i["fd_cache_capacity"],
+            i["pinned_fds"],
+            i["nofile_limit"],
+            match i["fd_exhausted"].as_u64() {
+                Some(n) if n > 0 => format!(", ran out of descriptors {n} times"),
+                _ => String::new(),
+            }
+        );
+    }
     out
 }
 

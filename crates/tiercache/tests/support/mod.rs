@@ -40,6 +40,12 @@ pub struct Mount {
 impl Mount {
     /// Mounts with `extra` flags; panics with the daemon's error when the mount fails.
     pub fn new(extra: &[&str]) -> Mount {
+        Self::with_fd_limit(None, extra)
+    }
+
+    /// [`Mount::new`] with the daemon started under `ulimit -n LIMIT` (soft and hard), as a
+    /// service manager might start it.
+    pub fn with_fd_limit(limit: Option<u32>, extra: &[&str]) -> Mount {
         let dir = tempfile::tempdir().unwrap();
         let backing = dir.path().join("slow");
         let mnt = dir.path().join("fast");
@@ -47,7 +53,16 @@ impl Mount {
         std::fs::create_dir_all(&mnt).unwrap();
         let mut args = vec!["mount", s(&backing), s(&mnt)];
         args.extend_from_slice(extra);
-        let out = tc(&args);
+        let out = match limit {
+            None => tc(&args),
+            Some(n) => Command::new("bash")
+                .arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_tiercache"))
+                .args(&args)
+                .output()
+                .unwrap(),
+        };
         assert!(
             out.status.success(),
             "mount failed: {}",
