@@ -338,17 +338,22 @@ impl Filesystem for TierFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.op_write(fh, offset, data) {
+        // A direct-I/O write by a caller without CAP_FSETID: clear set-user-ID/set-group-ID
+        // first, as the kernel would for a local file (see `killpriv.rs`).
+        let kill = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then(|| (req.pid(), req.gid()));
+        match self.op_write(fh, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -28,6 +28,7 @@ mod data;
 mod error;
 mod fs;
 mod inode;
+mod killpriv;
 mod mount;
 mod ops_dir;
 mod ops_entry;
