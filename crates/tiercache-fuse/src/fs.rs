@@ -164,6 +164,8 @@ impl Filesystem for TierFs {
         // default ACLs of the backing directory keep their native meaning
         Self::want(config, InitFlags::FUSE_DONT_MASK, "DONT_MASK");
         Self::want(config, InitFlags::FUSE_PARALLEL_DIROPS, "PARALLEL_DIROPS");
+        // Not FUSE_HANDLE_KILLPRIV(_V2): the kernel clears set-ID bits on truncate, O_TRUNC,
+        // chown and cached writes itself; direct-I/O writes are handled in `write` (killpriv.rs).
         if self.cfg.kernel_cache {
             Self::want(config, InitFlags::FUSE_AUTO_INVAL_DATA, "AUTO_INVAL_DATA");
         }
