@@ -169,6 +169,8 @@ impl Filesystem for TierFs {
         // default ACLs of the backing directory keep their native meaning
         Self::want(config, InitFlags::FUSE_DONT_MASK, "DONT_MASK");
         Self::want(config, InitFlags::FUSE_PARALLEL_DIROPS, "PARALLEL_DIROPS");
+        // Not FUSE_HANDLE_KILLPRIV(_V2): the kernel clears set-ID bits on truncate, O_TRUNC,
+        // chown and cached writes itself; direct-I/O writes are handled in `write` (killpriv.rs).
         if self.cfg.kernel_cache {
             Self::want(config, InitFlags::FUSE_AUTO_INVAL_DATA, "AUTO_INVAL_DATA");
         }
@@ -343,17 +345,22 @@ impl Filesystem for TierFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.op_write(fh, offset, data) {
+        // A direct-I/O write by a caller without CAP_FSETID: clear set-user-ID/set-group-ID
+        // first, as the kernel would for a local file (see `killpriv.rs`).
+        let kill = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then(|| (req.pid(), req.gid()));
+        match self.op_write(fh, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

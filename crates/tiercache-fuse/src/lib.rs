@@ -30,6 +30,7 @@ mod fdcache;
 mod fs;
 mod handle;
 mod inode;
+mod killpriv;
 mod mount;
 mod ops_dir;
 mod ops_entry;

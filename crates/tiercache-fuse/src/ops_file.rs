@@ -182,8 +182,19 @@ impl TierFs {
         })
     }
 
-    pub(crate) fn op_write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> OpResult<u32> {
+    /// Writes through the data path; `kill_suidgid` is the caller `(pid, fsgid)` of a write
+    /// the kernel flagged `FUSE_WRITE_KILL_SUIDGID`, whose set-ID bits are cleared first.
+    pub(crate) fn op_write(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: Option<(u32, u32)>,
+    ) -> OpResult<u32> {
         let h = self.file(fh)?;
+        if let Some((pid, fsgid)) = kill_suidgid {
+            crate::killpriv::kill_suidgid(&h.file, pid, fsgid).map_err(errno)?;
+        }
         self.data.write(&h, offset, data).map_err(errno)
     }
 

@@ -315,9 +315,9 @@ impl MemCache {
         self.inner.open(file, backing, class, stamp)
     }
 
-    /// The last handle of `file` closed (call once, at the last close). Cached blocks stay; the
-    /// backing handle is kept until the file's dirty blocks are written back and BACKING is
-    /// synced (by the flusher, `fsync` or `flush_all`).
+    /// A handle of `file` closed: call once per successful [`MemCache::open`]. At the last
+    /// close cached blocks stay; the backing handle is kept until the file's dirty blocks are
+    /// written back and BACKING is synced (by the flusher, `fsync` or `flush_all`).
     pub fn release(&self, file: FileId) {
         self.inner.release(file);
     }

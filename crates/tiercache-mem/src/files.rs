@@ -28,7 +28,11 @@
 //! state goes as soon as it is clean. A forget that arrives while handles are still open (the
 //! kernel may send FORGET before the last RELEASE is handled) drops the clean blocks at once
 //! and makes the state forgotten at the last release, leaving its dirty blocks to the flusher
-//! (a close does not wait for write-back).
+//! (a close does not wait for write-back). A forget may also come late: node ids are inode
+//! numbers, so the kernel can look the inode up and open it again before the forget of its
+//! previous node is carried out. An open that comes while `forget` writes back makes `forget`
+//! stop there and leave the state to the handle; one that came before is the open-handles case
+//! above (a few clean blocks lost, never the state of an open handle).
 
 use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
@@ -129,7 +133,7 @@ pub(crate) struct FileState {
     pub backing_size: u64,
     /// Bumped on every write and truncate.
     pub generation: u64,
-    /// `open` calls since the last `release` (0 = closed).
+    /// Open handles: successful `open`s minus `release`s (0 = closed).
     pub handles: u32,
     /// Cached block indices, in order.
     pub blocks: BTreeSet<u64>,
@@ -390,8 +394,12 @@ impl Inner {
             let Some(f) = eng.files.get_mut(&file) else {
                 return;
             };
-            // The last handle closed (the caller calls this once, at the last close).
-            f.handles = 0;
+            // One release per successful open: counted under the engine lock, like the opens,
+            // so a release racing another open of the file cannot close the new handle's state.
+            f.handles = f.handles.saturating_sub(1);
+            if f.handles > 0 {
+                return;
+            }
             let mut kick = false;
             if std::mem::take(&mut f.forget_at_release) {
                 // The kernel forgot the file while it was open. Without blocking the close:
@@ -515,6 +523,12 @@ impl Inner {
                 .get(&file)
                 .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared))
             {
+                return 0;
+            }
+            if eng.files.get(&file).is_some_and(|f| f.handles > 0) {
+                // Opened again during the write-back (a new lookup of the same inode: the
+                // kernel knows it again, so this forget is stale): the state belongs to the
+                // open handle and must stay. Its dirty blocks are on BACKING already.
                 return 0;
             }
             let (clean, dirty) = eng.drop_file_blocks(file, unlinked);

@@ -17,13 +17,15 @@ use tiercache_core::{Class, FileId};
 use tiercache_fuse::{DataPath, FileHandleInfo, TimesOverride};
 use tiercache_mem::{FileStamp, MemCache};
 
-/// Per-inode state the adapter keeps.
+/// Per-inode state the adapter keeps, for reclassification only: the memory tier counts the
+/// open handles itself (under its engine lock, with the opens), and decides what a forget means
+/// for an open file.
 #[derive(Debug, Default)]
 struct Known {
     /// Path relative to the mount root at the last open.
     path: PathBuf,
     open_handles: usize,
-    /// The kernel forgot the inode while handles were open: forget it at the last release.
+    /// The kernel forgot the inode while handles were open: drop the entry at the last release.
     evicted: bool,
 }
 
@@ -202,15 +204,17 @@ impl DataPath for CacheDataPath {
     }
 
     fn release(&self, fh: &FileHandleInfo) {
+        // One tier release per tier open: the tier counts handles with its opens, under one
+        // lock, so a release racing another open of the same file cannot close that open's
+        // state (it did when the last release here set the tier's count to 0 while an open
+        // had reached the tier but not this map yet). At the last one the tier carries out a
+        // forget that came first.
+        self.mem.release(FileId(fh.ino));
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(k) = known.get_mut(&fh.ino) {
             k.open_handles = k.open_handles.saturating_sub(1);
-            if k.open_handles == 0 {
-                // A forget that came first is carried out by the tier now.
-                self.mem.release(FileId(fh.ino));
-                if k.evicted {
-                    known.remove(&fh.ino);
-                }
+            if k.open_handles == 0 && k.evicted {
+                known.remove(&fh.ino);
             }
         }
     }
@@ -218,7 +222,10 @@ impl DataPath for CacheDataPath {
     fn evict(&self, ino: u64) {
         // The inode number may name another file later: the tier writes the file's dirty blocks
         // back and drops everything it has of it (at the last release if handles are still
-        // open: FORGET may overtake RELEASE).
+        // open: FORGET may overtake RELEASE). The FUSE layer calls this after removing the
+        // node, without a lock, so a new lookup and open of the same inode may come first: the
+        // tier never drops the state of an open handle, and a forget overtaken by an open stops
+        // (see `tiercache_mem::MemCache::forget`).
         self.mem.forget(FileId(ino));
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         match known.get_mut(&ino) {
