@@ -22,23 +22,23 @@ fn json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn shared_trace(name: &str) -> String {
+/// A sample trace stored (zstd-compressed) in the repository's `testdata/traces/`.
+fn sample_trace(name: &str) -> String {
     let p = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/traces/"
+        "/../../testdata/traces/"
     ))
     .join(name);
     assert!(
         p.exists(),
-        "sample trace {} missing (shared/ must sit beside the repository)",
-        p.display()
+        "testdata/traces/{name} is missing (it is part of the repository)"
     );
     p.to_string_lossy().into_owned()
 }
 
 #[test]
 fn json_report_has_the_contracted_keys_and_matches_libcachesim() {
-    let trace = shared_trace("cloudPhysicsIO.oracleGeneral.bin");
+    let trace = sample_trace("cloudPhysicsIO.oracleGeneral.bin.zst");
     let v = json(&["sim", "--trace", &trace, "--tier", "mem:4897:lru", "--json"]);
     for k in [
         "requests",
