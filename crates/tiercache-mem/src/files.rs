@@ -19,16 +19,22 @@
 //! Inode reuse. A [`FileId`] is a backing inode number, which BACKING gives to a new file once
 //! the old inode is freed. While the FUSE layer knows the inode its node pins it (an `O_PATH`
 //! descriptor), so cached blocks without a backing handle are safe; after the kernel forgot the
-//! node ([`crate::MemCache::forget`]) nothing pins it any more. So `forget` writes the file's
-//! dirty blocks back and drops everything the tier has of it — blocks, state, remembered error,
-//! logical times. When that write-back fails the state stays *forgotten*: its dirty blocks and
-//! its backing handle (which pins the inode) are kept for retries, its clean blocks go, and the
-//! next `open` of the id reuses the state only if the stamp matches exactly; otherwise the old
-//! data is written back through the old handle once more and the state is replaced. A forgotten
-//! state goes as soon as it is clean. A forget that arrives while handles are still open (the
-//! kernel may send FORGET before the last RELEASE is handled) drops the clean blocks at once
-//! and makes the state forgotten at the last release, leaving its dirty blocks to the flusher
-//! (a close does not wait for write-back).
+//! node ([`crate::MemCache::forget`]) nothing pins it any more. The kernel forgets idle inodes
+//! whenever its dentry cache shrinks (memory pressure, `drop_caches`), so dropping the blocks
+//! then would empty the cache, priority pool included, under load. So `forget` writes the file's
+//! dirty blocks back and, when BACKING reports the inode's birth time (`statx` btime), keeps the
+//! clean blocks in a *forgotten* state: the next `open` of the id reuses them only if the stamp
+//! (size, mtime, inode number) and the birth time both match — a new inode with the same number
+//! is born later — and replaces the state otherwise; eviction takes them meanwhile. Without a
+//! birth time it drops everything the tier has of the file — blocks, state, remembered error,
+//! logical times. When the write-back fails the state stays forgotten with its dirty blocks and
+//! its backing handle (which pins the inode), kept for retries; its clean blocks go, and the
+//! next `open` reuses the state only if the stamp matches exactly; otherwise the old data is
+//! written back through the old handle once more and the state is replaced. A forgotten state
+//! without a birth time goes as soon as it is clean. A forget that arrives while handles are
+//! still open (the kernel may send FORGET before the last RELEASE is handled) is carried out
+//! at the last release, leaving dirty blocks to the flusher (a close does not wait for
+//! write-back); without a birth time it drops the clean blocks at once.
 
 use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
@@ -155,10 +161,19 @@ pub(crate) struct FileState {
     pub forgotten: bool,
     /// `forget` came while handles were open: it is carried out at the last `release`.
     pub forget_at_release: bool,
+    /// The backing inode's birth time (`statx` btime), when BACKING reports one: with it a
+    /// forgotten file keeps its clean blocks, as a reused inode number shows a new birth time.
+    pub born: Option<BirthTime>,
 }
 
 impl FileState {
-    fn new(backing: Arc<File>, mode: i32, class: Class, stamp: FileStamp) -> Self {
+    fn new(
+        backing: Arc<File>,
+        mode: i32,
+        class: Class,
+        stamp: FileStamp,
+        born: Option<BirthTime>,
+    ) -> Self {
         Self {
             shared: Arc::new(FileShared::default()),
             backing: Some(backing),
@@ -180,6 +195,7 @@ impl FileState {
             ra: ReadAhead::default(),
             forgotten: false,
             forget_at_release: false,
+            born,
         }
     }
 
@@ -202,6 +218,29 @@ fn mode_rank(mode: i32) -> u8 {
         libc::O_RDONLY => 1,
         _ => 0,
     }
+}
+
+/// A birth time, seconds and nanoseconds.
+pub(crate) type BirthTime = (i64, u32);
+
+/// The birth time of an open file (`statx` `STATX_BTIME`), `None` when BACKING does not report
+/// one (NFS, older file systems) or `statx` fails.
+pub(crate) fn birth_time(f: &File) -> Option<BirthTime> {
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `f` keeps the descriptor open; with AT_EMPTY_PATH and an empty NUL-terminated path
+    // statx describes that descriptor and writes only into `stx`, which outlives the call.
+    let rc = unsafe {
+        libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BTIME,
+            &mut stx,
+        )
+    };
+    (rc == 0 && stx.stx_mask & libc::STATX_BTIME != 0)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec))
 }
 
 /// The access mode (`fcntl(F_GETFL) & O_ACCMODE`) of an open descriptor.
@@ -232,6 +271,7 @@ impl Inner {
         stamp: FileStamp,
     ) -> io::Result<OpenOutcome> {
         let mode = access_mode(&backing)?;
+        let born = birth_time(&backing);
         // Stale-stamp checks quiesce the file; they start over when the state they locked went
         // away meanwhile (closed and evicted, or forgotten and replaced).
         let mut fresh: Option<FileStamp> = None;
@@ -241,11 +281,11 @@ impl Inner {
                 let Some(f) = eng.files.get_mut(&file) else {
                     let st = fresh.unwrap_or(stamp);
                     eng.files
-                        .insert(file, FileState::new(backing, mode, class, st));
+                        .insert(file, FileState::new(backing, mode, class, st, born));
                     return Ok(OpenOutcome::default());
                 };
                 if f.stamp == stamp && !f.forgotten {
-                    let reused_blocks = self.attach(eng, file, backing, mode, class);
+                    let reused_blocks = self.attach(eng, file, backing, mode, class, born);
                     return Ok(OpenOutcome {
                         reused_blocks,
                         ..OpenOutcome::default()
@@ -269,7 +309,9 @@ impl Inner {
             let replace = {
                 let eng = self.lock();
                 match eng.files.get(&file) {
-                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => f.forgotten && f.stamp != now,
+                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => {
+                        f.forgotten && (f.stamp != now || reborn(f.born, born))
+                    }
                     _ => continue,
                 }
             };
@@ -283,7 +325,7 @@ impl Inner {
                         continue; // another open of the id came first
                     }
                     eng.files
-                        .insert(file, FileState::new(backing, mode, class, now));
+                        .insert(file, FileState::new(backing, mode, class, now, born));
                     return Ok(OpenOutcome {
                         dropped_blocks: dropped,
                         ..OpenOutcome::default()
@@ -298,9 +340,9 @@ impl Inner {
             if !Arc::ptr_eq(&f.shared, &shared) {
                 continue;
             }
-            if f.stamp == now {
+            if f.stamp == now && !(f.forgotten && reborn(f.born, born)) {
                 f.forgotten = false;
-                let reused_blocks = self.attach(eng, file, backing, mode, class);
+                let reused_blocks = self.attach(eng, file, backing, mode, class, born);
                 return Ok(OpenOutcome {
                     reused_blocks,
                     ..OpenOutcome::default()
@@ -347,7 +389,7 @@ impl Inner {
                     file.0
                 );
             }
-            self.attach(eng, file, backing, mode, class);
+            self.attach(eng, file, backing, mode, class, born);
             return Ok(OpenOutcome {
                 reused_blocks: 0,
                 dropped_blocks: dropped,
@@ -366,11 +408,13 @@ impl Inner {
         backing: Arc<File>,
         mode: i32,
         class: Class,
+        born: Option<BirthTime>,
     ) -> usize {
         let Some(f) = eng.files.get_mut(&file) else {
             return 0;
         };
         f.handles += 1;
+        f.born = born;
         f.forget_at_release = false; // the kernel knows the inode again
         let unused = f.offer_backing(backing, mode);
         let reclass = f.class != class;
@@ -395,11 +439,14 @@ impl Inner {
             let mut kick = false;
             if std::mem::take(&mut f.forget_at_release) {
                 // The kernel forgot the file while it was open. Without blocking the close:
-                // clean blocks go, dirty ones are left to the flusher, and the state, forgotten,
-                // goes once they are written back (its handle pins the inode until then).
+                // dirty blocks are left to the flusher; clean blocks stay if the birth time can
+                // tell this inode from a later one with the same number, else they go and the
+                // state, forgotten, goes once written back (its handle pins the inode until then).
                 f.forgotten = true;
                 kick = !f.dirty.is_empty();
-                eng.drop_file_blocks(file, false);
+                if f.born.is_none() {
+                    eng.drop_file_blocks(file, false);
+                }
             }
             (eng.gc_file(file), kick)
         };
@@ -471,6 +518,9 @@ impl Inner {
             f.ra = ReadAhead::default();
             if f.handles > 0 {
                 f.forget_at_release = true;
+                if f.born.is_some() {
+                    return 0;
+                }
                 return eng.drop_file_blocks(file, false).0;
             }
             if f.dirty.is_empty() {
@@ -495,6 +545,25 @@ impl Inner {
                 .get(&file)
                 .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared))
             {
+                return 0;
+            }
+            let keep_clean = !unlinked
+                && eng
+                    .files
+                    .get(&file)
+                    .is_some_and(|f| f.born.is_some() && written.is_ok());
+            if keep_clean {
+                // The kernel dropped its inode (memory pressure, drop_caches), not the file:
+                // the clean blocks stay, forgotten, and the next open reuses them only for the
+                // same inode (same stamp and birth time); eviction takes them otherwise.
+                if let Some(f) = eng.files.get_mut(&file) {
+                    f.forgotten = true;
+                }
+                // Logical times were the old node's; BACKING's are the file's from now on.
+                eng.ctimes.remove(file);
+                let fd = eng.gc_file(file);
+                drop(eng);
+                drop(fd);
                 return 0;
             }
             let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
@@ -737,4 +806,10 @@ pub(crate) fn same_state(f: &FileState, shared: &Arc<FileShared>, file: FileId) 
         log::warn!("file {}: request raced with forget/reopen; retry", file.0);
         Err(io::Error::from_raw_os_error(libc::EAGAIN))
     }
+}
+
+/// Whether `now` is a different inode than the one born at `then` (unknown counts as the same:
+/// the stamp alone decides).
+fn reborn(then: Option<BirthTime>, now: Option<BirthTime>) -> bool {
+    then.is_some() && then != now
 }
