@@ -6,7 +6,7 @@
 //! runs with `-o direct_io --multithreaded` too; "native" is the backing directory through the
 //! kernel page cache, the upper bound. fio: psync engine, one job, queue depth 1.
 
-use crate::cmd::ctl::is_mounted;
+use crate::cmd::mounts::is_mounted;
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;

@@ -4,5 +4,6 @@ pub mod bench;
 pub mod bench_fuse;
 pub mod ctl;
 pub mod mount;
+pub mod mounts;
 pub mod partition_flags;
 pub mod sim;
