@@ -6,4 +6,5 @@ pub mod ctl;
 pub mod mount;
 pub mod mounts;
 pub mod partition_flags;
+pub mod progress;
 pub mod sim;
