@@ -14,7 +14,10 @@ fn a_misspelled_flag_keeps_clap_tip_and_usage() {
     let out = tc(&["mount", "/tmp", "/mnt", "--memroy", "1G"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("--memroy") && err.contains("--memory"), "{err}");
+    assert!(
+        err.contains("--memroy") && err.contains("--memory"),
+        "{err}"
+    );
     assert!(err.contains("tip"), "clap's tip is kept: {err}");
     assert!(err.contains("Usage: tiercache mount"), "{err}");
 }
@@ -47,7 +50,10 @@ fn a_missing_backing_names_the_argument() {
     let err = stderr(&out);
     assert_eq!(
         err.trim_end(),
-        format!("tiercache: BACKING {}: No such file or directory", missing.display())
+        format!(
+            "tiercache: BACKING {}: No such file or directory",
+            missing.display()
+        )
     );
     let out = tc(&["mount", s(dir.path()), s(&missing)]);
     assert!(stderr(&out).contains(&format!("MOUNTPOINT {}: No such file", missing.display())));
@@ -69,7 +75,10 @@ fn a_bare_memory_number_in_the_config_counts_bytes_and_too_few_are_refused() {
     let err = stderr(&out);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("memory") && err.contains("tc.toml"), "{err}");
-    assert!(err.contains("64 bytes") && err.contains("counts bytes"), "{err}");
+    assert!(
+        err.contains("64 bytes") && err.contains("counts bytes"),
+        "{err}"
+    );
     assert!(err.contains("\"64M\""), "the unit to write: {err}");
 }
 
@@ -77,7 +86,12 @@ fn a_bare_memory_number_in_the_config_counts_bytes_and_too_few_are_refused() {
 fn stats_and_unmount_tell_a_missing_path_a_plain_directory_and_a_subdirectory_apart() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
-    for cmd in [&["stats"][..], &["unmount"], &["unmount", "--force"], &["flush"]] {
+    for cmd in [
+        &["stats"][..],
+        &["unmount"],
+        &["unmount", "--force"],
+        &["flush"],
+    ] {
         let run = |p: &std::path::Path| {
             let mut args = cmd.to_vec();
             args.push(s(p));
@@ -104,5 +118,8 @@ fn stats_and_unmount_tell_a_missing_path_a_plain_directory_and_a_subdirectory_ap
             "{cmd}: {err}"
         );
     }
-    assert!(tc(&["stats", s(&m.mnt)]).status.success(), "the mount still serves");
+    assert!(
+        tc(&["stats", s(&m.mnt)]).status.success(),
+        "the mount still serves"
+    );
 }
