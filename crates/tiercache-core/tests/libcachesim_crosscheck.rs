@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 //! Cross-check against libCacheSim: replay the CloudPhysics sample trace (object-count mode)
 //! through every policy with a plain cache loop and compare miss ratios with the values
-//! libCacheSim publishes for it (see `shared/traces/README.md`).
+//! libCacheSim publishes for it (see `testdata/traces/README.md`).
 //!
 //! LRU and FIFO are fully determined by the trace and must match to 4 decimals. ARC, S3-FIFO,
 //! SIEVE and CLOCK are only required to land within 0.02 (their results depend on parameter
@@ -9,22 +9,18 @@
 //! move-to-main threshold of 2, which are asserted too. SIEVE differs by 0.0004 at 4897 objects
 //! and matches at the other sizes.
 //!
-//! The trace is `shared/traces/cloudPhysicsIO.txt` beside the repository; when only the `.csv`
-//! copy of the same requests is there, its `lbn` column is used instead.
+//! The trace is the repository's `testdata/traces/cloudPhysicsIO.txt.zst` (libCacheSim's
+//! `data/cloudPhysicsIO.txt`, compressed).
 
 use rustc_hash::FxHashMap;
 use std::sync::OnceLock;
 use tiercache_core::policy::{new_policy, EvictionPolicy, PolicyKind, S3Fifo};
 use tiercache_core::{BlockKey, SlotId};
 
+/// libCacheSim's `data/cloudPhysicsIO.txt`, zstd-compressed, inside this repository.
 const TXT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/traces/cloudPhysicsIO.txt"
-);
-/// Same requests as the `.txt`, as CSV with a header; the object id is column 5 (`lbn`).
-const CSV: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/traces/cloudPhysicsIO.csv"
+    "/../../testdata/traces/cloudPhysicsIO.txt.zst"
 );
 
 const SIZES: [usize; 4] = [489, 2448, 4897, 9794];
@@ -42,33 +38,23 @@ fn reference(kind: PolicyKind) -> [f64; 4] {
     }
 }
 
-/// The object ids of the trace: the `.txt` (one decimal id per line), or else column 5 of the
-/// `.csv`, which holds the same id sequence.
+/// The object ids of the trace (one decimal id per line).
 fn trace() -> &'static [u64] {
     static IDS: OnceLock<Vec<u64>> = OnceLock::new();
     IDS.get_or_init(load_trace)
 }
 
 fn load_trace() -> Vec<u64> {
-    if let Ok(text) = std::fs::read_to_string(TXT) {
-        return text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.trim().parse().unwrap())
-            .collect();
-    }
-    if let Ok(text) = std::fs::read_to_string(CSV) {
-        return text
-            .lines()
-            .skip(1)
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.split(',').nth(4).unwrap().trim().parse().unwrap())
-            .collect();
-    }
-    panic!(
-        "libCacheSim sample trace not found: expected {TXT} (or {CSV}); copy \
-         data/cloudPhysicsIO.txt from libCacheSim into shared/traces/ beside the repository"
-    );
+    let packed = std::fs::read(TXT).unwrap_or_else(|e| {
+        panic!("testdata/traces/cloudPhysicsIO.txt.zst: {e} (part of the repository)")
+    });
+    let text = zstd::decode_all(&packed[..]).unwrap();
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
 }
 
 /// A plain demand-fill cache of `size` objects: key map + free slots + the policy. On a miss

@@ -182,7 +182,7 @@ pub fn mount(
         })?;
     Ok(MountHandle {
         mountpoint,
-        unmounter: Some(unmounter),
+        attached: Attached::Fuser(unmounter),
         thread: Some(thread),
         negotiated,
         inodes: InodeStatsReader(inodes),
@@ -202,12 +202,29 @@ pub fn run(
     session.run().map_err(FuseError::Session)
 }
 
+/// Who still has to take the mount off its mount point.
+///
+/// fuser's `Mount` unmounts the path when it is dropped at the end of the session unless it was
+/// taken out through the [`SessionUnmounter`] first, and it cannot tell that someone else already
+/// unmounted it (it would unmount the path a second time: `EINVAL`, or worse, whatever was
+/// mounted there since). So every unmount goes through fuser's unmounter while fuser still holds
+/// the mount; only after fuser has let go of it (its one attempt failed with `EBUSY`) does the
+/// handle call `umount2` itself.
+#[derive(Debug)]
+enum Attached {
+    /// fuser holds the mount and will unmount the path when the session ends.
+    Fuser(SessionUnmounter),
+    /// Still mounted, but fuser has forgotten it: the handle unmounts it itself.
+    Ours,
+    /// Unmounted or detached.
+    Gone,
+}
+
 /// A mounted file system served by background threads.
 #[derive(Debug)]
 pub struct MountHandle {
     mountpoint: PathBuf,
-    /// `None` once unmounted.
-    unmounter: Option<SessionUnmounter>,
+    attached: Attached,
     /// Runs `Session::run`; `None` once joined or abandoned.
     thread: Option<JoinHandle<io::Result<()>>>,
     negotiated: Arc<Negotiated>,
@@ -263,7 +280,8 @@ impl MountHandle {
 
     /// Blocks until the file system is unmounted by someone else.
     pub fn wait(mut self) -> Result<(), FuseError> {
-        self.unmounter = None;
+        // Whoever unmounts it ends the session; then fuser's own guard runs at the session's end.
+        self.attached = Attached::Gone;
         self.join()
     }
 
@@ -277,44 +295,83 @@ impl MountHandle {
         }
     }
 
+    fn unmount_error(&self, source: io::Error) -> FuseError {
+        FuseError::Unmount {
+            path: self.mountpoint.clone(),
+            source,
+        }
+    }
+
+    /// One plain unmount attempt (no detach). `Ok(true)`: unmounted; `Ok(false)`: busy, still
+    /// mounted and served. Afterwards nobody else will unmount the path again.
+    fn unmount_once(&mut self) -> Result<bool, FuseError> {
+        match std::mem::replace(&mut self.attached, Attached::Gone) {
+            Attached::Gone => Ok(true),
+            Attached::Fuser(mut u) => match u.unmount() {
+                // fuser's attempt is its only one: from now on the mount is ours to remove.
+                Ok(()) => Ok(true),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    self.attached = Attached::Ours;
+                    Ok(false)
+                }
+                Err(e) => {
+                    self.attached = Attached::Ours;
+                    Err(self.unmount_error(e))
+                }
+            },
+            Attached::Ours => {
+                let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
+                    self.mountpoint.as_os_str(),
+                ))
+                .map_err(|e| self.unmount_error(e))?;
+                // SAFETY: `c` is a valid NUL-terminated path.
+                if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+                    return Ok(true);
+                }
+                let err = io::Error::last_os_error();
+                self.attached = Attached::Ours;
+                match err.raw_os_error() {
+                    Some(libc::EBUSY) => Ok(false),
+                    // Not privileged: through fusermount3, as fuser would.
+                    Some(libc::EPERM) => {
+                        let ok = std::process::Command::new("fusermount3")
+                            .arg("-u")
+                            .arg(&self.mountpoint)
+                            .status()
+                            .is_ok_and(|s| s.success());
+                        if ok {
+                            self.attached = Attached::Gone;
+                            Ok(true)
+                        } else {
+                            Err(self.unmount_error(err))
+                        }
+                    }
+                    _ => Err(self.unmount_error(err)),
+                }
+            }
+        }
+    }
+
     /// Unmounts only if nothing uses the file system: on `EBUSY` it stays mounted and served
     /// and [`FuseError::Busy`] is returned (nothing is detached). Can be retried.
     pub fn try_unmount(&mut self) -> Result<(), FuseError> {
-        if self.unmounter.is_none() {
-            return self.join();
-        }
-        let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
-            self.mountpoint.as_os_str(),
-        ))
-        .map_err(|source| FuseError::Unmount {
-            path: self.mountpoint.clone(),
-            source,
-        })?;
-        // fuser's own unmounter is one-shot (a failed attempt forgets the mount), so the plain
-        // umount(2) is tried here first; it needs CAP_SYS_ADMIN.
-        // SAFETY: `c` is a valid NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            self.unmounter = None;
-            return self.join();
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EBUSY) => Err(FuseError::Busy(self.mountpoint.clone())),
-            // Not privileged: fusermount3 through fuser (a busy mount then fails for good).
-            Some(libc::EPERM) => self.do_unmount(),
-            _ => Err(FuseError::Unmount {
-                path: self.mountpoint.clone(),
-                source: err,
-            }),
+        if self.unmount_once()? {
+            self.join()
+        } else {
+            Err(FuseError::Busy(self.mountpoint.clone()))
         }
     }
 
     /// Detaches lazily (`MNT_DETACH`): the path is free at once, files already open keep being
     /// served, and the session ends when the last one is closed ([`MountHandle::is_finished`]).
+    /// A file system nothing uses is simply unmounted.
     pub fn detach(&mut self) -> Result<(), FuseError> {
+        if self.unmount_once()? {
+            return Ok(());
+        }
         self.umount_detach()?;
-        // The session thread keeps serving open files; the unmounter has nothing left to do.
-        self.unmounter = None;
+        // The session thread keeps serving open files; nothing is left to unmount.
+        self.attached = Attached::Gone;
         Ok(())
     }
 
@@ -323,38 +380,30 @@ impl MountHandle {
         let c = sys::bytes_cstr(std::os::unix::ffi::OsStrExt::as_bytes(
             self.mountpoint.as_os_str(),
         ))
-        .map_err(|source| FuseError::Unmount {
-            path: self.mountpoint.clone(),
-            source,
-        })?;
+        .map_err(|e| self.unmount_error(e))?;
         // SAFETY: `c` is a valid NUL-terminated path.
         if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-            return Err(FuseError::Unmount {
-                path: self.mountpoint.clone(),
-                source: io::Error::last_os_error(),
-            });
+            return Err(self.unmount_error(io::Error::last_os_error()));
         }
         Ok(())
     }
 
     fn do_unmount(&mut self) -> Result<(), FuseError> {
-        let Some(mut unmounter) = self.unmounter.take() else {
+        if matches!(self.attached, Attached::Gone) {
             return self.join();
-        };
-        match unmounter.unmount() {
-            Ok(()) => self.join(),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+        }
+        match self.unmount_once() {
+            Ok(true) => self.join(),
+            Ok(false) => {
                 self.umount_detach()?;
+                self.attached = Attached::Gone;
                 // do not wait: users of the detached tree may keep it alive
                 self.thread = None;
                 Err(FuseError::Busy(self.mountpoint.clone()))
             }
-            Err(source) => {
+            Err(e) => {
                 self.thread = None;
-                Err(FuseError::Unmount {
-                    path: self.mountpoint.clone(),
-                    source,
-                })
+                Err(e)
             }
         }
     }
@@ -362,7 +411,7 @@ impl MountHandle {
 
 impl Drop for MountHandle {
     fn drop(&mut self) {
-        if self.unmounter.is_some() || self.thread.is_some() {
+        if !matches!(self.attached, Attached::Gone) || self.thread.is_some() {
             if let Err(e) = self.do_unmount() {
                 log::warn!("{e}");
             }

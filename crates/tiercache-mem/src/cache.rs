@@ -450,14 +450,14 @@ impl MemCache {
         self.inner.invalidate(file)
     }
 
-    /// The file's id may name another file from now on (the kernel forgot the inode): writes
-    /// its dirty blocks back — synchronously, without syncing BACKING; not at all when the
-    /// inode is unlinked, as nobody can read them any more — then drops all its blocks and its
-    /// state (remembered error, pending sync, logical times). If that write-back fails, the
-    /// dirty blocks are kept (and retried) but the next `open` of `file` takes it for a
-    /// different file unless its stamp matches exactly. With handles still open, clean blocks
-    /// go now, and at [`MemCache::release`] the file is left in that forgotten state, its dirty
-    /// blocks to the flusher. Returns the blocks dropped.
+    /// The kernel forgot the inode, so the file's id may name another file from now on: writes
+    /// its dirty blocks back — synchronously, without syncing BACKING; not at all when the inode
+    /// is unlinked, as nobody can read them any more. Clean blocks stay when BACKING reports the
+    /// inode's birth time (the next `open` reuses them only for the same stamp and birth time);
+    /// otherwise all its blocks and its state (remembered error, pending sync, logical times)
+    /// go. If the write-back fails, the dirty blocks are kept (and retried) but the next `open`
+    /// of `file` takes it for a different file unless its stamp matches exactly. With handles
+    /// still open, this happens at [`MemCache::release`]. Returns the blocks dropped.
     pub fn forget(&self, file: FileId) -> usize {
         self.inner.forget(file)
     }

@@ -19,57 +19,41 @@
 //! Inode reuse. A [`FileId`] is a backing inode number, which BACKING gives to a new file once
 //! the old inode is freed. While the FUSE layer knows the inode its node pins it (an `O_PATH`
 //! descriptor), so cached blocks without a backing handle are safe; after the kernel forgot the
-//! node ([`crate::MemCache::forget`]) nothing pins it any more. So `forget` writes the file's
-//! dirty blocks back and drops everything the tier has of it — blocks, state, remembered error,
-//! logical times. When that write-back fails the state stays *forgotten*: its dirty blocks and
-//! its backing handle (which pins the inode) are kept for retries, its clean blocks go, and the
-//! next `open` of the id reuses the state only if the stamp matches exactly; otherwise the old
-//! data is written back through the old handle once more and the state is replaced. A forgotten
-//! state goes as soon as it is clean. A forget that arrives while handles are still open (the
-//! kernel may send FORGET before the last RELEASE is handled) drops the clean blocks at once
-//! and makes the state forgotten at the last release, leaving its dirty blocks to the flusher
-//! (a close does not wait for write-back). A forget may also come late: node ids are inode
-//! numbers, so the kernel can look the inode up and open it again before the forget of its
-//! previous node is carried out. An open that comes while `forget` writes back makes `forget`
-//! stop there and leave the state to the handle; one that came before is the open-handles case
-//! above (a few clean blocks lost, never the state of an open handle).
+//! node ([`crate::MemCache::forget`]) nothing pins it any more. The kernel forgets idle inodes
+//! whenever its dentry cache shrinks (memory pressure, `drop_caches`), so dropping the blocks
+//! then would empty the cache, priority pool included, under load. So `forget` writes the file's
+//! dirty blocks back and, when BACKING reports the inode's birth time (`statx` btime), keeps the
+//! clean blocks in a *forgotten* state: the next `open` of the id reuses them only if the stamp
+//! (size, mtime, inode number) and the birth time both match — a new inode with the same number
+//! is born later — and replaces the state otherwise; eviction takes them meanwhile. Without a
+//! birth time it drops everything the tier has of the file — blocks, state, remembered error,
+//! logical times. When the write-back fails the state stays forgotten with its dirty blocks and
+//! its backing handle (which pins the inode), kept for retries; its clean blocks go, and the
+//! next `open` reuses the state only if the stamp matches exactly; otherwise the old data is
+//! written back through the old handle once more and the state is replaced. A forgotten state
+//! without a birth time goes as soon as it is clean. A forget that arrives while handles are
+//! still open (the kernel may send FORGET before the last RELEASE is handled) is carried out
+//! at the last release, leaving dirty blocks to the flusher (a close does not wait for
+//! write-back); without a birth time it drops the clean blocks at once. A forget may also come
+//! late: node ids are inode numbers, so the kernel can look the inode up and open it again
+//! before the forget of its previous node is carried out. An open that comes while `forget`
+//! writes back makes `forget` stop there and leave the state to the handle; one that came
+//! before is the open-handles case above (never the state of an open handle).
 
 use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
 use crate::error::{unknown_file, ErrorLog, StoredError};
+pub use crate::stamp::FileStamp;
+use crate::stamp::{birth_time, reborn, BirthTime};
 use crate::times::LogicalTimes;
 use std::collections::BTreeSet;
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Instant, SystemTime};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
-
-/// What identifies a version of a backing file: size, modification time, inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStamp {
-    pub size: u64,
-    pub mtime: SystemTime,
-    pub ino: u64,
-}
-
-impl FileStamp {
-    /// The stamp of a file as `metadata` describes it.
-    pub fn from_metadata(m: &Metadata) -> Self {
-        Self {
-            size: m.len(),
-            mtime: m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            ino: m.ino(),
-        }
-    }
-
-    /// `fstat` of an open file.
-    pub fn of_file(f: &File) -> io::Result<Self> {
-        Ok(Self::from_metadata(&f.metadata()?))
-    }
-}
 
 /// What `open` did with the blocks cached from an earlier version of the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,10 +143,19 @@ pub(crate) struct FileState {
     pub forgotten: bool,
     /// `forget` came while handles were open: it is carried out at the last `release`.
     pub forget_at_release: bool,
+    /// The backing inode's birth time (`statx` btime), when BACKING reports one: with it a
+    /// forgotten file keeps its clean blocks, as a reused inode number shows a new birth time.
+    pub born: Option<BirthTime>,
 }
 
 impl FileState {
-    fn new(backing: Arc<File>, mode: i32, class: Class, stamp: FileStamp) -> Self {
+    fn new(
+        backing: Arc<File>,
+        mode: i32,
+        class: Class,
+        stamp: FileStamp,
+        born: Option<BirthTime>,
+    ) -> Self {
         Self {
             shared: Arc::new(FileShared::default()),
             backing: Some(backing),
@@ -184,6 +177,7 @@ impl FileState {
             ra: ReadAhead::default(),
             forgotten: false,
             forget_at_release: false,
+            born,
         }
     }
 
@@ -236,6 +230,7 @@ impl Inner {
         stamp: FileStamp,
     ) -> io::Result<OpenOutcome> {
         let mode = access_mode(&backing)?;
+        let born = birth_time(&backing);
         // Stale-stamp checks quiesce the file; they start over when the state they locked went
         // away meanwhile (closed and evicted, or forgotten and replaced).
         let mut fresh: Option<FileStamp> = None;
@@ -245,11 +240,11 @@ impl Inner {
                 let Some(f) = eng.files.get_mut(&file) else {
                     let st = fresh.unwrap_or(stamp);
                     eng.files
-                        .insert(file, FileState::new(backing, mode, class, st));
+                        .insert(file, FileState::new(backing, mode, class, st, born));
                     return Ok(OpenOutcome::default());
                 };
                 if f.stamp == stamp && !f.forgotten {
-                    let reused_blocks = self.attach(eng, file, backing, mode, class);
+                    let reused_blocks = self.attach(eng, file, backing, mode, class, born);
                     return Ok(OpenOutcome {
                         reused_blocks,
                         ..OpenOutcome::default()
@@ -273,7 +268,9 @@ impl Inner {
             let replace = {
                 let eng = self.lock();
                 match eng.files.get(&file) {
-                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => f.forgotten && f.stamp != now,
+                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => {
+                        f.forgotten && (f.stamp != now || reborn(f.born, born))
+                    }
                     _ => continue,
                 }
             };
@@ -287,7 +284,7 @@ impl Inner {
                         continue; // another open of the id came first
                     }
                     eng.files
-                        .insert(file, FileState::new(backing, mode, class, now));
+                        .insert(file, FileState::new(backing, mode, class, now, born));
                     return Ok(OpenOutcome {
                         dropped_blocks: dropped,
                         ..OpenOutcome::default()
@@ -302,9 +299,9 @@ impl Inner {
             if !Arc::ptr_eq(&f.shared, &shared) {
                 continue;
             }
-            if f.stamp == now {
+            if f.stamp == now && !(f.forgotten && reborn(f.born, born)) {
                 f.forgotten = false;
-                let reused_blocks = self.attach(eng, file, backing, mode, class);
+                let reused_blocks = self.attach(eng, file, backing, mode, class, born);
                 return Ok(OpenOutcome {
                     reused_blocks,
                     ..OpenOutcome::default()
@@ -351,7 +348,7 @@ impl Inner {
                     file.0
                 );
             }
-            self.attach(eng, file, backing, mode, class);
+            self.attach(eng, file, backing, mode, class, born);
             return Ok(OpenOutcome {
                 reused_blocks: 0,
                 dropped_blocks: dropped,
@@ -370,11 +367,13 @@ impl Inner {
         backing: Arc<File>,
         mode: i32,
         class: Class,
+        born: Option<BirthTime>,
     ) -> usize {
         let Some(f) = eng.files.get_mut(&file) else {
             return 0;
         };
         f.handles += 1;
+        f.born = born;
         f.forget_at_release = false; // the kernel knows the inode again
         let unused = f.offer_backing(backing, mode);
         let reclass = f.class != class;
@@ -403,11 +402,14 @@ impl Inner {
             let mut kick = false;
             if std::mem::take(&mut f.forget_at_release) {
                 // The kernel forgot the file while it was open. Without blocking the close:
-                // clean blocks go, dirty ones are left to the flusher, and the state, forgotten,
-                // goes once they are written back (its handle pins the inode until then).
+                // dirty blocks are left to the flusher; clean blocks stay if the birth time can
+                // tell this inode from a later one with the same number, else they go and the
+                // state, forgotten, goes once written back (its handle pins the inode until then).
                 f.forgotten = true;
                 kick = !f.dirty.is_empty();
-                eng.drop_file_blocks(file, false);
+                if f.born.is_none() {
+                    eng.drop_file_blocks(file, false);
+                }
             }
             let fd = eng.gc_file(file);
             let holds = eng.files.get(&file).is_some_and(|f| f.backing.is_some());
@@ -499,6 +501,9 @@ impl Inner {
             f.ra = ReadAhead::default();
             if f.handles > 0 {
                 f.forget_at_release = true;
+                if f.born.is_some() {
+                    return 0;
+                }
                 return eng.drop_file_blocks(file, false).0;
             }
             if f.dirty.is_empty() {
@@ -529,6 +534,25 @@ impl Inner {
                 // Opened again during the write-back (a new lookup of the same inode: the
                 // kernel knows it again, so this forget is stale): the state belongs to the
                 // open handle and must stay. Its dirty blocks are on BACKING already.
+                return 0;
+            }
+            let keep_clean = !unlinked
+                && eng
+                    .files
+                    .get(&file)
+                    .is_some_and(|f| f.born.is_some() && written.is_ok());
+            if keep_clean {
+                // The kernel dropped its inode (memory pressure, drop_caches), not the file:
+                // the clean blocks stay, forgotten, and the next open reuses them only for the
+                // same inode (same stamp and birth time); eviction takes them otherwise.
+                if let Some(f) = eng.files.get_mut(&file) {
+                    f.forgotten = true;
+                }
+                // Logical times were the old node's; BACKING's are the file's from now on.
+                eng.ctimes.remove(file);
+                let fd = eng.gc_file(file);
+                drop(eng);
+                drop(fd);
                 return 0;
             }
             let (clean, dirty) = eng.drop_file_blocks(file, unlinked);

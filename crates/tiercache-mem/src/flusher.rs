@@ -394,8 +394,9 @@ impl Inner {
                     None if !list.is_empty() => recovered = f.error_log.succeeded(),
                     None => {}
                 }
-                if f.forgotten && f.dirty.is_empty() {
-                    // written back at last: nothing of a forgotten file stays
+                if f.forgotten && f.dirty.is_empty() && f.born.is_none() {
+                    // written back at last: nothing of a forgotten file stays (unless its birth
+                    // time can tell it from a later inode with the same number)
                     eng.drop_file_blocks(file, false);
                 }
             }

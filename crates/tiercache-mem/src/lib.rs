@@ -31,6 +31,7 @@ mod error;
 mod files;
 mod flusher;
 mod read;
+mod stamp;
 mod stats;
 mod times;
 mod trace;

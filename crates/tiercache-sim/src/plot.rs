@@ -1,8 +1,12 @@
 //! `--plot FILE.png`: hit ratios and pool sizes over time, like paper 000's Fig. 5.
-//! Top panel: H_p, H_n and each tier's hit ratio per window; bottom: S_target and S_cur.
-//! The font is DejaVu Sans, embedded, so plots render the same on machines without fonts.
+//! Top panel: H_p, H_n and each tier's hit ratio per window; bottom: S_target and S_cur of the
+//! top tier's protected pool, omitted (and the omission said in the caption) when the top tier
+//! is not partitioned. Legends sit beside the panels, never over a line; a window without
+//! accesses of a series is a gap in its line, not a ramp. The font is DejaVu Sans, embedded, so
+//! plots render the same on machines without fonts.
 
 use crate::timeseries::WindowRow;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::Path;
@@ -10,12 +14,81 @@ use std::sync::Once;
 
 static FONT: Once = Once::new();
 
+/// One value per window (`None`: no accesses in that window).
+type Points = Vec<(u64, Option<f64>)>;
+
+/// Width of the legend column to the right of each panel.
+const LEGEND_WIDTH: u32 = 250;
+
 fn ensure_font() {
     FONT.call_once(|| {
         // An embedded, known-good font: registration cannot fail in practice, and if it did the
         // plot would only lose its labels.
         let _ = register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular());
     });
+}
+
+/// The runs of consecutive windows in which a series has a value: each is drawn as its own line.
+pub fn segments<T: Copy>(points: &[(u64, Option<T>)]) -> Vec<Vec<(u64, T)>> {
+    let mut out: Vec<Vec<(u64, T)>> = Vec::new();
+    let mut current = Vec::new();
+    for &(x, y) in points {
+        match y {
+            Some(y) => current.push((x, y)),
+            None if !current.is_empty() => out.push(std::mem::take(&mut current)),
+            None => {}
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// Draws a legend (line sample and name per entry) in `area`, beside the panel.
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, RGBAColor)],
+) -> Result<(), String> {
+    for (i, (name, color)) in entries.iter().enumerate() {
+        let y = 60 + 26 * i as i32;
+        area.draw(&PathElement::new(
+            vec![(8, y), (34, y)],
+            color.stroke_width(3),
+        ))
+        .map_err(|e| e.to_string())?;
+        area.draw(&Text::new(
+            name.clone(),
+            (42, y - 8),
+            ("sans-serif", 15).into_font(),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Draws `points` (gaps where `None`) as line segments in `color`; a lone point as a dot.
+fn draw_gapped<DB: DrawingBackend, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordu64, Y>>,
+    points: &[(u64, Option<Y::ValueType>)],
+    color: RGBAColor,
+) -> Result<(), String>
+where
+    Y: plotters::coord::ranged1d::Ranged,
+    Y::ValueType: Copy + 'static,
+{
+    for seg in segments(points) {
+        if seg.len() == 1 {
+            chart
+                .draw_series(seg.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| e.to_string())?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(seg, color.stroke_width(2)))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 /// Draws `rows` to a PNG at `path`. `title` names the run.
@@ -33,20 +106,37 @@ pub fn plot_png(
             path.display()
         ));
     }
-    let root = BitMapBackend::new(path, (1100, 800)).into_drawing_area();
+    // A partitioned top tier has a target in every window; an unpartitioned one (`none`) has
+    // no protected pool to show.
+    let partitioned = rows.iter().any(|r| r.s_target.is_some());
+    let height = if partitioned { 800 } else { 480 };
+    let root = BitMapBackend::new(path, (1100 + LEGEND_WIDTH, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let root = root
         .titled(title, ("sans-serif", 22))
         .map_err(|e| err(&e))?;
-    let (upper, lower) = root.split_vertically(440);
+    let (upper, lower) = if partitioned {
+        let (u, l) = root.split_vertically(440);
+        (u, Some(l))
+    } else {
+        (root.clone(), None)
+    };
     let x_max = rows.last().map_or(1, |r| r.request).max(1);
 
+    let (upper, upper_legend) = upper.split_horizontally(1100);
+    let caption = if partitioned {
+        "hit ratio per window (gaps: no accesses)".to_string()
+    } else {
+        "hit ratio per window (gaps: no accesses); no protected-pool panel: the top tier is not \
+         partitioned"
+            .to_string()
+    };
     let mut c = ChartBuilder::on(&upper)
         .margin(12)
-        .margin_right(40)
+        .margin_right(24)
         .x_label_area_size(36)
         .y_label_area_size(56)
-        .caption("hit ratio per window", ("sans-serif", 16))
+        .caption(caption, ("sans-serif", 16))
         .build_cartesian_2d(0u64..x_max, 0f64..1.02f64)
         .map_err(|e| err(&e))?;
     c.configure_mesh()
@@ -54,94 +144,91 @@ pub fn plot_png(
         .y_desc("hit ratio")
         .draw()
         .map_err(|e| err(&e))?;
-    let mut series: Vec<(String, Vec<(u64, f64)>)> = vec![
+    let mut series: Vec<(String, Points)> = vec![
         (
             "H_p (priority, top tier)".into(),
-            rows.iter()
-                .filter_map(|r| r.h_p.map(|h| (r.request, h)))
-                .collect(),
+            rows.iter().map(|r| (r.request, r.h_p)).collect(),
         ),
         (
             "H_n (normal, top tier)".into(),
-            rows.iter()
-                .filter_map(|r| r.h_n.map(|h| (r.request, h)))
-                .collect(),
+            rows.iter().map(|r| (r.request, r.h_n)).collect(),
         ),
     ];
     for (i, n) in tier_names.iter().enumerate() {
         let pts = rows
             .iter()
-            .filter_map(|r| {
-                r.tier_hit_ratio
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .map(|h| (r.request, h))
-            })
+            .map(|r| (r.request, r.tier_hit_ratio.get(i).copied().flatten()))
             .collect();
         series.push((format!("tier {n}"), pts));
     }
+    let mut entries = Vec::new();
     for (i, (name, pts)) in series.into_iter().enumerate() {
-        if pts.is_empty() {
+        if pts.iter().all(|(_, y)| y.is_none()) {
             continue;
         }
         let color = Palette99::pick(i).to_rgba();
-        c.draw_series(LineSeries::new(pts, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+        draw_gapped(&mut c, &pts, color).map_err(|e| err(&e))?;
+        entries.push((name, color));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(|e| err(&e))?;
+    legend(&upper_legend, &entries).map_err(|e| err(&e))?;
 
-    let y_max = rows
-        .iter()
-        .map(|r| r.s_target.unwrap_or(0).max(r.s_cur))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let mut c = ChartBuilder::on(&lower)
-        .margin(12)
-        .margin_right(40)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .caption("protected pool (top tier)", ("sans-serif", 16))
-        .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
+    if let Some(lower) = lower {
+        let (lower, lower_legend) = lower.split_horizontally(1100);
+        let y_max = rows
+            .iter()
+            .map(|r| r.s_target.unwrap_or(0).max(r.s_cur))
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let mut c = ChartBuilder::on(&lower)
+            .margin(12)
+            .margin_right(24)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .caption("protected pool (top tier)", ("sans-serif", 16))
+            .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
+            .map_err(|e| err(&e))?;
+        c.configure_mesh()
+            .x_desc("requests")
+            .y_desc("blocks")
+            .draw()
+            .map_err(|e| err(&e))?;
+        let target: Vec<(u64, Option<u64>)> =
+            rows.iter().map(|r| (r.request, r.s_target)).collect();
+        let red = RED.to_rgba();
+        let blue = BLUE.to_rgba();
+        draw_gapped(&mut c, &target, red).map_err(|e| err(&e))?;
+        let cur: Vec<(u64, Option<u64>)> =
+            rows.iter().map(|r| (r.request, Some(r.s_cur))).collect();
+        draw_gapped(&mut c, &cur, blue).map_err(|e| err(&e))?;
+        legend(
+            &lower_legend,
+            &[("S_target".to_string(), red), ("S_cur".to_string(), blue)],
+        )
         .map_err(|e| err(&e))?;
-    c.configure_mesh()
-        .x_desc("requests")
-        .y_desc("blocks")
-        .draw()
-        .map_err(|e| err(&e))?;
-    let target: Vec<(u64, u64)> = rows
-        .iter()
-        .filter_map(|r| r.s_target.map(|t| (r.request, t)))
-        .collect();
-    if !target.is_empty() {
-        c.draw_series(LineSeries::new(target, RED.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label("S_target")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], RED.stroke_width(2)));
     }
-    c.draw_series(LineSeries::new(
-        rows.iter().map(|r| (r.request, r.s_cur)),
-        BLUE.stroke_width(2),
-    ))
-    .map_err(|e| err(&e))?
-    .label("S_cur")
-    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE.stroke_width(2)));
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments;
+
+    #[test]
+    fn windows_without_accesses_split_the_line() {
+        let pts = [
+            (1, Some(0.5)),
+            (2, Some(0.6)),
+            (3, None),
+            (4, None),
+            (5, Some(0.9)),
+            (6, None),
+        ];
+        assert_eq!(
+            segments(&pts),
+            vec![vec![(1, 0.5), (2, 0.6)], vec![(5, 0.9)]]
+        );
+        assert!(segments::<f64>(&[(1, None)]).is_empty());
+    }
 }

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! Trace reader tests: small hand-written files (good and malformed) for every format, plus the
-//! libCacheSim cloudPhysicsIO samples in `/work/shared/traces/`.
+//! libCacheSim cloudPhysicsIO samples in the repository's `testdata/traces/` (zstd-compressed).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use tempfile::TempDir;
 use tiercache_core::{Access, BlockKey, BlockSize, Class};
 use tiercache_sim::trace::{read_trace, Location, TraceError, TraceFormat, TraceOptions};
 
-const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/");
+const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/");
 const SAMPLE_REQUESTS: usize = 113_872;
 
 fn write(dir: &TempDir, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
@@ -372,30 +372,30 @@ fn oracle_zstd_and_corrupt_zstd() {
     );
 }
 
-fn sample(name: &str) -> PathBuf {
-    let path = PathBuf::from(SAMPLES).join(name);
-    assert!(
-        path.is_file(),
-        "sample trace {} is missing (expected libCacheSim's cloudPhysicsIO samples in \
-         /work/shared/traces/)",
-        path.display()
-    );
-    path
+/// The bytes of sample `name` (stored as `name.zst` in `testdata/traces/`).
+fn sample(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(SAMPLES).join(format!("{name}.zst"));
+    let packed = fs::read(&path)
+        .unwrap_or_else(|e| panic!("testdata/traces/{name}.zst: {e} (part of the repository)"));
+    zstd::decode_all(&packed[..]).unwrap()
 }
 
 #[test]
 fn cloudphysics_samples_agree() {
-    let ids: Vec<u64> = fs::read_to_string(sample("cloudPhysicsIO.txt"))
+    let ids: Vec<u64> = String::from_utf8(sample("cloudPhysicsIO.txt"))
         .unwrap()
         .lines()
         .map(|l| l.trim().parse().unwrap())
         .collect();
     assert_eq!(ids.len(), SAMPLE_REQUESTS);
 
-    let csv = read(&sample("cloudPhysicsIO.csv"), TraceFormat::Csv).unwrap();
+    let dir = TempDir::new().unwrap();
+    let csv_path = write(&dir, "cloudPhysicsIO.csv", sample("cloudPhysicsIO.csv"));
+    let csv = read(&csv_path, TraceFormat::Csv).unwrap();
     assert_eq!(csv.len(), SAMPLE_REQUESTS);
     assert_eq!(csv.iter().filter(|a| a.write).count(), 66_898);
-    let bin_path = sample("cloudPhysicsIO.oracleGeneral.bin");
+    let raw = sample("cloudPhysicsIO.oracleGeneral.bin");
+    let bin_path = write(&dir, "cloudPhysicsIO.oracleGeneral.bin", &raw);
     let bin = read(&bin_path, TraceFormat::OracleGeneral).unwrap();
     assert_eq!(bin.len(), SAMPLE_REQUESTS);
     for trace in [&csv, &bin] {
@@ -406,9 +406,8 @@ fn cloudphysics_samples_agree() {
         assert!(got == ids, "id sequence differs from cloudPhysicsIO.txt");
     }
 
-    let dir = TempDir::new().unwrap();
-    let packed = zstd::encode_all(&fs::read(&bin_path).unwrap()[..], 3).unwrap();
-    let zst = write(&dir, "cloudPhysicsIO.oracleGeneral.bin.zst", packed);
+    // The stored `.zst` itself reads the same as the plain file.
+    let zst = PathBuf::from(SAMPLES).join("cloudPhysicsIO.oracleGeneral.bin.zst");
     assert!(read(&zst, TraceFormat::OracleGeneral).unwrap() == bin);
 }
 

@@ -1,7 +1,7 @@
 //! The `tiercache` command: `mount` serves a slow directory through the cache, `stats`,
 //! `priority`, `flush` and `unmount` control a running mount, `sim` replays workloads and traces
 //! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
-//! file or line at fault.
+//! file or line at fault; argument errors keep clap's message (usage and tips).
 
 mod cmd;
 mod live;
@@ -43,26 +43,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
-                || matches!(
-                    e.kind(),
-                    ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-                )
-            {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            // One line: clap's first line names the flag; usage follows on --help.
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!(
-                "tiercache: {} (see --help)",
-                first.trim_start_matches("error: ")
-            );
-            return ExitCode::from(2);
-        }
+        Err(e) => return clap_exit(&e),
     };
     let result = match cli.command {
         Command::Mount(args) => cmd::mount::run(*args),
@@ -79,5 +60,17 @@ fn main() -> ExitCode {
             eprintln!("tiercache: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Help and version go to stdout with success. Everything else keeps clap's own message (it names
+/// the argument, shows the usage and "a similar argument exists" tips) and exits 2; so does a
+/// bare `tiercache` (or `tiercache priority`), after printing the help.
+fn clap_exit(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ => ExitCode::from(2),
     }
 }

@@ -146,20 +146,20 @@ impl CacheMount {
 
 impl Drop for CacheMount {
     fn drop(&mut self) {
+        // Before the unmount: a clean stop removes the daemon's log.
+        if let (Some(log), true) = (&self.log, std::thread::panicking()) {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            eprintln!("--- daemon log {} (tail) ---", log.display());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
         if mounted(&self.mnt) {
             let _ = tc(&["unmount", "--force", s(&self.mnt)]);
         }
         if let Some(log) = &self.log {
-            if std::thread::panicking() {
-                let text = std::fs::read_to_string(log).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                eprintln!("--- daemon log {} (tail) ---", log.display());
-                for l in tail.iter().rev() {
-                    eprintln!("{l}");
-                }
-            } else {
-                let _ = std::fs::remove_file(log);
-            }
+            let _ = std::fs::remove_file(log);
         }
     }
 }

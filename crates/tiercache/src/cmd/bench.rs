@@ -3,6 +3,7 @@
 //! `bench sim`: metadata-only replay speed of the engine: single-tier LRU, dirprio and a
 //! two-tier exclusive hierarchy on the same 10^7-request zipf stream (one core).
 
+use super::progress;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tiercache_core::partition::{DirprioParams, PartitionConfig, PartitionKind};
@@ -99,10 +100,13 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
     ];
     let mut rps = Vec::new();
     let mut lru_hit = 0.0;
+    let bar = progress::steps((setups.len() * a.repeat) as u64, a.json);
     for s in &setups {
         let mut runs = Vec::with_capacity(a.repeat);
-        for _ in 0..a.repeat {
+        for i in 0..a.repeat {
+            progress::step(&bar, format!("{} replay {}/{}", s.label, i + 1, a.repeat));
             let o = replay(s, &requests, ReplayOptions::default()).map_err(|e| e.to_string())?;
+            progress::done(&bar);
             if s.label == "lru" {
                 lru_hit = o.report.overall_hit_ratio;
             }
@@ -111,6 +115,7 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
         runs.sort_by(f64::total_cmp);
         rps.push(runs[runs.len() / 2]);
     }
+    progress::finish(bar);
     let r = SimBench {
         requests: a.requests,
         cache_blocks: a.cache_blocks,

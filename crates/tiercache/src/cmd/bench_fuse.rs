@@ -6,7 +6,8 @@
 //! runs with `-o direct_io --multithreaded` too; "native" is the backing directory through the
 //! kernel page cache, the upper bound. fio: psync engine, one job, queue depth 1.
 
-use crate::cmd::ctl::is_mounted;
+use crate::cmd::mounts::is_mounted;
+use crate::cmd::progress;
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
@@ -218,6 +219,9 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     for d in [&backing, &mp_tc, &mp_bind] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
+    // Steps: write the file, mount, warm 3 targets, 6 fio runs, 2 cold runs.
+    let bar = progress::steps(13, a.json);
+    progress::step(&bar, format!("writing a {} MiB test file", size >> 20));
     let data = backing.join("data.bin");
     {
         let mut f = std::io::BufWriter::new(
@@ -236,6 +240,8 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         }
         f.flush().map_err(|e| e.to_string())?;
     }
+    progress::done(&bar);
+    progress::step(&bar, "mounting tiercache and bindfs");
     let mut mounts = Mounts {
         daemons: Vec::new(),
         bindfs: Vec::new(),
@@ -260,20 +266,32 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         mp_bind.join("data.bin"),
         data.clone(),
     ];
-    for t in &targets {
+    progress::done(&bar);
+    let names = ["tiercache", "bindfs", "native"];
+    for (t, name) in targets.iter().zip(names) {
+        progress::step(&bar, format!("warming {name}"));
         warm(t)?;
+        progress::done(&bar);
     }
     let mut r4 = Vec::new();
     let mut r1 = Vec::new();
-    for t in &targets {
+    for (t, name) in targets.iter().zip(names) {
+        progress::step(&bar, format!("fio 4 KiB random reads, {name}"));
         r4.push(fio(t, "randread", "4k", a.runtime)?.0);
+        progress::done(&bar);
+        progress::step(&bar, format!("fio 1 MiB sequential reads, {name}"));
         r1.push(fio(t, "read", "1m", a.runtime)?.1);
+        progress::done(&bar);
     }
     drop(mounts);
     // Cold: each run on a fresh tiercache mount behind the HDD device MODEL; the sequential run
     // makes one pass, since a timed run would wrap around and re-read what it just cached.
+    progress::step(&bar, "cold 4 KiB random reads, HDD model");
     let cold4 = cold_run(&backing, &mp_tc, memory, "randread", "4k", a.runtime)?.0;
+    progress::done(&bar);
+    progress::step(&bar, "cold 1 MiB sequential pass, HDD model");
     let cold1 = cold_run(&backing, &mp_tc, memory, "read", "1m", 0)?.1;
+    progress::finish(bar);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -1,5 +1,6 @@
 //! Control commands on a running mount: `stats`, `priority`, `flush`, `unmount`.
 
+use super::mounts::{self, is_mounted};
 use crate::live::control::{self, canonical_mountpoint, CallError, MountFiles, Request};
 use crate::live::stats;
 use clap::{Args, Subcommand};
@@ -49,6 +50,26 @@ pub struct UnmountArgs {
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// [`control::call_typed`], with a daemon that does not answer explained from the mount table:
+/// no such path, not a mount point, a subdirectory of a mount, or another file system.
+fn call_typed(
+    mountpoint: &Path,
+    req: &Request,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallError> {
+    control::call_typed(mountpoint, req, timeout).map_err(|e| match e {
+        CallError::Unreachable(m) => CallError::Unreachable(
+            mounts::not_a_tiercache_mount(mountpoint, &canonical_mountpoint(mountpoint))
+                .unwrap_or(m),
+        ),
+        refused => refused,
+    })
+}
+
+fn call(mountpoint: &Path, req: &Request, timeout: Duration) -> Result<serde_json::Value, String> {
+    call_typed(mountpoint, req, timeout).map_err(String::from)
+}
+
 pub fn stats_cmd(a: StatsArgs) -> Result<(), String> {
     if let Some(w) = a.watch {
         if !(w.is_finite() && w > 0.0) {
@@ -56,7 +77,7 @@ pub fn stats_cmd(a: StatsArgs) -> Result<(), String> {
         }
     }
     loop {
-        let v = control::call(&a.mountpoint, &Request::Stats, CALL_TIMEOUT)?;
+        let v = call(&a.mountpoint, &Request::Stats, CALL_TIMEOUT)?;
         if a.json && a.watch.is_some() {
             // One document per line (NDJSON), so the stream parses.
             println!("{}", serde_json::to_string(&v).map_err(|e| e.to_string())?);
@@ -92,7 +113,7 @@ pub fn priority_cmd(c: PriorityCommand) -> Result<(), String> {
         }
         PriorityCommand::List { mountpoint, json } => (mountpoint, Request::PriorityList, json),
     };
-    let v = control::call(&mp, &req, CALL_TIMEOUT)?;
+    let v = call(&mp, &req, CALL_TIMEOUT)?;
     if json {
         println!(
             "{}",
@@ -117,37 +138,8 @@ pub fn priority_cmd(c: PriorityCommand) -> Result<(), String> {
 
 pub fn flush_cmd(mountpoint: &Path) -> Result<(), String> {
     // Write-back of a large dirty set can take long on a slow disk: no short timeout.
-    control::call(mountpoint, &Request::Flush, Duration::from_secs(24 * 3600))?;
+    call(mountpoint, &Request::Flush, Duration::from_secs(24 * 3600))?;
     Ok(())
-}
-
-/// Whether `path` is a mount point now (from /proc/self/mountinfo, octal escapes decoded).
-pub fn is_mounted(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = path.as_os_str().as_encoded_bytes();
-    info.lines()
-        .any(|l| l.split(' ').nth(4).is_some_and(|mp| unescape(mp) == want))
-}
-
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 pub fn unmount_cmd(a: UnmountArgs) -> Result<(), String> {
@@ -155,7 +147,7 @@ pub fn unmount_cmd(a: UnmountArgs) -> Result<(), String> {
     let files = MountFiles::for_mountpoint(&mp);
     // The daemon answers after unmounting and writing everything back: no short timeout.
     let req = Request::Unmount { force: a.force };
-    match control::call_typed(&mp, &req, Duration::from_secs(24 * 3600)) {
+    match call_typed(&a.mountpoint, &req, Duration::from_secs(24 * 3600)) {
         Ok(v) => {
             let pid = v["pid"].as_i64().unwrap_or(0) as i32;
             let start = Instant::now();
@@ -173,7 +165,7 @@ pub fn unmount_cmd(a: UnmountArgs) -> Result<(), String> {
         }
         Err(CallError::Refused(e)) => Err(e),
         Err(CallError::Unreachable(e)) if !a.force => Err(e),
-        Err(CallError::Unreachable(_)) => force(&mp, &files),
+        Err(CallError::Unreachable(_)) => force(&a.mountpoint, &mp, &files),
     }
 }
 
@@ -182,35 +174,65 @@ fn alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-/// Lazy-detaches the mount and kills a stale daemon.
-fn force(mp: &Path, files: &MountFiles) -> Result<(), String> {
-    if let Some(pid) = files.live_pid() {
-        // SAFETY: plain kill(2) of the pid the daemon wrote; it does not answer its socket.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
+/// Lazy-detaches a tiercache mount whose daemon does not answer and kills that daemon. Refuses
+/// anything that is not a tiercache mount (a user who confuses BACKING with MOUNTPOINT must not
+/// detach an NFS volume), and a path where nothing is mounted.
+fn force(given: &Path, mp: &Path, files: &MountFiles) -> Result<(), String> {
+    let live = files.live_pid();
+    match mounts::mount_at(mp) {
+        Some(m) if !m.is_tiercache() => {
+            return Err(format!(
+                "{}: not a tiercache mount ({} is mounted there); refusing to detach it",
+                given.display(),
+                m.describe()
+            ))
+        }
+        Some(_) => {}
+        None => {
+            let why = mounts::not_a_tiercache_mount(given, mp)
+                .unwrap_or_else(|| format!("{}: not mounted", given.display()));
+            let Some(pid) = live else {
+                return Err(format!("{why}; nothing to unmount"));
+            };
+            // A daemon holding the pid file but answering nothing, with no mount left: stop it.
+            kill(pid);
+            remove_control_files(files);
+            println!("tiercache: nothing was mounted; stopped unresponsive daemon pid {pid}");
+            return Ok(());
         }
     }
-    if is_mounted(mp) {
-        let c =
-            std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        if rc != 0 {
-            let st = std::process::Command::new("fusermount3")
-                .arg("-uz")
-                .arg(mp)
-                .status();
-            if !st.is_ok_and(|s| s.success()) {
-                return Err(format!(
-                    "{}: cannot detach: {}",
-                    mp.display(),
-                    std::io::Error::last_os_error()
-                ));
-            }
+    if let Some(pid) = live {
+        kill(pid);
+    }
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        let st = std::process::Command::new("fusermount3")
+            .arg("-uz")
+            .arg(mp)
+            .status();
+        if !st.is_ok_and(|s| s.success()) {
+            return Err(format!("{}: cannot detach: {err}", mp.display()));
         }
     }
-    let _ = std::fs::remove_file(&files.socket);
-    let _ = std::fs::remove_file(&files.pid);
+    remove_control_files(files);
     println!("tiercache: detached {}", mp.display());
     Ok(())
+}
+
+/// SIGKILL to a daemon that holds its pid-file lock but does not answer its socket.
+fn kill(pid: i32) {
+    // SAFETY: plain kill(2) of the pid the daemon wrote; `live_pid` checked that it still holds
+    // the pid-file lock (a recycled pid never does).
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// The socket and pid file of a daemon that is gone (its log stays: it says why it died).
+fn remove_control_files(files: &MountFiles) {
+    let _ = std::fs::remove_file(&files.socket);
+    let _ = std::fs::remove_file(&files.pid);
 }

@@ -4,5 +4,7 @@ pub mod bench;
 pub mod bench_fuse;
 pub mod ctl;
 pub mod mount;
+pub mod mounts;
 pub mod partition_flags;
+pub mod progress;
 pub mod sim;

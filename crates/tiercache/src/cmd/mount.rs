@@ -98,8 +98,23 @@ fn mem_total() -> Option<u64> {
     kb.parse::<u64>().ok().map(|k| k * 1024)
 }
 
+/// `BACKING /x: No such file or directory`: the argument named, the OS error without its number.
+fn check_dir(what: &str, p: &std::path::Path) -> Result<(), String> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{what} {}: Not a directory", p.display())),
+        Err(e) => {
+            let text = e.to_string();
+            let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+            Err(format!("{what} {}: {text}", p.display()))
+        }
+    }
+}
+
 /// Merges flags over the config file and checks every value, naming the flag at fault.
 pub fn settings(args: &MountArgs) -> Result<Settings, String> {
+    check_dir("BACKING", &args.backing)?;
+    check_dir("MOUNTPOINT", &args.mountpoint)?;
     let file = match &args.config {
         Some(p) => config::load(p)?,
         None => FileConfig::default(),
@@ -139,9 +154,20 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
     })?;
     let capacity = memory / block_size.bytes();
     if capacity < 64 {
+        // A number without a unit counts bytes (`--memory 4096`, `memory = 4096`).
+        let bare = match (&args.memory, &file.memory) {
+            (Some(m), _) => m.trim().bytes().all(|b| b.is_ascii_digit()),
+            (None, Some(m)) => m.is_bare(),
+            (None, None) => false,
+        };
         return Err(format!(
-            "{}: {memory} bytes hold fewer than 64 blocks of {bs_bytes}",
-            src("memory", args.memory.is_some())
+            "{}: {memory} bytes hold fewer than 64 blocks of {bs_bytes}{}",
+            src("memory", args.memory.is_some()),
+            if bare {
+                format!(" (a number without a unit counts bytes: write \"{memory}M\" for MiB)")
+            } else {
+                String::new()
+            }
         ));
     }
     if let Some(total) = mem_total() {

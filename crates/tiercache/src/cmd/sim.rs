@@ -259,6 +259,8 @@ fn write_series(args: &SimArgs, o: &Outcome, many: bool) -> Result<(), String> {
         );
         tiercache_sim::plot::plot_png(&p, &title, &names, &o.series)
             .map_err(|e| format!("--plot {e}"))?;
+        // On stderr: stdout may be the JSON document.
+        eprintln!("tiercache: wrote {}", p.display());
     }
     Ok(())
 }

@@ -41,7 +41,8 @@ pub struct FileConfig {
     pub attr_timeout: Option<f64>,
 }
 
-/// A size written as a number of bytes or a string with a unit.
+/// A size written as a number of bytes (`memory = 268435456`: a bare number counts bytes) or a
+/// string with a unit (`memory = "256M"`).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum SizeValue {
@@ -50,6 +51,13 @@ pub enum SizeValue {
 }
 
 impl SizeValue {
+    /// Written without a unit (a TOML integer, or a string of digits): a number of bytes.
+    pub fn is_bare(&self) -> bool {
+        match self {
+            SizeValue::Bytes(_) => true,
+            SizeValue::Text(t) => t.trim().bytes().all(|b| b.is_ascii_digit()),
+        }
+    }
     pub fn bytes(&self) -> Result<u64, String> {
         match self {
             SizeValue::Bytes(b) => Ok(*b),

@@ -146,6 +146,13 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         path: files.pid.clone(),
         _lock: lock,
     };
+    // From here on the socket and the log are this daemon's: removed however it returns (the
+    // log only after a clean stop; after a failure it is the record of why).
+    let mut owned = OwnedFiles {
+        socket: files.socket.clone(),
+        log: files.log.clone(),
+        clean: false,
+    };
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
     let real: Arc<dyn Device> = Arc::new(RealDevice);
@@ -242,12 +249,30 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     for w in waiting {
         let _ = w.send(result.clone());
     }
-    let _ = std::fs::remove_file(&files.socket);
-    drop(pid_lock);
     log::info!("stopped");
+    owned.clean = result.is_ok();
+    drop(owned);
+    drop(pid_lock);
     // Let the control threads deliver their answers before the process goes.
     std::thread::sleep(Duration::from_millis(100));
     result
+}
+
+/// The control socket and the log of a daemon that holds its pid-file lock. Dropping removes the
+/// socket, and the log too after a clean stop (nothing in it is needed any more).
+struct OwnedFiles {
+    socket: PathBuf,
+    log: PathBuf,
+    clean: bool,
+}
+
+impl Drop for OwnedFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        if self.clean {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
 }
 
 /// The locked pid file; removed when the daemon is done with it, whichever way it returns (a
@@ -477,9 +502,19 @@ pub fn spawn_background(_args: &MountArgs, s: &Settings) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
-            let why = last_error_line(&files.log, start_len)
-                .unwrap_or_else(|| format!("daemon exited with {status}"));
-            return Err(why.trim_start_matches("tiercache: ").to_string());
+            return Err(match last_error_line(&files.log, start_len) {
+                Some(why) => {
+                    // The error line says it all; a log this attempt created goes with it.
+                    if start_len == 0 {
+                        let _ = std::fs::remove_file(&files.log);
+                    }
+                    why.trim_start_matches("tiercache: ").to_string()
+                }
+                None => format!(
+                    "the daemon exited with {status}; see {}",
+                    files.log.display()
+                ),
+            });
         }
         if control::call(
             &s.mountpoint,

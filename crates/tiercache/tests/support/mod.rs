@@ -32,7 +32,8 @@ pub fn mounted(p: &Path) -> bool {
 pub struct Mount {
     pub backing: PathBuf,
     pub mnt: PathBuf,
-    /// The daemon's log, removed on drop so test runs leave nothing in the runtime dir.
+    /// The daemon's log (the daemon removes it when it stops cleanly; a test that fails prints
+    /// it).
     log: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
@@ -97,13 +98,24 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A clean stop removes the daemon's log: show it with the failure.
+            if let Some(text) = self
+                .log
+                .as_ref()
+                .and_then(|l| std::fs::read_to_string(l).ok())
+            {
+                eprintln!(
+                    "--- daemon log of {} ---\n{text}--- end ---",
+                    self.mnt.display()
+                );
+            }
+        }
         if mounted(&self.mnt) {
             let _ = tc(&["unmount", "--force", s(&self.mnt)]);
         }
         if let Some(log) = &self.log {
-            if !std::thread::panicking() {
-                let _ = std::fs::remove_file(log);
-            }
+            let _ = std::fs::remove_file(log);
         }
     }
 }

@@ -1,0 +1,61 @@
+//! What identifies a version of a backing file ([`FileStamp`]: size, mtime, inode number) and
+//! an inode itself across inode-number reuse (its birth time).
+
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::time::SystemTime;
+
+/// What identifies a version of a backing file: size, modification time, inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub ino: u64,
+}
+
+impl FileStamp {
+    /// The stamp of a file as `metadata` describes it.
+    pub fn from_metadata(m: &Metadata) -> Self {
+        Self {
+            size: m.len(),
+            mtime: m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            ino: m.ino(),
+        }
+    }
+
+    /// `fstat` of an open file.
+    pub fn of_file(f: &File) -> io::Result<Self> {
+        Ok(Self::from_metadata(&f.metadata()?))
+    }
+}
+
+/// A birth time, seconds and nanoseconds.
+pub(crate) type BirthTime = (i64, u32);
+
+/// The birth time of an open file (`statx` `STATX_BTIME`), `None` when BACKING does not report
+/// one (NFS, older file systems) or `statx` fails.
+pub(crate) fn birth_time(f: &File) -> Option<BirthTime> {
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `f` keeps the descriptor open; with AT_EMPTY_PATH and an empty NUL-terminated path
+    // statx describes that descriptor and writes only into `stx`, which outlives the call.
+    let rc = unsafe {
+        libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BTIME,
+            &mut stx,
+        )
+    };
+    (rc == 0 && stx.stx_mask & libc::STATX_BTIME != 0)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec))
+}
+
+/// Whether `now` is a different inode than the one born at `then` (unknown counts as the same:
+/// the stamp alone decides).
+pub(crate) fn reborn(then: Option<BirthTime>, now: Option<BirthTime>) -> bool {
+    then.is_some() && then != now
+}
