@@ -16,6 +16,8 @@ pub enum BenchCommand {
     Sim(SimBenchArgs),
     /// fio through tiercache vs bindfs vs the native directory (needs fio, bindfs, root).
     Fuse(super::bench_fuse::FuseBenchArgs),
+    /// Walk of a big tree (list + stat) through tiercache vs bindfs vs native, cold and warm.
+    Meta(super::bench_meta::MetaBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -51,6 +53,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Sim(a) => sim(a),
         BenchCommand::Fuse(a) => super::bench_fuse::run(a),
+        BenchCommand::Meta(a) => super::bench_meta::run(a),
     }
 }
 

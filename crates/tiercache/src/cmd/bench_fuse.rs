@@ -48,9 +48,9 @@ struct FuseBench {
 }
 
 /// Unmounts and stops whatever the bench started, even on error.
-struct Mounts {
-    daemons: Vec<(Child, PathBuf)>,
-    bindfs: Vec<PathBuf>,
+pub(crate) struct Mounts {
+    pub(crate) daemons: Vec<(Child, PathBuf)>,
+    pub(crate) bindfs: Vec<PathBuf>,
 }
 
 impl Drop for Mounts {
@@ -64,7 +64,7 @@ impl Drop for Mounts {
     }
 }
 
-fn stop_daemon(child: &mut Child, mp: &Path) {
+pub(crate) fn stop_daemon(child: &mut Child, mp: &Path) {
     // SAFETY: plain kill(2) of our own child.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -75,7 +75,7 @@ fn stop_daemon(child: &mut Child, mp: &Path) {
     }
 }
 
-fn need(tool: &str, package: &str) -> Result<(), String> {
+pub(crate) fn need(tool: &str, package: &str) -> Result<(), String> {
     match Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
@@ -89,7 +89,7 @@ fn need(tool: &str, package: &str) -> Result<(), String> {
     }
 }
 
-fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), String> {
+pub(crate) fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut child = child;
     while Instant::now() < deadline {
@@ -106,7 +106,7 @@ fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), String> {
     Err(format!("{}: not mounted after 30 s", mp.display()))
 }
 
-fn start_tiercache(
+pub(crate) fn start_tiercache(
     backing: &Path,
     mp: &Path,
     memory: u64,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_fuse;
+pub mod bench_meta;
 pub mod ctl;
 pub mod mount;
 pub mod mounts;

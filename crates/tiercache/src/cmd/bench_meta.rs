@@ -1,0 +1,211 @@
+//! `tiercache bench meta`: metadata speed. One tree of small files is walked (every entry
+//! listed and stat'ed, as `find -size` does) natively, through a tiercache mount and through
+//! bindfs, each cold (page, dentry and inode caches dropped, a fresh mount) and warm (the
+//! median of three walks right after).
+
+use crate::cmd::bench_fuse::{need, start_tiercache, wait_mounted, Mounts};
+use crate::cmd::progress;
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct MetaBenchArgs {
+    /// Files in the tree.
+    #[arg(long, default_value_t = 200_000)]
+    pub files: usize,
+    /// Directories they are spread over.
+    #[arg(long, default_value_t = 2_000)]
+    pub dirs: usize,
+    /// Work directory (default: a new directory under /tmp). Must not be on a FUSE mount.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+struct Walk {
+    cold: f64,
+    warm: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct MetaBench {
+    files: usize,
+    dirs: usize,
+    tiercache_walk_secs: Walk,
+    bindfs_walk_secs: Walk,
+    native_walk_secs: Walk,
+    tiercache_vs_bindfs_warm: f64,
+    tiercache_vs_bindfs_cold: f64,
+}
+
+/// Lists and stats every entry below `root`; returns how many entries were seen.
+fn walk(root: &Path) -> Result<usize, String> {
+    let mut n = 0usize;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for e in rd {
+            let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            n += 1;
+            if m.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    Ok(n)
+}
+
+fn timed_walk(root: &Path, want: usize) -> Result<f64, String> {
+    let t = Instant::now();
+    let n = walk(root)?;
+    let secs = t.elapsed().as_secs_f64();
+    if n != want {
+        return Err(format!(
+            "{}: walked {n} entries, expected {want} (an incomplete listing)",
+            root.display()
+        ));
+    }
+    Ok(secs)
+}
+
+/// Drops the page, dentry and inode caches (root only).
+fn drop_caches() -> Result<(), String> {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", b"3")
+        .map_err(|e| format!("/proc/sys/vm/drop_caches: {e} (the benchmark needs root)"))
+}
+
+fn cold_and_warm(root: &Path, want: usize) -> Result<Walk, String> {
+    drop_caches()?;
+    let cold = timed_walk(root, want)?;
+    let mut warm = [0.0f64; 3];
+    for w in &mut warm {
+        *w = timed_walk(root, want)?;
+    }
+    warm.sort_by(f64::total_cmp);
+    Ok(Walk {
+        cold,
+        warm: warm[1],
+    })
+}
+
+fn make_tree(root: &Path, dirs: usize, files: usize) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let buf = vec![0x5au8; 4000];
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d:05}"));
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        for f in (d..files).step_by(dirs) {
+            let p = dir.join(format!("f{f:07}"));
+            let mut file = std::fs::File::create(&p).map_err(|e| io(&p, e))?;
+            file.write_all(&buf[..(f * 7919) % buf.len()])
+                .map_err(|e| io(&p, e))?;
+        }
+    }
+    Ok(())
+}
+
+pub fn run(a: MetaBenchArgs) -> Result<(), String> {
+    need("bindfs", "bindfs")?;
+    if a.dirs == 0 || a.files < a.dirs {
+        return Err("--dirs must be positive and at most --files".into());
+    }
+    let root = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tiercache-bench-meta-{}", std::process::id()))
+    });
+    let (backing, mp_tc, mp_bind) = (
+        root.join("backing"),
+        root.join("tiercache"),
+        root.join("bindfs"),
+    );
+    for d in [&mp_tc, &mp_bind] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    let bar = progress::steps(4, a.json);
+    progress::step(
+        &bar,
+        format!("writing {} files in {} directories", a.files, a.dirs),
+    );
+    make_tree(&backing, a.dirs, a.files)?;
+    let want = a.files + a.dirs;
+    progress::done(&bar);
+    progress::step(&bar, "walking the backing directory");
+    let native = cold_and_warm(&backing, want)?;
+    progress::done(&bar);
+    let mut mounts = Mounts {
+        daemons: Vec::new(),
+        bindfs: Vec::new(),
+    };
+    progress::step(&bar, "walking through tiercache");
+    drop_caches()?;
+    let tc = start_tiercache(&backing, &mp_tc, 64 << 20, &[])?;
+    mounts.daemons.push((tc, mp_tc.clone()));
+    let tiercache = cold_and_warm(&mp_tc, want)?;
+    drop(mounts);
+    progress::done(&bar);
+    progress::step(&bar, "walking through bindfs");
+    let mut mounts = Mounts {
+        daemons: Vec::new(),
+        bindfs: Vec::new(),
+    };
+    drop_caches()?;
+    let st = Command::new("bindfs")
+        .args(["-o", "direct_io", "--multithreaded", "--no-allow-other"])
+        .arg(&backing)
+        .arg(&mp_bind)
+        .status()
+        .map_err(|e| format!("bindfs: {e}"))?;
+    if !st.success() {
+        return Err(format!("bindfs exited with {st}"));
+    }
+    mounts.bindfs.push(mp_bind.clone());
+    wait_mounted(&mp_bind, None)?;
+    let bindfs = cold_and_warm(&mp_bind, want)?;
+    drop(mounts);
+    progress::done(&bar);
+    progress::finish(bar);
+    let _ = std::fs::remove_dir_all(&root);
+    let r = MetaBench {
+        files: a.files,
+        dirs: a.dirs,
+        tiercache_vs_bindfs_warm: bindfs.warm / tiercache.warm,
+        tiercache_vs_bindfs_cold: bindfs.cold / tiercache.cold,
+        tiercache_walk_secs: tiercache,
+        bindfs_walk_secs: bindfs,
+        native_walk_secs: native,
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "walk of {} files in {} directories (list + stat every entry), seconds:",
+        r.files, r.dirs
+    );
+    println!("{:<12} {:>10} {:>10}", "", "cold", "warm");
+    for (name, w) in [
+        ("tiercache", r.tiercache_walk_secs),
+        ("bindfs", r.bindfs_walk_secs),
+        ("native", r.native_walk_secs),
+    ] {
+        println!("{name:<12} {:>10.3} {:>10.3}", w.cold, w.warm);
+    }
+    println!(
+        "tiercache speed / bindfs: {:.2}x warm, {:.2}x cold",
+        r.tiercache_vs_bindfs_warm, r.tiercache_vs_bindfs_cold
+    );
+    Ok(())
+}
