@@ -8,6 +8,7 @@ command -v bindfs >/dev/null || need+=(bindfs)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v git >/dev/null || need+=(git)
 command -v python3 >/dev/null || need+=(python3)
+command -v setfacl >/dev/null || need+=(acl)
 if ((${#need[@]})); then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

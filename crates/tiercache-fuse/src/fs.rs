@@ -7,7 +7,7 @@
 //! synchronously, so a slow backing call only occupies its own thread.
 //!
 //! Permission model: the mount uses `default_permissions`, so the kernel checks
-//! mode bits, ownership, sticky directories and supplementary groups against
+//! mode bits, POSIX ACLs (`FUSE_POSIX_ACL`), ownership, sticky directories and supplementary groups against
 //! the attributes we report, before a request reaches us. The daemon then acts
 //! with its own (root) credentials and makes new objects owned by the caller
 //! (see `ops_entry.rs`).
@@ -168,6 +168,12 @@ impl Filesystem for TierFs {
         // we apply the caller's umask ourselves (per-thread umask), so that
         // default ACLs of the backing directory keep their native meaning
         Self::want(config, InitFlags::FUSE_DONT_MASK, "DONT_MASK");
+        // POSIX ACLs: the kernel reads `system.posix_acl_*` through getxattr (passed through
+        // to BACKING) and decides with them, as BACKING would; without this flag it checks
+        // mode bits only and a named-user deny entry would be bypassed.
+        if !Self::want(config, InitFlags::FUSE_POSIX_ACL, "POSIX_ACL") {
+            log::warn!("POSIX ACLs on BACKING are not enforced: the kernel lacks FUSE_POSIX_ACL");
+        }
         Self::want(config, InitFlags::FUSE_PARALLEL_DIROPS, "PARALLEL_DIROPS");
         // Not FUSE_HANDLE_KILLPRIV(_V2): the kernel clears set-ID bits on truncate, O_TRUNC,
         // chown and cached writes itself; direct-I/O writes are handled in `write` (killpriv.rs).
@@ -404,7 +410,12 @@ impl Filesystem for TierFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.op_opendir(ino, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            // The kernel may keep a directory's entries across opens; it drops them when the
+            // directory changes through the mount or its mtime moves (seen within attr_ttl).
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -525,6 +536,22 @@ impl Filesystem for TierFs {
             ),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// No ioctl is passed through (BACKING's could act on the wrong file system); `ENOTTY` is
+    /// what a file without ioctls answers (e.g. the `TCGETS` Python sends on every open).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(

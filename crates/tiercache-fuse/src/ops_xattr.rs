@@ -5,8 +5,12 @@
 //! so `user.*` on symlinks fails with `EPERM` exactly as natively). Permission
 //! checks (`trusted.*` needs `CAP_SYS_ADMIN`, `user.*` needs write access)
 //! are done by the kernel's VFS before the request reaches us.
-//! POSIX ACL xattrs are refused by the kernel itself (`EOPNOTSUPP`) because
-//! the mount does not negotiate `FUSE_POSIX_ACL`.
+//! POSIX ACL xattrs (`system.posix_acl_access`, `_default`) pass through too:
+//! the mount negotiates `FUSE_POSIX_ACL`, so the kernel caches them and checks
+//! access with them (`default_permissions`), and `setfacl` through the mount
+//! changes BACKING's ACL (and with it the mode, as BACKING's file system does).
+//! Default ACLs apply natively: new objects are created by BACKING's file
+//! system under the caller's umask (`FUSE_DONT_MASK`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -86,3 +86,36 @@ t("owner_sg_d", lambda: owner("sg/d"))
 t("rename_into_ro", lambda: os.rename("open/new", "ro/new"))
 t("link_public", lambda: os.link("public", "open/pl"))
 t("rmdir_ro", lambda: os.rmdir("ro"))
+
+
+def acl(p):
+    try:
+        return os.getxattr(p, "system.posix_acl_access").hex()
+    except OSError as e:
+        return "no-acl " + errno.errorcode.get(e.errno, str(e.errno))
+
+
+def setfacl(spec, p):
+    # fork/exec: the interpreter's library may not be readable by this user (no subprocess)
+    pid = os.fork()
+    if pid == 0:
+        null = os.open("/dev/null", os.O_WRONLY)
+        os.dup2(null, 2)
+        try:
+            os.execvp("setfacl", ["setfacl", "-m", spec, p])
+        finally:
+            os._exit(127)
+    _, status = os.waitpid(pid, 0)
+    return "rc=%d" % os.waitstatus_to_exitcode(status)
+
+
+t("read_acl_deny", lambda: read("acl_deny"))
+t("read_acl_allow", lambda: read("acl_allow"))
+t("create_in_acl_dir", lambda: creat("acl_dir/new", 0o666))
+t("owner_acl_new", lambda: owner("acl_dir/new"))
+t("acl_inherited", lambda: acl("acl_dir/new"))
+t("setfacl_own", lambda: setfacl("u:1000:r", "open/new"))
+t("acl_after_setfacl", lambda: acl("open/new"))
+t("owner_after_setfacl", lambda: owner("open/new"))
+t("setfacl_not_own", lambda: setfacl("u:65534:rw", "public"))
+t("read_acl_allow_after", lambda: read("acl_allow"))

@@ -12,3 +12,7 @@ mkdir open && chmod 777 open
 mkdir sticky && chmod 1777 sticky && echo v > sticky/victim && chown 1000:1000 sticky/victim && chmod 666 sticky/victim
 mkdir sg && chown 1000:1000 sg && chmod 2777 sg
 mkdir xonly && echo h > xonly/hidden && chmod 644 xonly/hidden && chmod 711 xonly
+# POSIX ACLs (decided by the kernel from the ACL xattrs once FUSE_POSIX_ACL is negotiated)
+echo ad > acl_deny && chown 0:1000 acl_deny && chmod 640 acl_deny && setfacl -m u:65534:--- acl_deny
+echo aa > acl_allow && chmod 600 acl_allow && setfacl -m u:65534:r-- acl_allow
+mkdir acl_dir && chmod 755 acl_dir && setfacl -m u:65534:rwx acl_dir && setfacl -d -m u:65534:rw,g::r,o::- acl_dir

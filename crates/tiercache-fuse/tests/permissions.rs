@@ -1,6 +1,7 @@
 //! (c) Permission enforcement: an unprivileged process (uid 65534, with and
 //! without supplementary group 1000) gets the same results on the mount as on
-//! a plain directory of the backing file system. Needs `allow_other`.
+//! a plain directory of the backing file system, POSIX ACLs included (a named-user deny
+//! entry was bypassed before the mount negotiated `FUSE_POSIX_ACL`). Needs `allow_other`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -57,6 +58,29 @@ fn unprivileged_caller_sees_backing_permissions() {
     // supplementary groups are honoured (kernel-side check)
     let group_part = on_mount.split("== group").nth(1).unwrap();
     assert!(group_part.contains("read_grp OK gr"), "{group_part}");
+    // POSIX ACLs decide as on BACKING: a named-user deny entry wins over the owning group the
+    // caller is in, an allow entry opens a mode-0600 file, a default ACL is inherited, and
+    // setfacl through the mount works for the owner only
+    for expect in [
+        "read_acl_deny EACCES",
+        "read_acl_allow OK aa",
+        "create_in_acl_dir OK",
+        "setfacl_own OK rc=0",
+        "read_acl_allow_after OK aa",
+    ] {
+        assert!(
+            group_part.contains(expect),
+            "missing {expect:?} in\n{group_part}"
+        );
+    }
+    assert!(
+        !group_part.contains("acl_inherited OK no-acl"),
+        "{group_part}"
+    );
+    assert!(
+        group_part.contains("setfacl_not_own OK rc=1"),
+        "{group_part}"
+    );
     // the backing files really belong to the caller
     let st = std::fs::metadata(m.backing.join("a/open/new")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&st), 65534);
