@@ -272,7 +272,11 @@ impl Engine {
         }
         if f.forgotten {
             if !f.blocks.is_empty() {
-                return None;
+                // Clean blocks kept across a FORGET need no descriptor: the next open brings
+                // its own, and reuses them only for the same stamp and birth time. (Dirty ones
+                // keep it, above: it pins the inode for their retries.) Holding it would cost
+                // one descriptor per file the kernel ever forgot.
+                return f.backing.take();
             }
             self.ctimes.remove(id);
             return self.files.remove(&id).and_then(|f| f.backing);

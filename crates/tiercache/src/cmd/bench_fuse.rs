@@ -53,6 +53,24 @@ pub(crate) struct Mounts {
     pub(crate) bindfs: Vec<PathBuf>,
 }
 
+impl Mounts {
+    /// Mounts BACKING with bindfs (`-o direct_io --multithreaded`, as the benchmarks compare)
+    /// and waits until it is mounted; it is unmounted with the others.
+    pub(crate) fn start_bindfs(&mut self, backing: &Path, mp: &Path) -> Result<(), String> {
+        let st = Command::new("bindfs")
+            .args(["-o", "direct_io", "--multithreaded", "--no-allow-other"])
+            .arg(backing)
+            .arg(mp)
+            .status()
+            .map_err(|e| format!("bindfs: {e}"))?;
+        if !st.success() {
+            return Err(format!("bindfs exited with {st}"));
+        }
+        self.bindfs.push(mp.to_path_buf());
+        wait_mounted(mp, None)
+    }
+}
+
 impl Drop for Mounts {
     fn drop(&mut self) {
         for (mut child, mp) in self.daemons.drain(..) {
@@ -250,17 +268,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     let memory = size + size / 4 + (16 << 20);
     let tc = start_tiercache(&backing, &mp_tc, memory, &[])?;
     mounts.daemons.push((tc, mp_tc.clone()));
-    let st = Command::new("bindfs")
-        .args(["-o", "direct_io", "--multithreaded", "--no-allow-other"])
-        .arg(&backing)
-        .arg(&mp_bind)
-        .status()
-        .map_err(|e| format!("bindfs: {e}"))?;
-    if !st.success() {
-        return Err(format!("bindfs exited with {st}"));
-    }
-    mounts.bindfs.push(mp_bind.clone());
-    wait_mounted(&mp_bind, None)?;
+    mounts.start_bindfs(&backing, &mp_bind)?;
     let targets = [
         mp_tc.join("data.bin"),
         mp_bind.join("data.bin"),

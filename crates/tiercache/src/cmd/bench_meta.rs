@@ -3,13 +3,12 @@
 //! bindfs, each cold (page, dentry and inode caches dropped, a fresh mount) and warm (the
 //! median of three walks right after).
 
-use crate::cmd::bench_fuse::{need, start_tiercache, wait_mounted, Mounts};
+use crate::cmd::bench_fuse::{need, start_tiercache, Mounts};
 use crate::cmd::progress;
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 #[derive(Args, Debug)]
@@ -159,17 +158,7 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
         bindfs: Vec::new(),
     };
     drop_caches()?;
-    let st = Command::new("bindfs")
-        .args(["-o", "direct_io", "--multithreaded", "--no-allow-other"])
-        .arg(&backing)
-        .arg(&mp_bind)
-        .status()
-        .map_err(|e| format!("bindfs: {e}"))?;
-    if !st.success() {
-        return Err(format!("bindfs exited with {st}"));
-    }
-    mounts.bindfs.push(mp_bind.clone());
-    wait_mounted(&mp_bind, None)?;
+    mounts.start_bindfs(&backing, &mp_bind)?;
     let bindfs = cold_and_warm(&mp_bind, want)?;
     drop(mounts);
     progress::done(&bar);
