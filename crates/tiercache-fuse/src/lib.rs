@@ -44,3 +44,4 @@ pub use error::FuseError;
 pub use handle::raise_nofile_limit;
 pub use inode::InodeStats;
 pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions};
+pub use validate::unescape_mountinfo;

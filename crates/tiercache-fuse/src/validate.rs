@@ -5,6 +5,7 @@
 //! mount point (per `/proc/self/mountinfo`) and is empty.
 
 use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::FuseError;
@@ -57,12 +58,12 @@ pub(crate) fn validate(backing: &Path, mountpoint: &Path) -> Result<(PathBuf, Pa
 pub(crate) fn mount_points(info: &str) -> impl Iterator<Item = PathBuf> + '_ {
     info.lines()
         .filter_map(|line| line.split(' ').nth(4))
-        .map(unescape)
+        .map(|f| PathBuf::from(std::ffi::OsString::from_vec(unescape_mountinfo(f))))
 }
 
-/// Decodes the `\ooo` escapes mountinfo uses for space, tab, newline, `\`.
-fn unescape(field: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
+/// Decodes the `\ooo` escapes mountinfo uses for space, tab, newline, `\` in one field
+/// (an escape above `\377` is kept as text).
+pub fn unescape_mountinfo(field: &str) -> Vec<u8> {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -83,7 +84,7 @@ fn unescape(field: &str) -> PathBuf {
         out.push(b[i]);
         i += 1;
     }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
+    out
 }
 
 #[cfg(test)]

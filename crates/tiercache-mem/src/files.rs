@@ -420,14 +420,14 @@ impl Inner {
             self.kick_flusher();
         }
         if holds {
-            self.wait_for_closed_fds();
+            self.help_bound_closed_fds();
         }
     }
 
     /// Counts one more closed file holding its descriptor; past half the budget, the closing
     /// thread itself writes back and syncs the oldest such files (one thread at a time; the
     /// others wait for it and look again), as a writer over the dirty limit helps write back.
-    fn wait_for_closed_fds(&self) {
+    fn help_bound_closed_fds(&self) {
         use std::sync::atomic::Ordering;
         let budget = crate::cache::closed_fd_budget();
         if self.closed_fds.fetch_add(1, Ordering::Relaxed) < budget / 2 {

@@ -41,10 +41,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             let source = fields.get(dash + 2)?;
             Some(MountEntry {
                 mount_point: PathBuf::from(<std::ffi::OsString as OsStringExt>::from_vec(
-                    unescape(mp),
+                    tiercache_fuse::unescape_mountinfo(mp),
                 )),
-                fs_type: String::from_utf8_lossy(&unescape(fs_type)).into_owned(),
-                source: String::from_utf8_lossy(&unescape(source)).into_owned(),
+                fs_type: String::from_utf8_lossy(&tiercache_fuse::unescape_mountinfo(fs_type))
+                    .into_owned(),
+                source: String::from_utf8_lossy(&tiercache_fuse::unescape_mountinfo(source))
+                    .into_owned(),
             })
         })
         .collect()
@@ -65,25 +67,6 @@ pub fn mount_at(path: &Path) -> Option<MountEntry> {
 /// Whether `path` is a mount point now.
 pub fn is_mounted(path: &Path) -> bool {
     mount_at(path).is_some()
-}
-
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// Why `given` (canonical form `canon`) is not a tiercache mount point, as one line; `None` if
