@@ -9,8 +9,8 @@
 //! Invariant: every slot a request pins is unpinned before the request returns, on every path.
 
 use crate::arena::Arena;
+use crate::backing::{BackingIo, RealBacking};
 use crate::config::MemConfig;
-use crate::device::{Device, RealDevice};
 use crate::engine::Engine;
 use crate::error::MemError;
 use crate::files::{FileStamp, OpenOutcome};
@@ -57,7 +57,7 @@ pub(crate) struct Inner {
     pub shift: u32,
     pub arena: Arena,
     pub engine: Mutex<Engine>,
-    pub device: Arc<dyn Device>,
+    pub device: Arc<dyn BackingIo>,
     pub counters: Counters,
     pub dirty_limit: usize,
     pub dirty_bg_limit: usize,
@@ -237,7 +237,7 @@ pub struct MemCache {
 
 impl MemCache {
     /// Builds a tier over `device` and starts `cfg.flusher_threads` flusher threads.
-    pub fn new(cfg: MemConfig, device: Arc<dyn Device>) -> Result<Self, MemError> {
+    pub fn new(cfg: MemConfig, device: Arc<dyn BackingIo>) -> Result<Self, MemError> {
         cfg.validate()?;
         let tier_cfg = TierConfig {
             name: "memory".into(),
@@ -284,9 +284,9 @@ impl MemCache {
         })
     }
 
-    /// A tier over the real backing files ([`RealDevice`]).
+    /// A tier over the real backing files ([`RealBacking`]).
     pub fn with_real_device(cfg: MemConfig) -> Result<Self, MemError> {
-        Self::new(cfg, Arc::new(RealDevice))
+        Self::new(cfg, Arc::new(RealBacking))
     }
 
     pub fn config(&self) -> &MemConfig {

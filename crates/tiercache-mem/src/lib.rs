@@ -15,17 +15,17 @@
 //! - write-back: flusher threads, `fsync`, `flush_all`, errors kept and reported;
 //! - logical times ([`LogicalTimes`]): the mtime of cached writes, and a ctime that the tier's
 //!   own write-back does not move;
-//! - backing [`Device`]s: real, emulated HDD/SSD model, fault injection;
+//! - backing [`BackingIo`]s: real, emulated HDD/SSD model, fault injection;
 //! - statistics ([`MemStats`]) and an optional CSV access trace for the simulator.
 //!
 //! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
 //! `files` (per-file state), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
-//! `device`, `stats`, `trace`, `cache` (the public type), `config`, `error`.
+//! `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`, `error`.
 
 mod arena;
+pub mod backing;
 mod cache;
 mod config;
-pub mod device;
 mod engine;
 mod error;
 mod files;
@@ -37,9 +37,11 @@ mod times;
 mod trace;
 mod write;
 
+pub use backing::{
+    BackingIo, DeviceModel, EmulatedBacking, EmulationStats, FaultyBacking, RealBacking,
+};
 pub use cache::MemCache;
 pub use config::MemConfig;
-pub use device::{Device, DeviceModel, EmulatedDevice, EmulationStats, FaultyDevice, RealDevice};
 pub use error::MemError;
 pub use files::{FileStamp, OpenOutcome};
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};

@@ -7,7 +7,7 @@
 //! partial window since start, with `complete = false`). Time windows rather than ω accesses so
 //! that an idle mount still shows recent behaviour.
 
-use crate::device::EmulationStats;
+use crate::backing::EmulationStats;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};

@@ -13,7 +13,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tiercache_mem::{Class, Device, FileId, MemCache, RealDevice};
+use tiercache_mem::{BackingIo, Class, FileId, MemCache, RealBacking};
 
 const BS: u64 = 512;
 /// Per-writer private regions, then one region every writer overwrites with the same bytes.
@@ -171,9 +171,9 @@ fn many_writers_small_cache_nothing_lost() {
 /// Delays every write before doing it, widening the window in which a write-through is in
 /// flight while other requests touch the same block.
 #[derive(Debug)]
-struct SlowWrites(RealDevice);
+struct SlowWrites(RealBacking);
 
-impl Device for SlowWrites {
+impl BackingIo for SlowWrites {
     fn read_at(&self, f: FileId, fd: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
         self.0.read_at(f, fd, buf, off)
     }
@@ -206,7 +206,7 @@ fn write_through_racing_read_modify_write_loses_nothing() {
     cfg.dirty_expire = Duration::ZERO;
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(1);
-    let cache = MemCache::new(cfg, Arc::new(SlowWrites(RealDevice))).unwrap();
+    let cache = MemCache::new(cfg, Arc::new(SlowWrites(RealBacking))).unwrap();
     let id = open(&cache, &path, Class::Normal);
     std::thread::scope(|s| {
         for t in 0..THREADS {

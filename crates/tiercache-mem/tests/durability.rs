@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tiercache_mem::{Class, Device, FaultyDevice, MemCache, RealDevice};
+use tiercache_mem::{BackingIo, Class, FaultyBacking, MemCache, RealBacking};
 
 #[test]
 fn fsync_puts_bytes_on_backing_before_a_crash() {
@@ -39,8 +39,8 @@ fn write_error_keeps_data_dirty_and_is_retried_after_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let orig = pattern(0, 4096, 0);
     let path = make_file(dir.path(), "e", &orig);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
-    let cache = MemCache::new(small_config(32), faulty.clone() as Arc<dyn Device>).unwrap();
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
+    let cache = MemCache::new(small_config(32), faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     let new = pattern(100, 1500, 9);
     cache.write(id, 100, &new).unwrap();
@@ -75,12 +75,12 @@ fn write_error_keeps_data_dirty_and_is_retried_after_recovery() {
 fn background_write_error_is_reported_by_the_next_fsync() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "b", &pattern(0, 2048, 0));
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let mut cfg = small_config(32);
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
-    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn Device>).unwrap();
+    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     faulty.fail_writes_after(0);
     cache.write(id, 10, b"hello").unwrap();
@@ -111,8 +111,8 @@ fn failed_reads_return_errors_never_wrong_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let content = pattern(0, 8192, 4);
     let path = make_file(dir.path(), "r", &content);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
-    let cache = MemCache::new(small_config(32), faulty.clone() as Arc<dyn Device>).unwrap();
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
+    let cache = MemCache::new(small_config(32), faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     assert_eq!(cache.read(id, 0, 1024).unwrap(), content[..1024]);
     faulty.fail_reads_after(0);
@@ -138,8 +138,8 @@ fn failed_reads_return_errors_never_wrong_bytes() {
 fn silently_dropped_writes_are_caught_by_the_backing_check() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "s", &pattern(0, 1024, 0));
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
-    let cache = MemCache::new(small_config(8), faulty.clone() as Arc<dyn Device>).unwrap();
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
+    let cache = MemCache::new(small_config(8), faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     faulty.drop_writes_after(0);
     cache.write(id, 0, b"gone").unwrap();

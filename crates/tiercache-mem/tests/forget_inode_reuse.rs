@@ -11,7 +11,7 @@ use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_mem::{Class, Device, FaultyDevice, FileId, FileStamp, MemCache, RealDevice};
+use tiercache_mem::{BackingIo, Class, FaultyBacking, FileId, FileStamp, MemCache, RealBacking};
 
 const LEN: usize = 8192;
 
@@ -85,8 +85,8 @@ fn forget_of_a_clean_file_keeps_its_blocks_but_a_different_file_reads_its_own() 
 fn an_unlinked_file_is_forgotten_without_writing_it_back() {
     let dir = tempfile::tempdir().unwrap();
     let old = make_file(dir.path(), "old", b"");
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
-    let cache = MemCache::new(small_config(64), faulty.clone() as Arc<dyn Device>).unwrap();
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
+    let cache = MemCache::new(small_config(64), faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &old, Class::Normal);
     cache.write(id, 0, &[b'X'; LEN]).unwrap();
     std::fs::remove_file(&old).unwrap();
@@ -127,10 +127,10 @@ fn a_forget_while_open_takes_effect_at_the_last_release() {
 /// A forgotten file whose write-back failed keeps only its dirty blocks.
 fn forgotten_with_failed_write_back(
     dir: &Path,
-) -> (MemCache, Arc<FaultyDevice>, FileId, std::path::PathBuf) {
+) -> (MemCache, Arc<FaultyBacking>, FileId, std::path::PathBuf) {
     let old = make_file(dir, "old", &[b'0'; 4 * LEN]);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
-    let cache = MemCache::new(small_config(128), faulty.clone() as Arc<dyn Device>).unwrap();
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
+    let cache = MemCache::new(small_config(128), faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &old, Class::Normal);
     cache.read(id, 0, 4 * LEN).unwrap();
     cache.write(id, 0, &[b'X'; LEN]).unwrap();
@@ -201,12 +201,12 @@ fn a_forgotten_file_whose_write_back_keeps_failing_is_replaced_at_open() {
 fn a_forgotten_file_is_written_back_by_the_flusher_and_not_served_to_another_file() {
     let dir = tempfile::tempdir().unwrap();
     let old = make_file(dir.path(), "old", &[b'0'; LEN]);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let mut cfg = small_config(64);
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(5);
     cfg.dirty_expire = Duration::ZERO;
-    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn Device>).unwrap();
+    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &old, Class::Normal);
     faulty.fail_writes_after(0);
     cache.write(id, 0, b"XX").unwrap();
@@ -230,12 +230,12 @@ fn a_forgotten_file_is_written_back_by_the_flusher_and_not_served_to_another_fil
 fn a_changed_file_does_not_inherit_the_old_versions_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &[b'0'; LEN]);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let mut cfg = small_config(64);
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
-    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn Device>).unwrap();
+    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     faulty.fail_writes_after(0);
     cache.write(id, 0, b"XX").unwrap();

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-use tiercache_mem::{Class, Device, FileId, MemCache, RealDevice};
+use tiercache_mem::{BackingIo, Class, FileId, MemCache, RealBacking};
 
 #[test]
 fn a_release_leaves_the_other_open_handles_of_the_file_working() {
@@ -37,9 +37,9 @@ struct Gate {
 #[derive(Debug)]
 struct GatedWrites(Arc<Gate>);
 
-impl Device for GatedWrites {
+impl BackingIo for GatedWrites {
     fn read_at(&self, file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        RealDevice.read_at(file, fd, buf, offset)
+        RealBacking.read_at(file, fd, buf, offset)
     }
     fn write_at(&self, file: FileId, fd: &File, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut st = self.0.state.lock().unwrap();
@@ -51,13 +51,13 @@ impl Device for GatedWrites {
             }
         }
         drop(st);
-        RealDevice.write_at(file, fd, buf, offset)
+        RealBacking.write_at(file, fd, buf, offset)
     }
     fn sync(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
-        RealDevice.sync(file, fd, datasync)
+        RealBacking.sync(file, fd, datasync)
     }
     fn set_len(&self, file: FileId, fd: &File, len: u64) -> io::Result<()> {
-        RealDevice.set_len(file, fd, len)
+        RealBacking.set_len(file, fd, len)
     }
 }
 

@@ -6,18 +6,18 @@ mod common;
 use common::{make_file, open, small_config};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_mem::{Class, Device, FaultyDevice, FileId, MemCache, RealDevice};
+use tiercache_mem::{BackingIo, Class, FaultyBacking, FileId, MemCache, RealBacking};
 
 #[test]
 fn a_background_write_back_error_is_reported_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &[0u8; 1000]);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let mut cfg = small_config(32);
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
-    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn Device>).unwrap();
+    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     assert!(
         cache.take_writeback_error(id).is_none(),
@@ -51,12 +51,12 @@ fn a_background_write_back_error_is_reported_once() {
 fn the_error_is_reported_by_either_flush_or_fsync_not_both() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &[0u8; 1000]);
-    let faulty = Arc::new(FaultyDevice::new(Arc::new(RealDevice)));
+    let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let mut cfg = small_config(32);
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
-    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn Device>).unwrap();
+    let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     faulty.fail_writes_after(0);
     cache.write(id, 10, b"hello").unwrap();

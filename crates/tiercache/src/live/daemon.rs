@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tiercache_mem::{Device, DeviceModel, EmulatedDevice, MemCache, MemConfig, RealDevice};
+use tiercache_mem::{BackingIo, DeviceModel, EmulatedBacking, MemCache, MemConfig, RealBacking};
 
 /// Everything a mount needs, validated.
 #[derive(Debug, Clone)]
@@ -155,11 +155,11 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     };
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
-    let real: Arc<dyn Device> = Arc::new(RealDevice);
-    let (device, emulation): (Arc<dyn Device>, Option<String>) = match s.emulate {
+    let real: Arc<dyn BackingIo> = Arc::new(RealBacking);
+    let (device, emulation): (Arc<dyn BackingIo>, Option<String>) = match s.emulate {
         Some(model) => {
             let label = format!("MODEL {model}");
-            (Arc::new(EmulatedDevice::new(real, model)), Some(label))
+            (Arc::new(EmulatedBacking::new(real, model)), Some(label))
         }
         None => (real, None),
     };

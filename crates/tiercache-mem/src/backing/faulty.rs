@@ -1,11 +1,11 @@
-//! [`FaultyDevice`]: a device for tests that fails (EIO) or silently drops writes after a
+//! [`FaultyBacking`]: a device for tests that fails (EIO) or silently drops writes after a
 //! countdown, and fails reads after another countdown.
 //!
 //! Invariant: a countdown of `n` lets exactly `n` more requests of that kind through untouched;
-//! every later one is faulted until [`FaultyDevice::heal`]. `sync` fails with EIO while writes
+//! every later one is faulted until [`FaultyBacking::heal`]. `sync` fails with EIO while writes
 //! are being failed (a real disk reports the lost write at fsync too).
 
-use super::{Device, EmulationStats};
+use super::{BackingIo, EmulationStats};
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::SeqCst};
@@ -16,8 +16,8 @@ const UNLIMITED: i64 = i64::MAX;
 
 /// Fault injection around another device. See the module docs.
 #[derive(Debug)]
-pub struct FaultyDevice {
-    inner: Arc<dyn Device>,
+pub struct FaultyBacking {
+    inner: Arc<dyn BackingIo>,
     writes_left: AtomicI64,
     /// When the write budget is spent: drop silently (true) or fail with EIO (false).
     drop_writes: AtomicBool,
@@ -28,9 +28,9 @@ pub struct FaultyDevice {
     writes: AtomicU64,
 }
 
-impl FaultyDevice {
+impl FaultyBacking {
     /// Passes everything through until told otherwise.
-    pub fn new(inner: Arc<dyn Device>) -> Self {
+    pub fn new(inner: Arc<dyn BackingIo>) -> Self {
         Self {
             inner,
             writes_left: AtomicI64::new(UNLIMITED),
@@ -108,7 +108,7 @@ fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
 }
 
-impl Device for FaultyDevice {
+impl BackingIo for FaultyBacking {
     fn read_at(&self, file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if spend(&self.reads_left) {
             self.failed_reads.fetch_add(1, SeqCst);

@@ -9,11 +9,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiercache_mem::{
-    Class, Device, DeviceModel, EmulatedDevice, FileId, MemCache, RealDevice, TRACE_HEADER,
+    BackingIo, Class, DeviceModel, EmulatedBacking, FileId, MemCache, RealBacking, TRACE_HEADER,
 };
 
-fn hdd() -> EmulatedDevice {
-    EmulatedDevice::new(Arc::new(RealDevice), DeviceModel::hdd()).without_sleep()
+fn hdd() -> EmulatedBacking {
+    EmulatedBacking::new(Arc::new(RealBacking), DeviceModel::hdd()).without_sleep()
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn sequential_reads_are_coalesced_with_read_ahead() {
         readahead_max_blocks: 32,
         ..small_config(512)
     };
-    let cache = MemCache::new(cfg, dev.clone() as Arc<dyn Device>).unwrap();
+    let cache = MemCache::new(cfg, dev.clone() as Arc<dyn BackingIo>).unwrap();
     let id = open(&cache, &path, Class::Normal);
     for i in 0..256u64 {
         assert_eq!(

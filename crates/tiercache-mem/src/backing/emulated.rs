@@ -1,4 +1,4 @@
-//! [`EmulatedDevice`]: a latency MODEL of a slow disk, wrapped around a real device, for
+//! [`EmulatedBacking`]: a latency MODEL of a slow disk, wrapped around a real device, for
 //! `--emulate hdd|ssd`. It does not measure anything: it computes how long a request would take
 //! on the modelled device and sleeps for that long.
 //!
@@ -11,7 +11,7 @@
 //! Invariant: the head lock is held across the sleep and the inner I/O, so modelled requests
 //! never overlap, like a single actuator.
 
-use super::Device;
+use super::BackingIo;
 use serde::Serialize;
 use std::fmt;
 use std::fs::File;
@@ -116,16 +116,16 @@ struct Head {
 
 /// A device MODEL wrapped around a real device. See the module docs.
 #[derive(Debug)]
-pub struct EmulatedDevice {
-    inner: Arc<dyn Device>,
+pub struct EmulatedBacking {
+    inner: Arc<dyn BackingIo>,
     model: DeviceModel,
     sleep: bool,
     head: Mutex<Head>,
 }
 
-impl EmulatedDevice {
+impl EmulatedBacking {
     /// Wraps `inner`; every request sleeps for its modelled time.
-    pub fn new(inner: Arc<dyn Device>, model: DeviceModel) -> Self {
+    pub fn new(inner: Arc<dyn BackingIo>, model: DeviceModel) -> Self {
         log::info!("backing device: emulated {model} — modelled latencies, not a real disk");
         let head = Head {
             last: None,
@@ -179,7 +179,7 @@ impl EmulatedDevice {
     }
 }
 
-impl Device for EmulatedDevice {
+impl BackingIo for EmulatedBacking {
     fn read_at(&self, file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let len = buf.len() as u64;
         self.charged(file, offset, len, || {

@@ -1,21 +1,21 @@
-//! The backing device abstraction: every byte the memory tier moves to or from BACKING goes
-//! through one [`Device`].
+//! BACKING I/O: every byte the memory tier moves to or from BACKING goes
+//! through one [`BackingIo`].
 //!
-//! - [`RealDevice`]: `pread`/`pwrite`/`fdatasync` on the backing files (std `FileExt`);
-//! - [`EmulatedDevice`]: a latency MODEL of an HDD or SSD wrapped around another device (for
+//! - [`RealBacking`]: `pread`/`pwrite`/`fdatasync` on the backing files (std `FileExt`);
+//! - [`EmulatedBacking`]: a latency MODEL of an HDD or SSD wrapped around another device (for
 //!   `tiercache mount --emulate hdd|ssd`): modelled seek/rotation/transfer times are slept, not
 //!   measured; it is labelled as a model in logs and stats;
-//! - [`FaultyDevice`]: injects failures and silently dropped writes after a countdown (tests).
+//! - [`FaultyBacking`]: injects failures and silently dropped writes after a countdown (tests).
 //!
 //! Contract: `read_at` fills the buffer except at end of file (it returns the byte count, short
-//! only at EOF); `write_at` writes the whole buffer or fails; errors keep their errno. A device
+//! only at EOF); `write_at` writes the whole buffer or fails; errors keep their errno. A backing
 //! does no caching of its own.
 
 mod emulated;
 mod faulty;
 
-pub use emulated::{DeviceModel, EmulatedDevice, EmulationStats};
-pub use faulty::FaultyDevice;
+pub use emulated::{DeviceModel, EmulatedBacking, EmulationStats};
+pub use faulty::FaultyBacking;
 
 use std::fmt;
 use std::fs::File;
@@ -23,9 +23,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use tiercache_core::FileId;
 
-/// Where BACKING data is read and written. Object safe: the tier holds `Arc<dyn Device>`.
+/// Where BACKING data is read and written. Object safe: the tier holds `Arc<dyn BackingIo>`.
 /// `file` identifies the backing file (its inode number) for models that track position.
-pub trait Device: Send + Sync + fmt::Debug {
+pub trait BackingIo: Send + Sync + fmt::Debug {
     /// Reads into `buf` from `offset`; returns the bytes read, fewer than `buf.len()` only at
     /// end of file.
     fn read_at(&self, file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize>;
@@ -44,7 +44,7 @@ pub trait Device: Send + Sync + fmt::Debug {
     }
     /// Sets the file's length (`ftruncate`).
     fn set_len(&self, file: FileId, fd: &File, len: u64) -> io::Result<()>;
-    /// The emulation model's counters, when this device (or one it wraps) is a model.
+    /// The emulation model's counters, when this backing (or one it wraps) is a model.
     fn emulation(&self) -> Option<EmulationStats> {
         None
     }
@@ -52,9 +52,9 @@ pub trait Device: Send + Sync + fmt::Debug {
 
 /// The real thing: positioned I/O on the backing file descriptors.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct RealDevice;
+pub struct RealBacking;
 
-impl Device for RealDevice {
+impl BackingIo for RealBacking {
     fn read_at(&self, _file: FileId, fd: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {
