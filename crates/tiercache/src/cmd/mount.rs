@@ -42,7 +42,7 @@ pub struct MountArgs {
     /// Eviction policy in each pool: lru|fifo|clock|sieve|s3fifo|arc [default: lru].
     #[arg(long, value_name = "NAME")]
     pub policy: Option<PolicyKind>,
-    /// BackingIo MODEL on BACKING for demos and benchmarks: none|hdd|ssd [default: none].
+    /// Device MODEL on BACKING for demos and benchmarks: none|hdd|ssd [default: none].
     #[arg(long, value_name = "MODEL")]
     pub emulate: Option<String>,
     /// Let the kernel page cache cache file data too (default: direct I/O, no double caching).
