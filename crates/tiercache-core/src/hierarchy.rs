@@ -1,11 +1,7 @@
 //! An ordered list of tiers, top first, and how blocks move between them.
 //!
-//! Placement of each lower tier (the top tier is always filled on a miss):
-//! - `inclusive`: filled when a miss passes through it (the papers' setup, paper 004);
-//! - `exclusive`: never filled on a miss; clean blocks evicted from the tier above are demoted
-//!   into it, and a hit there moves the block up (a promotion) and removes it here;
-//! - `pinned`: paper 004's remedy: only blocks of a fixed index range
-//!   `[first, first + capacity)` are admitted, into free slots, and never evicted.
+//! Where blocks go is decided by [`Planner`] (see [`crate::placement`]); this module applies
+//! its decisions to the tiers' metadata, the way the live cache applies them with I/O.
 //!
 //! Duplication of tier i > 0 = fraction of its blocks also held in some tier above, sampled every
 //! `max(1000, Σ capacities)` requests and averaged. A sample looks at up to 1024 evenly spaced
@@ -14,57 +10,12 @@
 
 use crate::class::Class;
 use crate::error::CoreError;
-use crate::ids::{BlockKey, SlotId};
+use crate::ids::SlotId;
+pub use crate::placement::Placement;
+use crate::placement::{Action, Planner};
 use crate::stats::HitCounts;
 use crate::tier::{Evicted, Tier, TierConfig};
 use crate::Access;
-use std::fmt;
-use std::str::FromStr;
-
-/// How a lower tier is kept relative to the tiers above it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Placement {
-    #[default]
-    Inclusive,
-    Exclusive,
-    /// Admit blocks with index in `[first, first + capacity)`.
-    Pinned {
-        first: u64,
-    },
-}
-
-impl fmt::Display for Placement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Placement::Inclusive => f.write_str("inclusive"),
-            Placement::Exclusive => f.write_str("exclusive"),
-            Placement::Pinned { first: 0 } => f.write_str("pinned"),
-            Placement::Pinned { first } => write!(f, "pinned={first}"),
-        }
-    }
-}
-
-impl FromStr for Placement {
-    type Err = String;
-    /// `inclusive`, `exclusive`, `pinned` or `pinned=FIRST_BLOCK`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "inclusive" => Ok(Placement::Inclusive),
-            "exclusive" => Ok(Placement::Exclusive),
-            "pinned" => Ok(Placement::Pinned { first: 0 }),
-            _ => match s.strip_prefix("pinned=") {
-                Some(n) => n
-                    .parse()
-                    .map(|first| Placement::Pinned { first })
-                    .map_err(|_| format!("`{s}`: pinned=FIRST needs a block number")),
-                None => Err(format!(
-                    "unknown placement `{s}` (expected inclusive|exclusive|pinned[=FIRST])"
-                )),
-            },
-        }
-    }
-}
 
 /// One level of a hierarchy.
 #[derive(Debug, Clone)]
@@ -77,7 +28,7 @@ pub struct LevelConfig {
 #[derive(Debug)]
 pub struct Hierarchy {
     tiers: Vec<Tier>,
-    placement: Vec<Placement>,
+    planner: Planner,
     requests: u64,
     hits: u64,
     classes: [HitCounts; Class::COUNT],
@@ -98,12 +49,12 @@ impl Hierarchy {
             .iter()
             .map(|l| Tier::new(&l.tier))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut placement: Vec<Placement> = levels.iter().map(|l| l.placement).collect();
-        placement[0] = Placement::Inclusive;
+        let placement: Vec<Placement> = levels.iter().map(|l| l.placement).collect();
+        let planner = Planner::new(&placement).map_err(|e| CoreError::config("tier", e))?;
         let total: usize = tiers.iter().map(Tier::capacity).sum();
         Ok(Self {
             tiers,
-            placement,
+            planner,
             requests: 0,
             hits: 0,
             classes: Default::default(),
@@ -120,7 +71,10 @@ impl Hierarchy {
         &mut self.tiers[i]
     }
     pub fn placement(&self, i: usize) -> Placement {
-        self.placement[i]
+        self.planner.placement(i)
+    }
+    pub fn planner(&self) -> &Planner {
+        &self.planner
     }
     pub fn requests(&self) -> u64 {
         self.requests
@@ -155,21 +109,29 @@ impl Hierarchy {
         if hit.is_some() {
             self.hits += 1;
         }
-        let missed_above = match hit {
-            Some(j) => {
-                if j > 0
-                    && self.placement[j] == Placement::Exclusive
-                    && self.tiers[j].remove(&a.key).is_some()
-                {
-                    self.tiers[j].stats_mut().promotions += 1;
+        for action in self.planner.on_access(hit).as_slice() {
+            match *action {
+                Action::ReadFrom(_) => {}
+                Action::TakeFrom(j) => {
+                    if self.tiers[j].remove(&a.key).is_some() {
+                        self.tiers[j].stats_mut().promotions += 1;
+                    }
                 }
-                j
+                Action::Fill(i) => {
+                    // A tier that cannot take the block (all pinned/dirty) just does not cache it.
+                    if let Ok(ins) = self.tiers[i].insert(a.key, a.class) {
+                        if let Some(ev) = ins.evicted {
+                            self.demote(i, ev);
+                        }
+                    }
+                }
+                Action::FillPinned { tier, first } => {
+                    let b = a.key.block.0;
+                    if b >= first && b - first < self.tiers[tier].capacity() as u64 {
+                        self.tiers[tier].insert_if_free(a.key, a.class);
+                    }
+                }
             }
-            None => n,
-        };
-        // Fill bottom-up so that a demotion cascading down meets already-filled tiers.
-        for i in (0..missed_above).rev() {
-            self.fill(i, a.key, a.class);
         }
         if n > 1 {
             self.since_sample += 1;
@@ -181,40 +143,21 @@ impl Hierarchy {
         hit
     }
 
-    fn fill(&mut self, i: usize, key: BlockKey, class: Class) {
-        match self.placement[i] {
-            Placement::Inclusive => {
-                // A tier that cannot take the block (all pinned/dirty) just does not cache it.
-                if let Ok(ins) = self.tiers[i].insert(key, class) {
-                    if let Some(ev) = ins.evicted {
-                        self.demote(i + 1, ev);
-                    }
-                }
-            }
-            Placement::Exclusive => {}
-            Placement::Pinned { first } => {
-                let b = key.block.0;
-                if b >= first && b - first < self.tiers[i].capacity() as u64 {
-                    self.tiers[i].insert_if_free(key, class);
-                }
-            }
-        }
-    }
-
     /// Pushes a clean block evicted above into the exclusive tiers below, cascading. A block
     /// still held higher up (an inclusive middle tier evicted its copy) is not demoted, so an
     /// exclusive tier never duplicates a tier above it.
-    fn demote(&mut self, mut i: usize, mut ev: Evicted) {
-        while i < self.tiers.len() && self.placement[i] == Placement::Exclusive {
-            // Tier i − 1 just evicted the block; only the tiers above it may still hold it.
-            if self.tiers[..i - 1].iter().any(|t| t.contains(&ev.key)) {
+    fn demote(&mut self, from: usize, mut ev: Evicted) {
+        let mut from = from;
+        while let Some(i) = self.planner.on_evict(from) {
+            // Tier `from` just evicted the block; only the tiers above it may still hold it.
+            if self.tiers[..from].iter().any(|t| t.contains(&ev.key)) {
                 return;
             }
             match self.tiers[i].demote_into(ev.key, ev.class) {
                 Ok(ins) => match ins.evicted {
                     Some(next) => {
                         ev = next;
-                        i += 1;
+                        from = i;
                     }
                     None => return,
                 },

@@ -8,7 +8,9 @@
 //! - [`partition`]: partitioners deciding pool sizes and which pool gives up a block
 //!   (`none`, `basic`, `dirprio` = paper 000's controller, `static`);
 //! - [`tier`]: one cache level = key map + slots + pools + partitioner;
-//! - [`hierarchy`]: an ordered list of tiers with placement modes (inclusive, exclusive, pinned);
+//! - [`placement`]: the planner deciding where a block goes on an access and an eviction
+//!   (inclusive, exclusive, pinned), shared by the simulator and the live cache;
+//! - [`hierarchy`]: an ordered list of tiers applying the planner's decisions to metadata;
 //! - [`stats`]: counters per tier, pool and class.
 //!
 //! Policies and partitioners only *decide*; a tier applies the decision to metadata and reports
@@ -19,6 +21,7 @@ pub mod error;
 pub mod hierarchy;
 pub mod ids;
 pub mod partition;
+pub mod placement;
 pub mod policy;
 pub mod stats;
 pub mod tier;
