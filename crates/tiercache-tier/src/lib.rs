@@ -1,0 +1,22 @@
+//! tiercache-tier: the contract between the cache manager (`tiercache-mem`) and the data tiers
+//! below its memory tier. A flash, remote or test tier depends on this crate only — never on
+//! the memory tier's internals.
+//!
+//! Parts:
+//! - [`key`]: persistent block identity ([`FileKey`]: device, inode, birth time; [`TierKey`]:
+//!   file + block index) and the content `version` every stored block carries;
+//! - [`tier`]: the [`DataTier`] trait (lookups, reads, fills, demotions, promotions, dirty
+//!   write-back and cleaning by someone else, invalidation, stats) and its outcome types;
+//! - [`test_tier`]: [`TestTier`], an in-memory tier with injectable latency and faults, for
+//!   tests and experiments (volatile: it is not a place for data that must survive a crash).
+//!
+//! Tiers decide nothing about placement: [`tiercache_core::placement::Planner`] decides, the
+//! manager does the I/O through this trait.
+
+pub mod key;
+pub mod test_tier;
+pub mod tier;
+
+pub use key::{FileKey, TierKey};
+pub use test_tier::{TestTier, TestTierConfig};
+pub use tier::{Admit, DataTier, DirtyBlock, Lookup, TierError, TierInfo, TierKind, TierSnapshot};

@@ -1,0 +1,494 @@
+//! [`TestTier`]: an in-memory [`DataTier`] for tests and experiments.
+//!
+//! Its index is the engine's own fully associative [`Tier`] (policy per `TestTierConfig`), so
+//! it evicts like the memory tier and never evicts a dirty block. Latency is a MODEL (slept,
+//! not measured). Faults are injected per operation kind: a failing read returns an error (the
+//! manager then reads the next source), a failing store returns an error (the manager drops a
+//! clean block, and falls back to BACKING for a dirty one). It is volatile: dirty data in it is
+//! lost with the process, so it must not be used to hold data that has to survive a crash.
+
+use crate::key::{FileKey, TierKey};
+use crate::tier::{
+    Admit, DataTier, DirtyBlock, Lookup, TierError, TierInfo, TierKind, TierSnapshot,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tiercache_core::policy::PolicyKind;
+use tiercache_core::tier::{Tier, TierConfig};
+use tiercache_core::{BlockIndex, BlockKey, Class, FileId, SlotId};
+
+/// How a [`TestTier`] is built.
+#[derive(Debug, Clone)]
+pub struct TestTierConfig {
+    pub name: String,
+    pub capacity_blocks: usize,
+    pub block_size: usize,
+    pub policy: PolicyKind,
+    /// Slept on every read that hits (a latency MODEL).
+    pub read_latency: Duration,
+    /// Slept on every store.
+    pub write_latency: Duration,
+    pub accepts_dirty: bool,
+}
+
+impl TestTierConfig {
+    pub fn new(name: impl Into<String>, capacity_blocks: usize, block_size: usize) -> Self {
+        Self {
+            name: name.into(),
+            capacity_blocks,
+            block_size,
+            policy: PolicyKind::Lru,
+            read_latency: Duration::ZERO,
+            write_latency: Duration::ZERO,
+            accepts_dirty: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct SlotInfo {
+    version: u64,
+    /// Dirty sequence (0: clean).
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    index: Tier,
+    data: Vec<u8>,
+    slots: Vec<SlotInfo>,
+    /// FileKey → interned id and the blocks held.
+    files: HashMap<FileKey, (FileId, BTreeSet<u64>)>,
+    ids: HashMap<FileId, FileKey>,
+    next_id: u64,
+    /// Dirty blocks by sequence (oldest first).
+    dirty: BTreeMap<u64, TierKey>,
+    next_seq: u64,
+    snap: TierSnapshot,
+}
+
+/// An in-memory tier; see the module docs.
+#[derive(Debug)]
+pub struct TestTier {
+    info: TierInfo,
+    cfg: TestTierConfig,
+    state: Mutex<State>,
+    fail_reads: AtomicBool,
+    fail_writes: AtomicBool,
+}
+
+impl TestTier {
+    pub fn new(cfg: TestTierConfig) -> Result<Self, String> {
+        if cfg.block_size == 0 || cfg.capacity_blocks == 0 {
+            return Err(format!(
+                "test tier {}: capacity and block size must be positive",
+                cfg.name
+            ));
+        }
+        let index = Tier::new(&TierConfig::new(
+            cfg.name.clone(),
+            cfg.capacity_blocks,
+            cfg.policy,
+        ))
+        .map_err(|e| format!("test tier {}: {e}", cfg.name))?;
+        let bytes = cfg
+            .capacity_blocks
+            .checked_mul(cfg.block_size)
+            .ok_or_else(|| format!("test tier {}: size overflows", cfg.name))?;
+        let info = TierInfo {
+            name: cfg.name.clone(),
+            kind: TierKind::Test,
+            capacity_blocks: cfg.capacity_blocks as u64,
+            block_size: cfg.block_size,
+            accepts_dirty: cfg.accepts_dirty,
+            persistent: false,
+        };
+        let snap = TierSnapshot {
+            name: cfg.name.clone(),
+            kind: TierKind::Test.to_string(),
+            capacity_blocks: cfg.capacity_blocks as u64,
+            ..TierSnapshot::default()
+        };
+        Ok(Self {
+            info,
+            state: Mutex::new(State {
+                index,
+                data: vec![0; bytes],
+                slots: vec![SlotInfo::default(); cfg.capacity_blocks],
+                files: HashMap::new(),
+                ids: HashMap::new(),
+                next_id: 1,
+                dirty: BTreeMap::new(),
+                next_seq: 1,
+                snap,
+            }),
+            cfg,
+            fail_reads: AtomicBool::new(false),
+            fail_writes: AtomicBool::new(false),
+        })
+    }
+
+    /// From now on every read fails (`true`) or works again (`false`).
+    pub fn fail_reads(&self, on: bool) {
+        self.fail_reads.store(on, Ordering::Relaxed);
+    }
+    /// From now on every store fails (`true`) or works again (`false`).
+    pub fn fail_writes(&self, on: bool) {
+        self.fail_writes.store(on, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn fault(&self, flag: &AtomicBool, what: &str) -> Result<(), TierError> {
+        if flag.load(Ordering::Relaxed) {
+            self.state().snap.errors += 1;
+            return Err(TierError::Io {
+                tier: self.info.name.clone(),
+                source: io::Error::other(format!("injected {what} fault")),
+            });
+        }
+        Ok(())
+    }
+
+    fn sleep(d: Duration) {
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
+    }
+
+    fn lookup_read(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+        take: bool,
+    ) -> Result<Lookup, TierError> {
+        self.fault(&self.fail_reads, "read")?;
+        let bs = self.cfg.block_size;
+        let r = {
+            let mut st = self.state();
+            match st.find(key) {
+                Some((bkey, slot)) if st.slots[slot.index()].version == version => {
+                    let class = st.index.meta(slot).class;
+                    let _ = st.index.lookup(bkey, class);
+                    let off = slot.index() * bs;
+                    buf[..bs].copy_from_slice(&st.data[off..off + bs]);
+                    let dirty = st.slots[slot.index()].seq != 0;
+                    st.snap.hits += 1;
+                    if take && !dirty {
+                        st.remove(bkey, slot);
+                        st.snap.promotions_out += 1;
+                    }
+                    Lookup::Hit { dirty }
+                }
+                Some((bkey, slot)) => {
+                    // Another version: never served; a clean stale copy goes.
+                    if st.slots[slot.index()].seq == 0 {
+                        st.remove(bkey, slot);
+                    }
+                    st.snap.misses += 1;
+                    Lookup::Miss
+                }
+                None => {
+                    st.snap.misses += 1;
+                    Lookup::Miss
+                }
+            }
+        };
+        if matches!(r, Lookup::Hit { .. }) {
+            Self::sleep(self.cfg.read_latency);
+        }
+        Ok(r)
+    }
+
+    fn store(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        how: Store,
+    ) -> Result<Admit, TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        let bs = self.cfg.block_size;
+        if data.len() != bs {
+            return Err(TierError::Io {
+                tier: self.info.name.clone(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("store of {} bytes, block size {bs}", data.len()),
+                ),
+            });
+        }
+        Self::sleep(self.cfg.write_latency);
+        let mut st = self.state();
+        let slot = match st.find(key) {
+            Some((_, slot)) => {
+                if how != Store::Dirty && st.slots[slot.index()].seq != 0 {
+                    // A clean copy never overwrites a dirty one of this tier.
+                    st.snap.rejected += 1;
+                    return Ok(Admit::Rejected);
+                }
+                slot
+            }
+            None => {
+                let bkey = st.intern(key);
+                let ins = match st.index.insert(bkey, class) {
+                    Ok(ins) => ins,
+                    Err(_) => {
+                        st.snap.rejected += 1;
+                        return Ok(Admit::Rejected);
+                    }
+                };
+                // Note the new block first: forgetting the victim may drop the file's entry
+                // when it was that file's last block, and the new block's id is that entry's.
+                st.note(key, true);
+                if let Some(ev) = ins.evicted {
+                    st.forget_key(ev.key);
+                }
+                ins.slot
+            }
+        };
+        let off = slot.index() * bs;
+        st.data[off..off + bs].copy_from_slice(data);
+        let old_seq = st.slots[slot.index()].seq;
+        st.slots[slot.index()].version = version;
+        match how {
+            Store::Fill => st.snap.fills += 1,
+            Store::Demote => st.snap.demotions_in += 1,
+            Store::Dirty => {
+                if old_seq != 0 {
+                    st.dirty.remove(&old_seq);
+                } else {
+                    st.index.set_dirty(slot, true);
+                }
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                st.slots[slot.index()].seq = seq;
+                st.dirty.insert(seq, *key);
+            }
+        }
+        Ok(Admit::Stored)
+    }
+
+    /// Checks the tier's own invariants (tests).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let st = self.state();
+        st.index.check_invariants()?;
+        let held: usize = st.files.values().map(|(_, b)| b.len()).sum();
+        if held != st.index.len() {
+            return Err(format!(
+                "{held} blocks indexed by file, {} held",
+                st.index.len()
+            ));
+        }
+        let dirty = (0..st.slots.len())
+            .filter(|&i| st.slots[i].seq != 0)
+            .count();
+        if dirty != st.dirty.len() {
+            return Err(format!(
+                "{dirty} dirty slots, {} in the dirty list",
+                st.dirty.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Fill,
+    Demote,
+    Dirty,
+}
+
+impl State {
+    fn find(&self, key: &TierKey) -> Option<(BlockKey, SlotId)> {
+        let (id, _) = self.files.get(&key.file)?;
+        let bkey = BlockKey {
+            file: *id,
+            block: key.block,
+        };
+        self.index.peek(&bkey).map(|s| (bkey, s))
+    }
+
+    fn intern(&mut self, key: &TierKey) -> BlockKey {
+        let next = &mut self.next_id;
+        let (id, _) = self.files.entry(key.file).or_insert_with(|| {
+            let id = FileId(*next);
+            *next += 1;
+            (id, BTreeSet::new())
+        });
+        let id = *id;
+        self.ids.insert(id, key.file);
+        BlockKey {
+            file: id,
+            block: key.block,
+        }
+    }
+
+    fn note(&mut self, key: &TierKey, held: bool) {
+        if let Some((_, blocks)) = self.files.get_mut(&key.file) {
+            if held {
+                blocks.insert(key.block.0);
+            } else {
+                blocks.remove(&key.block.0);
+                if blocks.is_empty() {
+                    if let Some((id, _)) = self.files.remove(&key.file) {
+                        self.ids.remove(&id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bookkeeping for a block the index evicted (clean, by the index's guarantee).
+    fn forget_key(&mut self, bkey: BlockKey) {
+        if let Some(fk) = self.ids.get(&bkey.file).copied() {
+            self.note(
+                &TierKey {
+                    file: fk,
+                    block: bkey.block,
+                },
+                false,
+            );
+        }
+    }
+
+    fn remove(&mut self, bkey: BlockKey, slot: SlotId) {
+        let seq = self.slots[slot.index()].seq;
+        if seq != 0 {
+            self.dirty.remove(&seq);
+            self.index.set_dirty(slot, false);
+        }
+        self.slots[slot.index()] = SlotInfo::default();
+        self.index.remove(&bkey);
+        self.forget_key(bkey);
+    }
+}
+
+impl DataTier for TestTier {
+    fn info(&self) -> &TierInfo {
+        &self.info
+    }
+
+    fn contains(&self, key: &TierKey) -> bool {
+        self.state().find(key).is_some()
+    }
+
+    fn read(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.lookup_read(key, version, buf, false)
+    }
+
+    fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.lookup_read(key, version, buf, true)
+    }
+
+    fn fill(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, class, data, Store::Fill)
+    }
+
+    fn demote(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, class, data, Store::Demote)
+    }
+
+    fn write_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError> {
+        if !self.cfg.accepts_dirty {
+            self.state().snap.rejected += 1;
+            return Ok(Admit::Rejected);
+        }
+        self.store(key, version, class, data, Store::Dirty)
+    }
+
+    fn invalidate(&self, key: &TierKey) {
+        let mut st = self.state();
+        if let Some((bkey, slot)) = st.find(key) {
+            if st.slots[slot.index()].seq == 0 {
+                st.remove(bkey, slot);
+            }
+        }
+    }
+
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        let mut st = self.state();
+        let Some((id, blocks)) = st.files.get(file) else {
+            return;
+        };
+        let id = *id;
+        let doomed: Vec<u64> = blocks.range(from_block..).copied().collect();
+        for b in doomed {
+            let bkey = BlockKey {
+                file: id,
+                block: BlockIndex(b),
+            };
+            if let Some(slot) = st.index.peek(&bkey) {
+                st.remove(bkey, slot);
+            }
+        }
+    }
+
+    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
+        let st = self.state();
+        st.dirty
+            .iter()
+            .take(max)
+            .filter_map(|(&seq, key)| {
+                let (_, slot) = st.find(key)?;
+                Some(DirtyBlock {
+                    key: *key,
+                    version: st.slots[slot.index()].version,
+                    seq,
+                })
+            })
+            .collect()
+    }
+
+    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool {
+        let mut st = self.state();
+        let Some((_, slot)) = st.find(key) else {
+            return false;
+        };
+        if st.slots[slot.index()].seq != seq {
+            return false;
+        }
+        st.dirty.remove(&seq);
+        st.slots[slot.index()].seq = 0;
+        st.index.set_dirty(slot, false);
+        true
+    }
+
+    fn sync(&self) -> Result<(), TierError> {
+        Ok(())
+    }
+
+    fn stats(&self) -> TierSnapshot {
+        let st = self.state();
+        let mut s = st.snap.clone();
+        s.used_blocks = st.index.len() as u64;
+        s.dirty_blocks = st.dirty.len() as u64;
+        s
+    }
+}

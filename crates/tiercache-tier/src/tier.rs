@@ -1,0 +1,166 @@
+//! The [`DataTier`] trait: one cache tier below the memory tier.
+//!
+//! Contract (every implementation):
+//! - a tier stores whole blocks of [`TierInfo::block_size`] bytes by [`TierKey`], each with the
+//!   content `version` it was stored with; a read with another version is a miss and drops the
+//!   old copy, so a tier never returns bytes of another version;
+//! - reads either fill the whole buffer with the stored bytes or report a miss or an error —
+//!   never partial or unverified bytes (a tier that cannot verify its medium reports a miss);
+//! - clean blocks may be dropped at any time (BACKING or a tier above has them); dirty blocks
+//!   (only in tiers with [`TierInfo::accepts_dirty`]) are kept until [`DataTier::mark_clean`];
+//! - all methods take `&self` and are safe to call from several threads; none blocks on
+//!   another tier or on the manager's locks;
+//! - `Admit::Rejected` (full of dirty blocks, or declined) is an outcome, not an error: the
+//!   caller goes on without this tier.
+
+use crate::key::{FileKey, TierKey};
+use serde::Serialize;
+use std::fmt;
+use std::io;
+use tiercache_core::Class;
+
+/// What kind of medium a tier is (`stats` shows it as `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum TierKind {
+    Memory,
+    /// In-memory test tier (volatile; injectable latency and faults).
+    Test,
+}
+
+impl fmt::Display for TierKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TierKind::Memory => "memory",
+            TierKind::Test => "test",
+        })
+    }
+}
+
+/// What a tier is: fixed for its lifetime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierInfo {
+    pub name: String,
+    pub kind: TierKind,
+    pub capacity_blocks: u64,
+    pub block_size: usize,
+    /// Takes dirty blocks (write-back target) and lets someone else clean them.
+    pub accepts_dirty: bool,
+    /// Keeps its contents across a restart.
+    pub persistent: bool,
+}
+
+/// Result of a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The buffer holds the block; `dirty`: the tier's copy is newer than BACKING.
+    Hit {
+        dirty: bool,
+    },
+    Miss,
+}
+
+/// Result of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Stored,
+    /// Not stored (no room that may be taken, or the tier declines): go on without it.
+    Rejected,
+}
+
+/// A dirty block for the cleaner: write it to BACKING, then [`DataTier::mark_clean`] with `seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirtyBlock {
+    pub key: TierKey,
+    pub version: u64,
+    /// Changes whenever the block is written again.
+    pub seq: u64,
+}
+
+/// A tier's failure. A failed read is served from the next source; a failed store is dropped
+/// (clean data) or falls back to BACKING (dirty data).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TierError {
+    #[error("tier {tier}: {source}")]
+    Io {
+        tier: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The tier is detached or not reachable now; try later.
+    #[error("tier {tier} unavailable: {why}")]
+    Unavailable { tier: String, why: String },
+}
+
+/// Counters and occupancy, for `stats --json` `tiers[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TierSnapshot {
+    pub name: String,
+    pub kind: String,
+    pub capacity_blocks: u64,
+    pub used_blocks: u64,
+    pub dirty_blocks: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Blocks stored here because a tier above evicted them.
+    pub demotions_in: u64,
+    /// Blocks handed up to a tier above on a hit (and removed here).
+    pub promotions_out: u64,
+    /// Clean blocks stored on a miss (inclusive placement).
+    pub fills: u64,
+    /// Stores turned down (`Admit::Rejected`).
+    pub rejected: u64,
+    /// Reads or stores that failed.
+    pub errors: u64,
+}
+
+/// One cache tier below the memory tier. Object safe: the manager holds `Arc<dyn DataTier>`.
+pub trait DataTier: Send + Sync + fmt::Debug {
+    fn info(&self) -> &TierInfo;
+    /// Whether some version of the block is held. No I/O, no counting: a cheap pre-check.
+    fn contains(&self, key: &TierKey) -> bool;
+    /// Copies the block into `buf` (one block long) when held with `version`.
+    fn read(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError>;
+    /// Like `read`, then removes a clean copy (exclusive promotion). A dirty copy stays: the
+    /// tier remains responsible for it until cleaned.
+    fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError>;
+    /// Stores a clean copy read from below on a miss (inclusive placement).
+    fn fill(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError>;
+    /// Stores a clean block evicted from the tier above (exclusive placement).
+    fn demote(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError>;
+    /// Stores dirty data written back from above. Only called when `accepts_dirty`.
+    fn write_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError>;
+    /// Drops a clean copy (a write above made it stale). A dirty copy stays: it may hold data
+    /// acknowledged by `fsync`, and the newer bytes above reach this tier by write-back.
+    fn invalidate(&self, key: &TierKey);
+    /// Drops every block of `file` from `from_block` on, dirty ones too (truncation, or a file
+    /// changed behind the cache's back).
+    fn invalidate_file(&self, file: &FileKey, from_block: u64);
+    /// Up to `max` dirty blocks, oldest first, for someone else to clean.
+    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock>;
+    /// After the cleaner wrote `key` to BACKING: clean unless written again since `seq`.
+    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool;
+    /// Makes dirty data stored so far durable in the tier (a volatile tier: nothing to do).
+    fn sync(&self) -> Result<(), TierError>;
+    fn stats(&self) -> TierSnapshot;
+}
