@@ -14,6 +14,7 @@ use crate::config::MemConfig;
 use crate::engine::Engine;
 use crate::error::MemError;
 use crate::files::{FileStamp, OpenOutcome};
+use crate::lower::{Lower, LowerTier};
 use crate::stats::{
     classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
 };
@@ -29,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
+use tiercache_tier::{TierKind, TierSnapshot};
 
 /// Locks a mutex; a poisoned lock is taken over (nothing in this crate panics while holding
 /// one, and the protected data stays structurally valid).
@@ -71,6 +73,8 @@ pub(crate) struct Inner {
     pub closed_fds: std::sync::atomic::AtomicUsize,
     /// One thread at a time runs `bound_closed_fds` from `release`.
     pub closed_fd_gate: Mutex<()>,
+    /// The tiers below memory, if any.
+    pub lower: Option<Arc<Lower>>,
 }
 
 /// How many closed files may hold a backing descriptor while their write-back is pending: half
@@ -164,6 +168,25 @@ impl Inner {
         let (wsecs, complete, wstats) = eng.windows.view(now, &current);
         let sizes = eng.tier.pool_sizes();
         let sizes = [sizes.protected as u64, sizes.normal as u64];
+        let mut tiers = vec![TierSnapshot {
+            name: "memory".into(),
+            kind: TierKind::Memory.to_string(),
+            capacity_blocks: eng.tier.capacity() as u64,
+            used_blocks: eng.tier.len() as u64,
+            dirty_blocks: eng.dirty_blocks as u64,
+            hits: current.hits,
+            misses: current.requests.saturating_sub(current.hits),
+            demotions_in: 0,
+            promotions_out: 0,
+            fills: current.insertions,
+            rejected: 0,
+            errors: 0,
+        }];
+        let lower = self.lower.as_ref().map(|l| {
+            let (s, t) = l.stats();
+            tiers.extend(t);
+            s
+        });
         MemStats {
             uptime_secs: now.saturating_duration_since(self.start).as_secs_f64(),
             capacity_blocks: eng.tier.capacity() as u64,
@@ -202,6 +225,8 @@ impl Inner {
             },
             trace_dropped: Counters::get(&self.trace_dropped),
             emulation: self.device.emulation(),
+            tiers,
+            lower,
         }
     }
 
@@ -238,6 +263,16 @@ pub struct MemCache {
 impl MemCache {
     /// Builds a tier over `device` and starts `cfg.flusher_threads` flusher threads.
     pub fn new(cfg: MemConfig, device: Arc<dyn BackingIo>) -> Result<Self, MemError> {
+        Self::with_tiers(cfg, device, Vec::new())
+    }
+
+    /// Like [`MemCache::new`], with `lower` tiers (top first) below the memory tier, and a
+    /// background thread that moves blocks into them.
+    pub fn with_tiers(
+        cfg: MemConfig,
+        device: Arc<dyn BackingIo>,
+        lower: Vec<LowerTier>,
+    ) -> Result<Self, MemError> {
         cfg.validate()?;
         let tier_cfg = TierConfig {
             name: "memory".into(),
@@ -249,7 +284,17 @@ impl MemCache {
         let bs = cfg.block_size.bytes() as usize;
         let arena = Arena::new(cfg.capacity_blocks, bs)?;
         let start = Instant::now();
-        let engine = Engine::new(tier, Windows::new(cfg.stats_window, start), start);
+        let mut engine = Engine::new(tier, Windows::new(cfg.stats_window, start), start);
+        let lower = if lower.is_empty() {
+            None
+        } else {
+            let l = Lower::new(lower, bs).map_err(|e| MemError::InvalidConfig {
+                param: "tier",
+                reason: e,
+            })?;
+            Some(Arc::new(l))
+        };
+        engine.lower = lower.clone();
         let inner = Arc::new(Inner {
             bs,
             shift: cfg.block_size.shift(),
@@ -262,6 +307,7 @@ impl MemCache {
             flush_ctl: Mutex::new(FlushCtl::default()),
             closed_fds: std::sync::atomic::AtomicUsize::new(0),
             closed_fd_gate: Mutex::new(()),
+            lower: lower.clone(),
             flush_cv: Condvar::new(),
             trace_dropped: Arc::new(AtomicU64::new(0)),
             trace_thread: Mutex::new(None),
@@ -274,6 +320,13 @@ impl MemCache {
             let h = std::thread::Builder::new()
                 .name(format!("tiercache-flush-{i}"))
                 .spawn(move || inner.flusher_loop())
+                .map_err(MemError::Io)?;
+            flushers.push(h);
+        }
+        if let Some(l) = lower {
+            let h = std::thread::Builder::new()
+                .name("tiercache-lower".into())
+                .spawn(move || l.worker_loop())
                 .map_err(MemError::Io)?;
             flushers.push(h);
         }
@@ -384,6 +437,9 @@ impl MemCache {
         if first {
             lock(&self.inner.flush_ctl).stop = true;
             self.inner.flush_cv.notify_all();
+            if let Some(l) = &self.inner.lower {
+                l.stop();
+            }
             for h in lock(&self.flushers).drain(..) {
                 if h.join().is_err() {
                     log::error!("a flusher thread panicked");
@@ -397,6 +453,13 @@ impl MemCache {
             }
         }
         r
+    }
+
+    /// Waits until no block is waiting to be stored in a lower tier (tests; `flush`).
+    pub fn settle_lower(&self) {
+        if let Some(l) = &self.inner.lower {
+            l.drain();
+        }
     }
 
     /// The logical size of `file` when cached writes extend it beyond BACKING.

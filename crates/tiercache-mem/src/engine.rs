@@ -13,6 +13,7 @@
 
 use crate::arena::{Arena, SlotState, ORD};
 use crate::files::FileState;
+use crate::lower::Lower;
 use crate::stats::Windows;
 use crate::times::CtimeTable;
 use crate::trace::{TraceRecord, TraceSink};
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::tier::{Evicted, Tier};
 use tiercache_core::{BlockKey, Class, CoreError, FileId, SlotId};
+use tiercache_tier::TierKey;
 
 /// The state guarded by the engine lock.
 #[derive(Debug)]
@@ -36,6 +38,8 @@ pub(crate) struct Engine {
     pub ctimes: CtimeTable,
     pub windows: Windows,
     pub start: Instant,
+    /// The tiers below memory (evictions are demoted into them).
+    pub lower: Option<Arc<Lower>>,
 }
 
 /// Result of trying to drop one cached block.
@@ -58,6 +62,7 @@ impl Engine {
             ctimes: CtimeTable::default(),
             windows,
             start,
+            lower: None,
         }
     }
 
@@ -104,11 +109,24 @@ impl Engine {
                 return None;
             }
         };
+        // The slot was free or an unpinned victim: nobody holds its lock.
+        let guard = arena.try_write(ins.slot);
         if let Some(ev) = ins.evicted {
+            // Two-phase eviction: the victim's bytes leave for the tier below before its slot
+            // is reused (they are still in the slot: the new block is not filled yet).
+            if let (Some(lower), Some(g)) = (&self.lower, &guard) {
+                if lower.demotes() && g.state().holds(ev.key) {
+                    if let Some(f) = self.files.get(&ev.key.file) {
+                        if let Some(fk) = f.fkey {
+                            let tk = TierKey::new(fk, ev.key.block.0);
+                            lower.demote_victim(tk, f.version, ev.class, g.data(), &f.shared);
+                        }
+                    }
+                }
+            }
             self.on_evicted(ev);
         }
-        // The slot was free or an unpinned victim: nobody holds its lock.
-        match arena.try_write(ins.slot) {
+        match guard {
             Some(mut g) => g.set_state(SlotState {
                 key: Some(key),
                 valid: false,

@@ -44,16 +44,18 @@ use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
 use crate::error::{unknown_file, ErrorLog, StoredError};
 pub use crate::stamp::FileStamp;
-use crate::stamp::{birth_time, reborn, BirthTime};
+use crate::stamp::{birth_time, file_key, reborn, version_of, BirthTime};
 use crate::times::LogicalTimes;
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Instant, SystemTime};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
+use tiercache_tier::FileKey;
 
 /// What `open` did with the blocks cached from an earlier version of the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,6 +75,10 @@ pub(crate) struct FileShared {
     pub op: RwLock<()>,
     /// Held by write-back of this file and by truncate.
     pub io: Mutex<()>,
+    /// Bumped before and after every change of the file's bytes (write, truncate, change
+    /// behind our back): a lower-tier store whose bytes were read at another value is undone
+    /// (see `lower`).
+    pub change: AtomicU64,
 }
 
 /// Sequential-stream detector.
@@ -146,6 +152,12 @@ pub(crate) struct FileState {
     /// The backing inode's birth time (`statx` btime), when BACKING reports one: with it a
     /// forgotten file keeps its clean blocks, as a reused inode number shows a new birth time.
     pub born: Option<BirthTime>,
+    /// Identity in the tiers below memory (only computed when there are some).
+    pub fkey: Option<FileKey>,
+    /// Content version lower copies are stored with: a fingerprint of the stamp the state
+    /// started from, renewed when the file is found changed behind the cache's back (not by
+    /// the cache's own writes, which invalidate the blocks they change).
+    pub version: u64,
 }
 
 impl FileState {
@@ -155,8 +167,11 @@ impl FileState {
         class: Class,
         stamp: FileStamp,
         born: Option<BirthTime>,
+        fkey: Option<FileKey>,
     ) -> Self {
         Self {
+            fkey,
+            version: version_of(&stamp),
             shared: Arc::new(FileShared::default()),
             backing: Some(backing),
             backing_mode: mode,
@@ -231,6 +246,10 @@ impl Inner {
     ) -> io::Result<OpenOutcome> {
         let mode = access_mode(&backing)?;
         let born = birth_time(&backing);
+        let fkey = match &self.lower {
+            Some(_) => Some(file_key(&backing, born)?),
+            None => None,
+        };
         // Stale-stamp checks quiesce the file; they start over when the state they locked went
         // away meanwhile (closed and evicted, or forgotten and replaced).
         let mut fresh: Option<FileStamp> = None;
@@ -240,7 +259,7 @@ impl Inner {
                 let Some(f) = eng.files.get_mut(&file) else {
                     let st = fresh.unwrap_or(stamp);
                     eng.files
-                        .insert(file, FileState::new(backing, mode, class, st, born));
+                        .insert(file, FileState::new(backing, mode, class, st, born, fkey));
                     return Ok(OpenOutcome::default());
                 };
                 if f.stamp == stamp && !f.forgotten {
@@ -284,7 +303,7 @@ impl Inner {
                         continue; // another open of the id came first
                     }
                     eng.files
-                        .insert(file, FileState::new(backing, mode, class, now, born));
+                        .insert(file, FileState::new(backing, mode, class, now, born, fkey));
                     return Ok(OpenOutcome {
                         dropped_blocks: dropped,
                         ..OpenOutcome::default()
@@ -319,6 +338,11 @@ impl Inner {
                 now.size
             };
             f.generation += 1;
+            f.shared.change.fetch_add(1, Ordering::SeqCst);
+            f.version = version_of(&now) ^ f.generation.rotate_left(32);
+            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+                lower.invalidate_file(fk, 0);
+            }
             f.ra = ReadAhead::default();
             // What the tier remembered of the old version is not this version's.
             f.error = None;
@@ -408,6 +432,9 @@ impl Inner {
                 f.forgotten = true;
                 kick = !f.dirty.is_empty();
                 if f.born.is_none() {
+                    if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+                        lower.invalidate_file(fk, 0);
+                    }
                     eng.drop_file_blocks(file, false);
                 }
             }
@@ -554,6 +581,12 @@ impl Inner {
                 drop(eng);
                 drop(fd);
                 return 0;
+            }
+            if let (Some(lower), Some(fk)) =
+                (&self.lower, eng.files.get(&file).and_then(|f| f.fkey))
+            {
+                // Without a birth time (or once unlinked) the identity may be reused.
+                lower.invalidate_file(fk, 0);
             }
             let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
             if dirty > 0 {
@@ -733,11 +766,15 @@ impl Inner {
             return result;
         };
         f.generation += 1;
+        f.shared.change.fetch_add(1, Ordering::SeqCst);
         f.ra = ReadAhead::default();
         if let Some(stamp) = stamp {
             f.stamp = stamp;
             f.size = stamp.size;
             f.backing_size = stamp.size;
+            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+                lower.invalidate_file(fk, stamp.size >> self.shift);
+            }
         }
         f.needs_sync = true;
         if f.dirty.is_empty() {

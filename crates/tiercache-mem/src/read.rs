@@ -22,7 +22,8 @@ use crate::stats::Counters;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use tiercache_core::{BlockKey, FileId, SlotId};
+use tiercache_core::{BlockKey, Class, FileId, SlotId};
+use tiercache_tier::{FileKey, TierKey};
 
 #[derive(Debug, Clone, Copy)]
 enum Plan {
@@ -50,6 +51,13 @@ struct ReadPlan {
     offset: u64,
     end: u64,
     steps: Vec<Step>,
+    class: Class,
+    /// Identity and content version in the lower tiers (when there are any).
+    fkey: Option<FileKey>,
+    version: u64,
+    shared: Arc<FileShared>,
+    /// The file's change counter when planned (see `lower`).
+    change: u64,
 }
 
 impl Inner {
@@ -87,6 +95,7 @@ impl Inner {
         let end = offset.saturating_add(len as u64).min(size);
         let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
         let class = f.class;
+        let (fkey, version) = (f.fkey, f.version);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         let last = (size - 1) >> self.shift;
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize + window as usize);
@@ -133,6 +142,11 @@ impl Inner {
             offset,
             end,
             steps,
+            class,
+            fkey,
+            version,
+            shared: Arc::clone(shared),
+            change: shared.change.load(std::sync::atomic::Ordering::SeqCst),
         }))
     }
 
@@ -187,13 +201,10 @@ impl Inner {
             while j < steps.len() && !is_hit(&steps[j]) {
                 j += 1;
             }
-            // Blocks of steps[i..j] are consecutive: one pread for the run.
-            let start = steps[i].block << self.shift;
+            // Blocks of steps[i..j] are consecutive: the tiers below memory first, then one
+            // pread per run of blocks none of them had.
             let mut buf = vec![0u8; (j - i) * bs];
-            if let Err(e) = self.read_backing(file, &plan.fd, &mut buf, start, plan.size) {
-                log::warn!("file {}: backing read at {start} failed: {e}", file.0);
-                return Err(e);
-            }
+            self.fill_run(file, plan, &steps[i..j], &mut buf)?;
             for (k, step) in steps[i..j].iter().enumerate() {
                 let data = &buf[k * bs..(k + 1) * bs];
                 if let Plan::Fill(slot) = step.plan {
@@ -250,6 +261,84 @@ impl Inner {
             )?;
             Counters::add(&self.counters.bypass_blocks, 1);
             self.copy_out(plan, step.block, &buf, out);
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` with the blocks of `run` (consecutive, none a memory hit): from the lower
+    /// tiers where they have them, else from BACKING with one pread per gap; then queues the
+    /// fills the planner asks of inclusive lower tiers.
+    fn fill_run(
+        &self,
+        file: FileId,
+        plan: &ReadPlan,
+        run: &[Step],
+        buf: &mut [u8],
+    ) -> io::Result<()> {
+        let bs = self.bs;
+        let start = run[0].block << self.shift;
+        let (Some(lower), Some(fk)) = (&self.lower, plan.fkey) else {
+            if let Err(e) = self.read_backing(file, &plan.fd, buf, start, plan.size) {
+                log::warn!("file {}: backing read at {start} failed: {e}", file.0);
+                return Err(e);
+            }
+            return Ok(());
+        };
+        let depth = lower.planner.len();
+        let mut from = [depth; 64];
+        let mut k = 0;
+        while k < run.len() {
+            // Up to 64 blocks at a time keep the sources on the stack.
+            let n = (run.len() - k).min(from.len());
+            for (x, step) in run[k..k + n].iter().enumerate() {
+                let key = TierKey::new(fk, step.block);
+                let take = matches!(step.plan, Plan::Fill(_));
+                let b = &mut buf[(k + x) * bs..(k + x + 1) * bs];
+                from[x] = match lower.read(key, plan.version, take, b) {
+                    Some(t) => {
+                        // Bytes at or past EOF read as zero, as from BACKING.
+                        let bstart = step.block << self.shift;
+                        let keep = usize::try_from(plan.size.saturating_sub(bstart))
+                            .unwrap_or(usize::MAX)
+                            .min(bs);
+                        b[keep..].fill(0);
+                        t
+                    }
+                    None => depth,
+                };
+            }
+            let mut x = 0;
+            while x < n {
+                if from[x] != depth {
+                    x += 1;
+                    continue;
+                }
+                let mut y = x + 1;
+                while y < n && from[y] == depth {
+                    y += 1;
+                }
+                let off = run[k + x].block << self.shift;
+                let part = &mut buf[(k + x) * bs..(k + y) * bs];
+                if let Err(e) = self.read_backing(file, &plan.fd, part, off, plan.size) {
+                    log::warn!("file {}: backing read at {off} failed: {e}", file.0);
+                    return Err(e);
+                }
+                x = y;
+            }
+            for x in 0..n {
+                let key = TierKey::new(fk, run[k + x].block);
+                let b = &buf[(k + x) * bs..(k + x + 1) * bs];
+                lower.after_read(
+                    from[x],
+                    key,
+                    plan.version,
+                    plan.class,
+                    b,
+                    &plan.shared,
+                    plan.change,
+                );
+            }
+            k += n;
         }
         Ok(())
     }

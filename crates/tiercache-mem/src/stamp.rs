@@ -1,11 +1,13 @@
 //! What identifies a version of a backing file ([`FileStamp`]: size, mtime, inode number) and
-//! an inode itself across inode-number reuse (its birth time).
+//! an inode itself across inode-number reuse (its birth time), and what identifies a file and
+//! its content version in the tiers below memory ([`FileKey`], `version_of`).
 
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::SystemTime;
+use tiercache_tier::FileKey;
 
 /// What identifies a version of a backing file: size, modification time, inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,4 +60,31 @@ pub(crate) fn birth_time(f: &File) -> Option<BirthTime> {
 /// the stamp alone decides).
 pub(crate) fn reborn(then: Option<BirthTime>, now: Option<BirthTime>) -> bool {
     then.is_some() && then != now
+}
+
+/// The content version of a file first seen with `stamp` (see `FileState::version`): a
+/// fingerprint of size, mtime and inode number.
+pub(crate) fn version_of(stamp: &FileStamp) -> u64 {
+    let t = stamp
+        .mtime
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // splitmix64 over the fields: cheap, and any change moves every bit.
+    let mut x = stamp.size ^ t.rotate_left(21) ^ stamp.ino.rotate_left(42);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The identity of an open backing file in the lower tiers: device, inode, birth time.
+pub(crate) fn file_key(f: &File, born: Option<BirthTime>) -> io::Result<FileKey> {
+    let m = f.metadata()?;
+    let birth = born.map_or(0, |(s, ns)| {
+        (s.max(0) as u64).saturating_mul(1_000_000_000) + u64::from(ns)
+    });
+    Ok(FileKey {
+        dev: m.dev(),
+        ino: m.ino(),
+        birth,
+    })
 }

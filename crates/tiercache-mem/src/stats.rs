@@ -8,11 +8,13 @@
 //! that an idle mount still shows recent behaviour.
 
 use crate::backing::EmulationStats;
+use crate::lower::LowerStats;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tiercache_core::stats::{HitCounts, TierStats};
 use tiercache_core::{Class, PoolId};
+use tiercache_tier::TierSnapshot;
 
 /// Counters bumped outside the engine lock.
 #[derive(Debug, Default)]
@@ -137,6 +139,10 @@ pub struct MemStats {
     pub trace_dropped: u64,
     /// The backing device MODEL's counters when `--emulate` is in use.
     pub emulation: Option<EmulationStats>,
+    /// Every data tier, top (memory) first.
+    pub tiers: Vec<TierSnapshot>,
+    /// The stack below memory (transit, drops), when there is one.
+    pub lower: Option<LowerStats>,
 }
 
 impl MemStats {

@@ -22,9 +22,11 @@ use crate::files::{same_state, FileShared, FileStamp, ReadAhead};
 use crate::stats::Counters;
 use std::fs::File;
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use tiercache_core::{BlockKey, FileId, SlotId};
+use tiercache_tier::{FileKey, TierKey};
 
 #[derive(Debug, Clone, Copy)]
 enum WPlan {
@@ -43,6 +45,8 @@ struct WritePlan {
     backing_size: u64,
     generation: u64,
     steps: Vec<(u64, WPlan)>,
+    shared: Arc<FileShared>,
+    fkey: Option<FileKey>,
 }
 
 /// What step (2) achieved.
@@ -95,8 +99,9 @@ impl Inner {
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
         let mode = f.backing_mode;
         f.generation += 1;
-        let (generation, size, backing_size, class) =
-            (f.generation, f.size, f.backing_size, f.class);
+        f.shared.change.fetch_add(1, Ordering::SeqCst);
+        let (generation, size, backing_size, class, fkey) =
+            (f.generation, f.size, f.backing_size, f.class, f.fkey);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         for block in b0..=b1 {
@@ -124,6 +129,8 @@ impl Inner {
             backing_size,
             generation,
             steps,
+            shared: Arc::clone(shared),
+            fkey,
         })
     }
 
@@ -219,6 +226,14 @@ impl Inner {
     fn finish_write(&self, file: FileId, plan: &WritePlan, offset: u64, done: &Done) {
         let now = Instant::now();
         let wall = SystemTime::now();
+        if let (Some(lower), Some(fk)) = (&self.lower, plan.fkey) {
+            // Copies below memory of the blocks written are stale (dirty ones there stay until
+            // the newer bytes reach them by write-back).
+            plan.shared.change.fetch_add(1, Ordering::SeqCst);
+            for &(block, _) in &plan.steps {
+                lower.invalidate(TierKey::new(fk, block));
+            }
+        }
         let kick = {
             let mut eng = self.lock();
             for &(key, slot) in &done.cached {
@@ -334,6 +349,10 @@ impl Inner {
                 return Ok(());
             };
             f.generation += 1;
+            f.shared.change.fetch_add(1, Ordering::SeqCst);
+            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+                lower.invalidate_file(fk, new_size >> self.shift);
+            }
             f.ra = ReadAhead::default();
             let old_size = f.size;
             f.size = new_size;

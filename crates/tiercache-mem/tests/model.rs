@@ -8,8 +8,11 @@ mod common;
 use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 use std::time::Duration;
-use tiercache_mem::{Class, FileId, MemCache, MemConfig};
+use tiercache_core::placement::Placement;
+use tiercache_mem::{Class, FileId, LowerTier, MemCache, MemConfig, MemStats, RealBacking};
+use tiercache_tier::{DataTier, TestTier, TestTierConfig};
 
 struct Shadow {
     path: std::path::PathBuf,
@@ -34,9 +37,21 @@ fn expected_read(model: &[u8], off: usize, len: usize) -> &[u8] {
 
 /// Runs one random sequence; returns (bypass blocks, write-through blocks) seen.
 fn run(seed: u64, cfg: MemConfig, ops: usize, deterministic: bool) -> (u64, u64) {
+    let s = run_over(seed, cfg, Vec::new(), ops, deterministic);
+    (s.paths.bypass_blocks, s.paths.write_through_blocks)
+}
+
+/// Runs one random sequence over `lower` tiers; returns the final stats.
+fn run_over(
+    seed: u64,
+    cfg: MemConfig,
+    lower: Vec<LowerTier>,
+    ops: usize,
+    deterministic: bool,
+) -> MemStats {
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
-    let cache = MemCache::with_real_device(cfg).unwrap();
+    let cache = MemCache::with_tiers(cfg, Arc::new(RealBacking), lower).unwrap();
     let mut files = Vec::new();
     for i in 0..2 {
         let len = rng.gen_range(0..6000);
@@ -169,7 +184,7 @@ fn run(seed: u64, cfg: MemConfig, ops: usize, deterministic: bool) -> (u64, u64)
             &format!("seed {seed}: backing after flush_all"),
         );
     }
-    (s.paths.bypass_blocks, s.paths.write_through_blocks)
+    s
 }
 
 #[test]
@@ -239,4 +254,62 @@ fn truncate_shrinks_backing_at_once_and_zeroes_the_tail() {
     assert_eq!(cache.read(id, 0, 4000).unwrap(), want);
     cache.flush_all().unwrap();
     assert_eq!(read_file(&path), want);
+}
+
+fn test_tier(blocks: usize) -> Arc<TestTier> {
+    Arc::new(TestTier::new(TestTierConfig::new("test", blocks, 512)).unwrap())
+}
+
+#[test]
+fn random_ops_match_shadow_model_over_an_exclusive_lower_tier() {
+    let (mut hits, mut demoted) = (0, 0);
+    for seed in 200..230 {
+        let t = test_tier(24);
+        let lower = vec![LowerTier {
+            tier: t.clone(),
+            placement: Placement::Exclusive,
+        }];
+        let s = run_over(seed, small_config(6), lower, 300, true);
+        t.check_invariants().unwrap();
+        hits += s.lower.as_ref().unwrap().hits;
+        demoted += t.stats().demotions_in;
+        assert_eq!(s.tiers.len(), 2);
+        assert_eq!(s.tiers[1].kind, "test");
+    }
+    eprintln!("lower hits {hits}, demotions {demoted}");
+    assert!(demoted > 0, "nothing was demoted");
+    assert!(hits > 0, "no read was served by the lower tier");
+}
+
+#[test]
+fn random_ops_match_shadow_model_over_an_inclusive_lower_tier() {
+    let mut fills = 0;
+    for seed in 300..330 {
+        let t = test_tier(24);
+        let lower = vec![LowerTier {
+            tier: t.clone(),
+            placement: Placement::Inclusive,
+        }];
+        run_over(seed, small_config(6), lower, 300, true);
+        t.check_invariants().unwrap();
+        fills += t.stats().fills;
+    }
+    assert!(fills > 0, "nothing was filled into the inclusive tier");
+}
+
+#[test]
+fn a_failing_lower_tier_costs_speed_never_bytes() {
+    for seed in 400..410 {
+        let t = test_tier(24);
+        t.fail_reads(seed % 2 == 0);
+        t.fail_writes(seed % 2 == 1);
+        let lower = vec![LowerTier {
+            tier: t.clone(),
+            placement: Placement::Exclusive,
+        }];
+        let s = run_over(seed, small_config(6), lower, 200, true);
+        // Every failure was met (and the bytes were still right: `run_over` checks them).
+        let errors = s.lower.unwrap().errors;
+        assert!(errors > 0, "seed {seed}: the faults were never hit");
+    }
 }

@@ -73,6 +73,8 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
             "syncs": s.backing.syncs,
         },
         "paths": s.paths,
+        "tiers": s.tiers,
+        "lower": s.lower,
         "trace_dropped": s.trace_dropped,
         "device_model": s.emulation,
     })

@@ -1,0 +1,405 @@
+//! The tiers below the memory tier (a stack of [`DataTier`]s) and the background work that
+//! moves blocks into them.
+//!
+//! Placement is decided by [`Planner`] (the simulator's own code): the memory tier is planner
+//! tier 0, lower tier `k` is planner tier `k + 1`.
+//! - A read that misses memory asks the demotions in transit, then each lower tier in order
+//!   (a `contains` pre-check first, so a miss costs no I/O); an exclusive tier hands the block
+//!   up (`take`), an inclusive one keeps it. BACKING serves what none has.
+//! - Inclusive lower tiers above the source are filled in the background with a copy.
+//! - Eviction is two-phase: under the engine lock the victim's bytes are copied into a transit
+//!   buffer (before its slot is reused) and registered in the transit map; a background thread
+//!   stores them into the exclusive tier below and then removes them from the map. Reads look
+//!   in the map, so at every moment the block is in its slot, in transit or in the tier below.
+//! - Writes and truncation invalidate lower copies (and transit entries) of the blocks they
+//!   change; a lower copy is also keyed by the file content `version`, so one left over from
+//!   before a change behind the cache's back is never served.
+//!
+//! Bounds and back-pressure: at most `TRANSIT_MAX` blocks wait (demotions and fills together);
+//! past that a clean block is not demoted or filled (counted in `demotions_dropped` /
+//! `fills_dropped`) — it is clean, BACKING has it — so the request path never waits for a
+//! lower tier. Buffers are recycled: no allocation per block in steady state.
+//!
+//! Lock order: engine → transit. The background thread takes the transit lock alone and calls
+//! tiers with no lock held; tiers never call back.
+
+use crate::cache::lock;
+use crate::files::FileShared;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use tiercache_core::placement::{Action, Placement, Planner};
+use tiercache_core::Class;
+use tiercache_tier::{Admit, DataTier, FileKey, Lookup, TierKey, TierSnapshot};
+
+/// Blocks waiting to be stored in lower tiers, at most.
+const TRANSIT_MAX: usize = 1024;
+
+/// One tier of the stack below memory, with its placement.
+#[derive(Debug, Clone)]
+pub struct LowerTier {
+    pub tier: Arc<dyn DataTier>,
+    pub placement: Placement,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobKind {
+    Demote,
+    Fill,
+}
+
+#[derive(Debug)]
+struct Job {
+    kind: JobKind,
+    /// Planner tier index (≥ 1).
+    tier: usize,
+    key: TierKey,
+    version: u64,
+    class: Class,
+    data: Box<[u8]>,
+    seq: u64,
+    /// The file's change counter when `data` was read: a store made after it moved is undone.
+    file: Arc<FileShared>,
+    change: u64,
+}
+
+#[derive(Debug, Default)]
+struct Transit {
+    queue: VecDeque<Job>,
+    /// Demotions waiting: key → (version, job seq). Their bytes are in the queued job.
+    demoting: HashMap<TierKey, (u64, u64)>,
+    free: Vec<Box<[u8]>>,
+    /// A job popped and being stored right now (counts against the bound).
+    busy: usize,
+    next_seq: u64,
+    stop: bool,
+}
+
+/// Counters of the lower stack.
+#[derive(Debug, Default)]
+struct LowerCounters {
+    hits: AtomicU64,
+    transit_hits: AtomicU64,
+    demotions_dropped: AtomicU64,
+    fills_dropped: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// What `stats` shows about the stack below memory, besides each tier's own snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LowerStats {
+    /// Blocks served from a lower tier (or from the transit buffers) instead of BACKING.
+    pub hits: u64,
+    pub transit_hits: u64,
+    pub transit_blocks: u64,
+    pub demotions_dropped: u64,
+    pub fills_dropped: u64,
+    pub errors: u64,
+}
+
+/// The stack below memory.
+#[derive(Debug)]
+pub(crate) struct Lower {
+    pub planner: Planner,
+    tiers: Vec<LowerTier>,
+    bs: usize,
+    transit: Mutex<Transit>,
+    cv: Condvar,
+    counters: LowerCounters,
+    /// Any inclusive lower tier (fills to queue).
+    any_inclusive: bool,
+}
+
+impl Lower {
+    pub fn new(tiers: Vec<LowerTier>, bs: usize) -> Result<Self, String> {
+        let mut placement = vec![Placement::Inclusive];
+        for t in &tiers {
+            let info = t.tier.info();
+            if info.block_size != bs {
+                return Err(format!(
+                    "tier {}: block size {} differs from the memory tier's {bs}",
+                    info.name, info.block_size
+                ));
+            }
+            if matches!(t.placement, Placement::Pinned { .. }) {
+                return Err(format!(
+                    "tier {}: pinned placement is not supported on a live mount",
+                    info.name
+                ));
+            }
+            placement.push(t.placement);
+        }
+        let planner = Planner::new(&placement)?;
+        let any_inclusive = tiers.iter().any(|t| t.placement == Placement::Inclusive);
+        Ok(Self {
+            planner,
+            tiers,
+            bs,
+            transit: Mutex::new(Transit::default()),
+            cv: Condvar::new(),
+            counters: LowerCounters::default(),
+            any_inclusive,
+        })
+    }
+
+    /// Whether evictions from memory are demoted (an exclusive tier right below).
+    pub fn demotes(&self) -> bool {
+        self.planner.on_evict(0).is_some()
+    }
+
+    fn tier(&self, planner_index: usize) -> &LowerTier {
+        &self.tiers[planner_index - 1]
+    }
+
+    /// Takes a recycled block buffer or makes one.
+    fn buffer(t: &mut Transit, bs: usize) -> Box<[u8]> {
+        t.free
+            .pop()
+            .unwrap_or_else(|| vec![0u8; bs].into_boxed_slice())
+    }
+
+    fn enqueue(&self, t: &mut Transit, job: Job) {
+        t.queue.push_back(job);
+        // All: `drain` waits on the same condition variable.
+        self.cv.notify_all();
+    }
+
+    /// Phase 1 of a demotion, under the engine lock: copies the victim's bytes into a transit
+    /// buffer (its slot is about to be reused). False when the bound is reached (dropped).
+    pub fn demote_victim(
+        &self,
+        key: TierKey,
+        version: u64,
+        class: Class,
+        bytes: &[u8],
+        file: &Arc<FileShared>,
+    ) -> bool {
+        let Some(tier) = self.planner.on_evict(0) else {
+            return false;
+        };
+        let mut t = lock(&self.transit);
+        if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
+            self.counters.demotions_dropped.fetch_add(1, Relaxed);
+            return false;
+        }
+        let mut data = Self::buffer(&mut t, self.bs);
+        data.copy_from_slice(bytes);
+        let seq = t.next_seq;
+        t.next_seq += 1;
+        t.demoting.insert(key, (version, seq));
+        let job = Job {
+            kind: JobKind::Demote,
+            tier,
+            key,
+            version,
+            class,
+            data,
+            seq,
+            file: Arc::clone(file),
+            change: file.change.load(SeqCst),
+        };
+        self.enqueue(&mut t, job);
+        true
+    }
+
+    /// Looks for `key` (with `version`) below memory: transit buffers first, then each tier.
+    /// On a hit `buf` holds the block and the planner tier index is returned. `take`: the block
+    /// goes up into memory, so an exclusive tier gives it up.
+    pub fn read(&self, key: TierKey, version: u64, take: bool, buf: &mut [u8]) -> Option<usize> {
+        {
+            let mut t = lock(&self.transit);
+            if let Some(&(v, seq)) = t.demoting.get(&key) {
+                if v == version {
+                    if let Some(job) = t.queue.iter().find(|j| j.seq == seq) {
+                        buf.copy_from_slice(&job.data);
+                        if take {
+                            // Memory takes it back: the queued store is cancelled.
+                            t.demoting.remove(&key);
+                        }
+                        self.counters.transit_hits.fetch_add(1, Relaxed);
+                        self.counters.hits.fetch_add(1, Relaxed);
+                        return Some(self.planner.on_evict(0).unwrap_or(1));
+                    }
+                }
+            }
+        }
+        for (k, lt) in self.tiers.iter().enumerate() {
+            if !lt.tier.contains(&key) {
+                continue;
+            }
+            let r = if take && lt.placement == Placement::Exclusive {
+                lt.tier.take(&key, version, buf)
+            } else {
+                lt.tier.read(&key, version, buf)
+            };
+            match r {
+                Ok(Lookup::Hit { .. }) => {
+                    self.counters.hits.fetch_add(1, Relaxed);
+                    return Some(k + 1);
+                }
+                Ok(Lookup::Miss) => {}
+                Err(e) => {
+                    // Degrade to the next source, never to wrong bytes.
+                    self.counters.errors.fetch_add(1, Relaxed);
+                    log::warn!("{e}; reading the block from the next source");
+                }
+            }
+        }
+        None
+    }
+
+    /// After a block came from planner tier `from` (the stack's depth for BACKING): queues the
+    /// fills the planner asks for below memory, with a copy of `data`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after_read(
+        &self,
+        from: usize,
+        key: TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        file: &Arc<FileShared>,
+        change: u64,
+    ) {
+        if !self.any_inclusive {
+            return;
+        }
+        let hit = (from < self.planner.len()).then_some(from);
+        for action in self.planner.on_access(hit).as_slice() {
+            let Action::Fill(i) = *action else { continue };
+            if i == 0 {
+                continue; // memory: the read path fills it
+            }
+            let mut t = lock(&self.transit);
+            if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
+                self.counters.fills_dropped.fetch_add(1, Relaxed);
+                continue;
+            }
+            let mut buf = Self::buffer(&mut t, self.bs);
+            buf.copy_from_slice(data);
+            let seq = t.next_seq;
+            t.next_seq += 1;
+            let job = Job {
+                kind: JobKind::Fill,
+                tier: i,
+                key,
+                version,
+                class,
+                data: buf,
+                seq,
+                file: Arc::clone(file),
+                change,
+            };
+            self.enqueue(&mut t, job);
+        }
+    }
+
+    /// A write changed `key`: no lower or transit copy of the old bytes may be served.
+    pub fn invalidate(&self, key: TierKey) {
+        lock(&self.transit).demoting.remove(&key);
+        for lt in &self.tiers {
+            lt.tier.invalidate(&key);
+        }
+    }
+
+    /// Blocks of `file` from `from_block` on changed (truncation, change behind our back).
+    pub fn invalidate_file(&self, file: FileKey, from_block: u64) {
+        lock(&self.transit)
+            .demoting
+            .retain(|k, _| !(k.file == file && k.block.0 >= from_block));
+        for lt in &self.tiers {
+            lt.tier.invalidate_file(&file, from_block);
+        }
+    }
+
+    /// The background mover: stores queued demotions and fills until `stop`.
+    pub fn worker_loop(&self) {
+        loop {
+            let job = {
+                let mut t = lock(&self.transit);
+                loop {
+                    if let Some(job) = t.queue.pop_front() {
+                        // A demotion cancelled meanwhile (taken back, or invalidated) is skipped.
+                        let live = job.kind == JobKind::Fill
+                            || t.demoting.get(&job.key).is_some_and(|&(_, s)| s == job.seq);
+                        if live {
+                            t.busy += 1;
+                            break job;
+                        }
+                        t.free.push(job.data);
+                        continue;
+                    }
+                    if t.stop {
+                        return;
+                    }
+                    t = self.cv.wait(t).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let tier = &self.tier(job.tier).tier;
+            // The file changed since its bytes were read: they may be stale. A store that
+            // raced a change is undone after the fact (the writer's own invalidation may have
+            // come before it).
+            let r = if job.file.change.load(SeqCst) != job.change {
+                Ok(Admit::Rejected)
+            } else {
+                let r = match job.kind {
+                    JobKind::Demote => tier.demote(&job.key, job.version, job.class, &job.data),
+                    JobKind::Fill => tier.fill(&job.key, job.version, job.class, &job.data),
+                };
+                if job.file.change.load(SeqCst) != job.change {
+                    tier.invalidate(&job.key);
+                }
+                r
+            };
+            match r {
+                Ok(Admit::Stored | Admit::Rejected) => {}
+                Err(e) => {
+                    self.counters.errors.fetch_add(1, Relaxed);
+                    log::warn!("{e}; block not stored there (it is clean: nothing is lost)");
+                }
+            }
+            let mut t = lock(&self.transit);
+            t.busy -= 1;
+            if job.kind == JobKind::Demote
+                && t.demoting.get(&job.key).is_some_and(|&(_, s)| s == job.seq)
+            {
+                t.demoting.remove(&job.key);
+            }
+            t.free.push(job.data);
+            if t.queue.is_empty() && t.busy == 0 {
+                self.cv.notify_all();
+            }
+        }
+    }
+
+    /// Waits until nothing is queued or being stored (tests, shutdown).
+    pub fn drain(&self) {
+        let mut t = lock(&self.transit);
+        while !(t.queue.is_empty() && t.busy == 0) && !t.stop {
+            t = self.cv.wait(t).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Stops the worker once the queue is empty.
+    pub fn stop(&self) {
+        lock(&self.transit).stop = true;
+        self.cv.notify_all();
+    }
+
+    pub fn stats(&self) -> (LowerStats, Vec<TierSnapshot>) {
+        let c = &self.counters;
+        let transit_blocks = {
+            let t = lock(&self.transit);
+            (t.queue.len() + t.busy) as u64
+        };
+        let s = LowerStats {
+            hits: c.hits.load(Relaxed),
+            transit_hits: c.transit_hits.load(Relaxed),
+            transit_blocks,
+            demotions_dropped: c.demotions_dropped.load(Relaxed),
+            fills_dropped: c.fills_dropped.load(Relaxed),
+            errors: c.errors.load(Relaxed),
+        };
+        (s, self.tiers.iter().map(|t| t.tier.stats()).collect())
+    }
+}
