@@ -375,7 +375,7 @@ impl Lower {
     /// Waits until nothing is queued or being stored (tests, shutdown).
     pub fn drain(&self) {
         let mut t = lock(&self.transit);
-        while !(t.queue.is_empty() && t.busy == 0) && !t.stop {
+        while !(t.stop || t.queue.is_empty() && t.busy == 0) {
             t = self.cv.wait(t).unwrap_or_else(PoisonError::into_inner);
         }
     }
