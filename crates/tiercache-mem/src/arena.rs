@@ -2,7 +2,8 @@
 //! cut into fixed-size slots indexed by [`SlotId`], each with a small header.
 //!
 //! Why one allocation: the roadmap's zero-copy client (paper 003) will map the arena from a
-//! memfd; slot index + per-slot header (pins, generation, dirty sequence) is the layout it needs.
+//! memfd; slot index + per-slot header (state lock, dirty sequence) is the layout it needs. (Pins
+//! live in the engine's slot metadata; the zero-copy issue moves them into the header.)
 //!
 //! Why `unsafe`: a per-slot `RwLock` cannot own a sub-slice of one allocation in safe Rust
 //! without leaking the allocation (`Box::leak` + `chunks_mut`) or giving up the single
@@ -24,7 +25,7 @@
 
 use crate::error::MemError;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use tiercache_core::{BlockKey, SlotId};
 
@@ -48,15 +49,10 @@ impl SlotState {
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     state: RwLock<SlotState>,
-    /// Mirror of the engine's pin count (the engine's is authoritative for eviction); kept here
-    /// for observability and for future clients mapping the arena.
-    pub pins: AtomicU32,
     /// Dirty sequence: bumped (under the engine lock) each time a write to the slot is
     /// committed. The flusher marks a block clean only if it is unchanged since the snapshot
     /// (taken with the logical size it clipped at).
     pub seq: AtomicU64,
-    /// The file generation of the last write committed to this slot.
-    pub generation: AtomicU64,
 }
 
 /// The arena. See the module docs for its invariants.

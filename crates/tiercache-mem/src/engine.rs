@@ -67,17 +67,13 @@ impl Engine {
     }
 
     #[inline]
-    pub fn pin(&mut self, arena: &Arena, slot: SlotId) {
+    pub fn pin(&mut self, slot: SlotId) {
         self.tier.pin(slot);
-        arena.slot(slot).pins.fetch_add(1, ORD);
     }
 
     #[inline]
-    pub fn unpin(&mut self, arena: &Arena, slot: SlotId) {
+    pub fn unpin(&mut self, slot: SlotId) {
         self.tier.unpin(slot);
-        let pins = &arena.slot(slot).pins;
-        // Saturating like the tier's count.
-        let _ = pins.fetch_update(ORD, ORD, |p| p.checked_sub(1));
     }
 
     /// Records one block access in the trace, if one is on.
@@ -143,7 +139,7 @@ impl Engine {
         if let Some(f) = self.files.get_mut(&key.file) {
             f.blocks.insert(key.block.0);
         }
-        self.pin(arena, ins.slot);
+        self.pin(ins.slot);
         Some(ins.slot)
     }
 
@@ -157,17 +153,9 @@ impl Engine {
 
     /// A write to `slot` (holding `key`) was copied in: mark it dirty (not evictable) and bump
     /// its dirty sequence so that a write-back that copied it earlier does not mark it clean.
-    pub fn commit_write(
-        &mut self,
-        arena: &Arena,
-        key: BlockKey,
-        slot: SlotId,
-        generation: u64,
-        now: Instant,
-    ) {
+    pub fn commit_write(&mut self, arena: &Arena, key: BlockKey, slot: SlotId, now: Instant) {
         let hdr = arena.slot(slot);
         hdr.seq.fetch_add(1, ORD);
-        hdr.generation.store(generation, ORD);
         if self.tier.peek(&key) != Some(slot) {
             return;
         }

@@ -301,7 +301,7 @@ impl Inner {
             let mut list = Vec::with_capacity(blocks.len());
             for block in blocks {
                 if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
-                    eng.pin(&self.arena, slot);
+                    eng.pin(slot);
                     // The dirty sequence goes with the size snapshot: a write committed after
                     // this point (which may also have moved EOF past our clip) keeps it dirty.
                     let seq = self.arena.slot(slot).seq.load(crate::arena::ORD);
@@ -376,7 +376,7 @@ impl Inner {
                 cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
             }
             for &(_, slot, _) in &list {
-                eng.unpin(&self.arena, slot);
+                eng.unpin(slot);
             }
             if let Some(f) = eng.files.get_mut(&file) {
                 if wrote_end > 0 {

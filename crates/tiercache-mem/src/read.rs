@@ -104,7 +104,7 @@ impl Inner {
             eng.trace(key, false, class);
             let plan = match eng.tier.lookup(key, class) {
                 Some(slot) => {
-                    eng.pin(&self.arena, slot);
+                    eng.pin(slot);
                     Plan::Hit(slot)
                 }
                 None => match eng.insert_fresh(&self.arena, key, class) {
@@ -348,7 +348,7 @@ impl Inner {
         let mut eng = self.lock();
         for step in &plan.steps {
             if let Plan::Hit(slot) | Plan::Fill(slot) = step.plan {
-                eng.unpin(&self.arena, slot);
+                eng.unpin(slot);
             }
         }
         for step in &plan.steps {

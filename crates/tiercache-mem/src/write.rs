@@ -4,9 +4,9 @@
 //! holding no lock); then (1) under the engine lock count each block (`Tier::lookup`), pin hits,
 //! give misses fresh slots, or — `Retry`, everything pinned or dirty — register the block as a
 //! write-through in flight; bump the file generation; (2) without the engine lock, block by
-//! block in offset order: for a cached block take its slot lock, make it whole first if it is
-//! not valid (read-modify-write from BACKING for a partial write inside BACKING's size, zeros
-//! otherwise), copy the bytes in; for a write-through block `pwrite` it to BACKING; (3) under
+//! block in offset order: for a cached block make it whole first if it is not valid
+//! (read-modify-write for a partial write inside BACKING's size — BACKING is read with no slot
+//! lock held, then the slot's write lock taken; zeros otherwise), copy the bytes in; for a write-through block `pwrite` it to BACKING; (3) under
 //! the engine lock commit: mark written slots dirty (bumping their dirty sequence), unpin,
 //! extend the logical size, end the write-throughs.
 //!
@@ -43,7 +43,6 @@ struct WritePlan {
     mode: i32,
     size: u64,
     backing_size: u64,
-    generation: u64,
     steps: Vec<(u64, WPlan)>,
     shared: Arc<FileShared>,
     fkey: Option<FileKey>,
@@ -100,8 +99,7 @@ impl Inner {
         let mode = f.backing_mode;
         f.generation += 1;
         f.shared.change.fetch_add(1, Ordering::SeqCst);
-        let (generation, size, backing_size, class, fkey) =
-            (f.generation, f.size, f.backing_size, f.class, f.fkey);
+        let (size, backing_size, class, fkey) = (f.size, f.backing_size, f.class, f.fkey);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         for block in b0..=b1 {
@@ -109,7 +107,7 @@ impl Inner {
             eng.trace(key, true, class);
             let plan = match eng.tier.lookup(key, class) {
                 Some(slot) => {
-                    eng.pin(&self.arena, slot);
+                    eng.pin(slot);
                     WPlan::Cached(slot)
                 }
                 None => match eng.insert_fresh(&self.arena, key, class) {
@@ -127,7 +125,6 @@ impl Inner {
             mode,
             size,
             backing_size,
-            generation,
             steps,
             shared: Arc::clone(shared),
             fkey,
@@ -195,23 +192,34 @@ impl Inner {
         chunk: &[u8],
     ) -> io::Result<()> {
         let bs = self.bs;
-        let mut g = self.arena.write(slot);
-        let st = g.state();
-        if !st.holds(key) {
+        let bstart = key.block.0 << self.shift;
+        let partial = at > 0 || at + chunk.len() < bs;
+        let needs_old = partial && bstart < plan.backing_size;
+        // Read-modify-write: the rest of the block comes from BACKING, read with no slot lock
+        // held (a reader of the slot never waits for BACKING), and unused if someone made the
+        // block whole meanwhile.
+        let mut old: Option<Vec<u8>> = None;
+        let mut g = loop {
+            let g = self.arena.write(slot);
+            let st = g.state();
             if st.key != Some(key) {
                 // Cannot happen: the slot is pinned, so it still belongs to `key`.
                 return Err(io::Error::other("memory tier: pinned slot changed owner"));
             }
-            let bstart = key.block.0 << self.shift;
-            let partial = at > 0 || at + chunk.len() < bs;
-            if partial && bstart < plan.backing_size {
-                // Read-modify-write: the rest of the block comes from BACKING.
-                let n = self.dev_read(file, &plan.fd, g.data_mut(), bstart)?;
-                let in_file = usize::try_from(plan.size.saturating_sub(bstart)).unwrap_or(bs);
-                let keep = n.min(in_file).min(bs);
-                g.data_mut()[keep..].fill(0);
-            } else {
-                g.data_mut().fill(0);
+            if st.holds(key) || !needs_old || old.is_some() {
+                break g;
+            }
+            drop(g);
+            let mut buf = vec![0u8; bs];
+            let n = self.dev_read(file, &plan.fd, &mut buf, bstart)?;
+            let in_file = usize::try_from(plan.size.saturating_sub(bstart)).unwrap_or(bs);
+            buf[n.min(in_file).min(bs)..].fill(0);
+            old = Some(buf);
+        };
+        if !g.state().holds(key) {
+            match &old {
+                Some(buf) => g.data_mut().copy_from_slice(buf),
+                None => g.data_mut().fill(0),
             }
             g.set_state(SlotState {
                 key: Some(key),
@@ -237,13 +245,13 @@ impl Inner {
         let kick = {
             let mut eng = self.lock();
             for &(key, slot) in &done.cached {
-                eng.commit_write(&self.arena, key, slot, plan.generation, now);
+                eng.commit_write(&self.arena, key, slot, now);
             }
             for &(block, step) in &plan.steps {
                 let key = Self::key(file, block);
                 match step {
                     WPlan::Cached(slot) => {
-                        eng.unpin(&self.arena, slot);
+                        eng.unpin(slot);
                         eng.reap(&self.arena, key, slot);
                     }
                     WPlan::Through => {
