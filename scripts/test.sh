@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The test command README gives and CI runs: formatting, lints, the whole test suite (real FUSE
-# mounts: needs root and /dev/fuse), then each benchmark once as a smoke test.
+# The test command README gives and CI runs: formatting, lints, rustdoc links, the whole test
+# suite (real FUSE mounts: needs root and /dev/fuse), then each benchmark once as a smoke test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
+# Broken intra-doc links (and other rustdoc warnings) fail the run.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo nextest run --workspace --release --no-fail-fast
 echo "== benchmark smoke runs"
 cargo bench -p tiercache-core --bench replay -- --test

@@ -14,7 +14,7 @@
 //! - [`stats`]: counters per tier, pool and class.
 //!
 //! Policies and partitioners only *decide*; a tier applies the decision to metadata and reports
-//! what happened ([`tier::Outcome`]) so the caller (simulator or live cache) can do the I/O.
+//! what happened ([`tier::Inserted`]) so the caller (simulator or live cache) can do the I/O.
 
 pub mod class;
 pub mod error;

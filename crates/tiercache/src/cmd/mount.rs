@@ -2,7 +2,9 @@
 //! anything is mounted; then the daemon (in the background unless `--foreground`).
 
 use super::partition_flags::PartitionFlags;
-use crate::live::config::{self, FileConfig};
+use crate::live::config::{
+    self, ConfigFile, MountOptions, RespawnArgs, SizeOrPercent, SizeValue, TierTable,
+};
 use crate::live::daemon::{self, Settings};
 use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
 use crate::live::size::parse_size;
@@ -70,6 +72,11 @@ pub struct MountArgs {
     /// the same trade-off for attributes changed on BACKING behind the mount's back.
     #[arg(long, value_name = "SECS")]
     pub attr_timeout: Option<f64>,
+    /// A tier below memory, top first; repeatable. KIND `test` (in memory, volatile: for tests
+    /// and experiments), PLACEMENT inclusive|exclusive [default: exclusive]. Given, these
+    /// replace the config file's lower `[[tier]]`s.
+    #[arg(long = "tier", value_name = "KIND:SIZE[:PLACEMENT]")]
+    pub tier: Vec<String>,
     /// Stay attached to the terminal instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
@@ -80,10 +87,23 @@ pub struct MountArgs {
 
 pub fn run(args: MountArgs) -> Result<(), String> {
     let settings = settings(&args)?;
+    if !settings.lower_tiers.is_empty() {
+        // Until the daemon builds lower tiers (issue #6 item 5): say so rather than ignore them.
+        // Not `tiercache: ...`: the parent takes the daemon's last such log line as its error.
+        let names: Vec<&str> = settings
+            .lower_tiers
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        eprintln!(
+            "note: tiercache checks lower tiers but does not build them yet (memory tier only): {}",
+            names.join(", ")
+        );
+    }
     if args.foreground {
         daemon::run_foreground(settings)
     } else {
-        daemon::spawn_background(&args, &settings)
+        daemon::spawn_background(&RespawnArgs::of_this_process(), &settings)
     }
 }
 
@@ -111,14 +131,93 @@ fn check_dir(what: &str, p: &std::path::Path) -> Result<(), String> {
     }
 }
 
-/// Merges flags over the config file and checks every value, naming the flag at fault.
+/// The flags as [`MountOptions`]: `None` where a flag is not given.
+fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
+    let part = &args.part;
+    // Either priority flag replaces both of the file's lists.
+    let priority = !args.priority.is_empty() || !args.priority_recursive.is_empty();
+    Ok(MountOptions {
+        memory: args.memory.clone().map(SizeValue::Text),
+        block_size: args.block_size.clone().map(SizeValue::Text),
+        priority: priority.then(|| args.priority.clone()),
+        priority_recursive: priority.then(|| args.priority_recursive.clone()),
+        partition: part.partition.map(|k| k.to_string()),
+        omega: part.omega,
+        t_protected: part.t_protected,
+        t_normal: part.t_normal,
+        b_pmin: part.b_pmin.map(|a| {
+            SizeOrPercent::Text(match a {
+                Amount::Blocks(n) => n.to_string(),
+                Amount::Percent(p) => format!("{p}%"),
+            })
+        }),
+        b_nmin: part.b_nmin,
+        policy: args.policy.map(|p| p.to_string()),
+        emulate: args.emulate.clone(),
+        kernel_cache: args.kernel_cache,
+        allow_other: args.allow_other,
+        trace_out: args.trace_out.clone(),
+        metrics: args.metrics.clone(),
+        readahead: None,
+        flush_interval_ms: None,
+        dirty_expire_ms: None,
+        threads: args.threads,
+        entry_timeout: args.entry_timeout,
+        attr_timeout: args.attr_timeout,
+        tiers: if args.tier.is_empty() {
+            None
+        } else {
+            Some(
+                args.tier
+                    .iter()
+                    .map(|a| TierTable::from_flag(a))
+                    .collect::<Result<_, _>>()?,
+            )
+        },
+    })
+}
+
+/// The partitioner settings of `o`; a value that does not parse is reported by `src`.
+fn partition_flags(
+    o: &MountOptions,
+    src: impl Fn(&str) -> String,
+) -> Result<PartitionFlags, String> {
+    Ok(PartitionFlags {
+        partition: match &o.partition {
+            Some(p) => Some(
+                p.parse()
+                    .map_err(|e| format!("{}: {e}", src("partition")))?,
+            ),
+            None => None,
+        },
+        omega: o.omega,
+        t_protected: o.t_protected,
+        t_normal: o.t_normal,
+        b_pmin: match &o.b_pmin {
+            Some(b) => Some(
+                b.as_text()
+                    .parse::<Amount>()
+                    .map_err(|e| format!("{}: {e}", src("b-pmin")))?,
+            ),
+            None => None,
+        },
+        b_nmin: o.b_nmin,
+    })
+}
+
+/// Merges flags over the config file ([`MountOptions::over`]) and checks every value, naming
+/// the flag, or the file (and line, where known), at fault.
 pub fn settings(args: &MountArgs) -> Result<Settings, String> {
     check_dir("BACKING", &args.backing)?;
     check_dir("MOUNTPOINT", &args.mountpoint)?;
-    let file = match &args.config {
+    let mut file = match &args.config {
         Some(p) => config::load(p)?,
-        None => FileConfig::default(),
+        None => ConfigFile::default(),
     };
+    let memory_name = file.fold_memory_tier()?;
+    let flags = flag_options(args)?;
+    let file_options = file.options.clone();
+    let o = flags.clone().over(std::mem::take(&mut file.options));
     let src = |name: &str, from_flag: bool| {
         if from_flag || args.config.is_none() {
             format!("--{name}")
@@ -132,37 +231,31 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             )
         }
     };
-    let memory = match (&args.memory, &file.memory) {
-        (Some(m), _) => parse_size(m).map_err(|e| format!("--memory: {e}"))?,
-        (None, Some(m)) => m
+    let memory = match &o.memory {
+        Some(m) => m
             .bytes()
-            .map_err(|e| format!("{}: {e}", src("memory", false)))?,
-        (None, None) => parse_size(DEFAULT_MEMORY).map_err(|e| format!("--memory: {e}"))?,
+            .map_err(|e| format!("{}: {e}", src("memory", flags.memory.is_some())))?,
+        None => parse_size(DEFAULT_MEMORY).map_err(|e| format!("--memory: {e}"))?,
     };
-    let bs_bytes = match (&args.block_size, &file.block_size) {
-        (Some(b), _) => parse_size(b).map_err(|e| format!("--block-size: {e}"))?,
-        (None, Some(b)) => b
+    let bs_bytes = match &o.block_size {
+        Some(b) => b
             .bytes()
-            .map_err(|e| format!("{}: {e}", src("block-size", false)))?,
-        (None, None) => 4096,
+            .map_err(|e| format!("{}: {e}", src("block-size", flags.block_size.is_some())))?,
+        None => 4096,
     };
     let block_size = BlockSize::new(bs_bytes).ok_or_else(|| {
         format!(
             "{}: {bs_bytes} is not a power of two in 512..1M",
-            src("block-size", args.block_size.is_some())
+            src("block-size", flags.block_size.is_some())
         )
     })?;
     let capacity = memory / block_size.bytes();
     if capacity < 64 {
         // A number without a unit counts bytes (`--memory 4096`, `memory = 4096`).
-        let bare = match (&args.memory, &file.memory) {
-            (Some(m), _) => m.trim().bytes().all(|b| b.is_ascii_digit()),
-            (None, Some(m)) => m.is_bare(),
-            (None, None) => false,
-        };
+        let bare = o.memory.as_ref().is_some_and(SizeValue::is_bare);
         return Err(format!(
             "{}: {memory} bytes hold fewer than 64 blocks of {bs_bytes}{}",
-            src("memory", args.memory.is_some()),
+            src("memory", flags.memory.is_some()),
             if bare {
                 format!(" (a number without a unit counts bytes: write \"{memory}M\" for MiB)")
             } else {
@@ -174,43 +267,26 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         if memory > total {
             return Err(format!(
                 "{}: {} MiB is more than this machine's {} MiB of RAM",
-                src("memory", args.memory.is_some()),
+                src("memory", flags.memory.is_some()),
                 memory >> 20,
                 total >> 20
             ));
         }
     }
-    let policy = match (args.policy, &file.policy) {
-        (Some(p), _) => p,
-        (None, Some(p)) => p
+    let policy = match &o.policy {
+        Some(p) => p
             .parse()
-            .map_err(|e| format!("{}: {e}", src("policy", false)))?,
-        (None, None) => PolicyKind::Lru,
+            .map_err(|e| format!("{}: {e}", src("policy", flags.policy.is_some())))?,
+        None => PolicyKind::Lru,
     };
-    let from_file = PartitionFlags {
-        partition: match &file.partition {
-            Some(p) => Some(
-                p.parse()
-                    .map_err(|e| format!("{}: {e}", src("partition", false)))?,
-            ),
-            None => None,
-        },
-        omega: file.omega,
-        t_protected: file.t_protected,
-        t_normal: file.t_normal,
-        b_pmin: match &file.b_pmin {
-            Some(b) => Some(
-                b.as_text()
-                    .parse::<Amount>()
-                    .map_err(|e| format!("{}: {e}", src("b-pmin", false)))?,
-            ),
-            None => None,
-        },
-        b_nmin: file.b_nmin,
-    };
+    let lower_tiers = file.lower_tiers(
+        o.tiers.as_deref().unwrap_or_default(),
+        block_size.bytes(),
+        &memory_name,
+    )?;
     if let Some(cfg) = &args.config {
         // A bad value in the file is reported against the file, not a flag.
-        from_file
+        partition_flags(&file_options, |name| src(name, false))?
             .resolve(&PartitionFlags::default(), PartitionKind::Dirprio, capacity)
             .map_err(|e| {
                 format!(
@@ -220,41 +296,36 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
                 )
             })?;
     }
-    let partition = args
-        .part
-        .resolve(&from_file, PartitionKind::Dirprio, capacity)?;
-    let emulate = match args.emulate.as_deref().or(file.emulate.as_deref()) {
+    // Only the file's values can fail to parse here, and those were checked above.
+    let partition = partition_flags(&o, |name| src(name, true))?.resolve(
+        &PartitionFlags::default(),
+        PartitionKind::Dirprio,
+        capacity,
+    )?;
+    let emulate = match o.emulate.as_deref() {
         None | Some("none") => None,
         Some("hdd") => Some(tiercache_mem::DeviceModel::hdd()),
         Some("ssd") => Some(tiercache_mem::DeviceModel::ssd()),
         Some(other) => {
             return Err(format!(
                 "{}: unknown model `{other}` (expected none|hdd|ssd)",
-                src("emulate", args.emulate.is_some())
+                src("emulate", flags.emulate.is_some())
             ))
         }
     };
     let mountpoint = crate::live::control::canonical_mountpoint(&args.mountpoint);
     let mut priority = PriorityDirs::default();
-    // Priority flags, when given, replace the file's lists (flags override the file).
-    let from_flags = !args.priority.is_empty() || !args.priority_recursive.is_empty();
-    let (lists, whence) = if from_flags || args.config.is_none() {
-        (
-            [(&args.priority, false), (&args.priority_recursive, true)],
-            "--priority".to_string(),
-        )
+    let whence = if flags.priority.is_some() || args.config.is_none() {
+        "--priority".to_string()
     } else {
         let cfg = args
             .config
             .as_ref()
             .map_or(String::new(), |p| p.display().to_string());
-        (
-            [(&file.priority, false), (&file.priority_recursive, true)],
-            format!("{cfg}: priority"),
-        )
+        format!("{cfg}: priority")
     };
-    for (dirs, recursive) in lists {
-        for d in dirs {
+    for (dirs, recursive) in [(&o.priority, false), (&o.priority_recursive, true)] {
+        for d in dirs.iter().flatten() {
             let dir = normalize(d, &mountpoint).map_err(|e| format!("{whence}: {e}"))?;
             priority.add(PriorityRule { dir, recursive });
         }
@@ -264,45 +335,48 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         block_size,
         policy,
         partition,
-        readahead_max_blocks: file.readahead.unwrap_or(32),
-        flush_interval: file
+        readahead_max_blocks: o.readahead.unwrap_or(32),
+        flush_interval: o
             .flush_interval_ms
             .map_or(Duration::from_secs(1), Duration::from_millis),
-        dirty_expire: file
+        dirty_expire: o
             .dirty_expire_ms
             .map_or(Duration::from_secs(5), Duration::from_millis),
         ..MemConfig::default()
     };
     mem.validate().map_err(|e| format!("--{e}"))?;
-    if let Some(addr) = args.metrics.as_ref().or(file.metrics.as_ref()) {
+    if let Some(addr) = &o.metrics {
         addr.parse::<std::net::SocketAddr>().map_err(|_| {
             format!(
                 "{}: `{addr}` is not an address like 127.0.0.1:9477",
-                src("metrics", args.metrics.is_some())
+                src("metrics", flags.metrics.is_some())
             )
         })?;
     }
-    let threads = args.threads.or(file.threads);
-    if let Some(t) = threads {
+    if let Some(t) = o.threads {
         if !(1..=256).contains(&t) {
             return Err(format!(
                 "{}: {t} is outside 1..=256",
-                src("threads", args.threads.is_some())
+                src("threads", flags.threads.is_some())
             ));
         }
     }
-    let timeout = |flag: Option<f64>, file: Option<f64>, name: &str| {
-        let secs = flag.or(file).unwrap_or(1.0);
+    let timeout = |secs: Option<f64>, from_flag: bool, name: &str| {
+        let secs = secs.unwrap_or(1.0);
         if !(0.0..=86_400.0).contains(&secs) {
             return Err(format!(
                 "{}: {secs} is outside 0..=86400 seconds",
-                src(name, flag.is_some())
+                src(name, from_flag)
             ));
         }
         Ok(Duration::from_secs_f64(secs))
     };
-    let entry_timeout = timeout(args.entry_timeout, file.entry_timeout, "entry-timeout")?;
-    let attr_timeout = timeout(args.attr_timeout, file.attr_timeout, "attr-timeout")?;
+    let entry_timeout = timeout(
+        o.entry_timeout,
+        flags.entry_timeout.is_some(),
+        "entry-timeout",
+    )?;
+    let attr_timeout = timeout(o.attr_timeout, flags.attr_timeout.is_some(), "attr-timeout")?;
     Ok(Settings {
         entry_timeout,
         attr_timeout,
@@ -311,10 +385,11 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         mem,
         priority,
         emulate,
-        kernel_cache: args.kernel_cache.or(file.kernel_cache).unwrap_or(false),
-        allow_other: args.allow_other.or(file.allow_other).unwrap_or(false),
-        trace_out: args.trace_out.clone().or(file.trace_out),
-        metrics: args.metrics.clone().or(file.metrics),
-        threads,
+        kernel_cache: o.kernel_cache.unwrap_or(false),
+        allow_other: o.allow_other.unwrap_or(false),
+        trace_out: o.trace_out,
+        metrics: o.metrics,
+        threads: o.threads,
+        lower_tiers,
     })
 }

@@ -36,9 +36,9 @@ pub struct SimArgs {
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// A tier NAME:BLOCKS:POLICY[:PLACEMENT], top first (policy lru|fifo|clock|sieve|s3fifo|arc,
+    /// A tier, top first (policy lru|fifo|clock|sieve|s3fifo|arc,
     /// placement inclusive|exclusive|pinned[=FIRST]). Default: one tier mem:1000:lru.
-    #[arg(long = "tier", value_name = "SPEC")]
+    #[arg(long = "tier", value_name = "NAME:BLOCKS:POLICY[:PLACEMENT]")]
     pub tiers: Vec<TierSpec>,
     /// Partitioner of the top tier and its parameters.
     #[command(flatten)]

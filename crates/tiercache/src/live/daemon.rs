@@ -3,10 +3,10 @@
 //! back before it exits.
 
 use super::adapter::CacheDataPath;
+use super::config::{LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
 use super::{logging, metrics, stats};
-use crate::cmd::mount::MountArgs;
 use std::fs::OpenOptions;
 use std::io::{BufWriter, Read, Seek, SeekFrom};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -35,6 +35,8 @@ pub struct Settings {
     /// Kernel caching of lookups and attributes.
     pub entry_timeout: Duration,
     pub attr_timeout: Duration,
+    /// Tiers below memory, top first (not yet wired into the cache).
+    pub lower_tiers: Vec<LowerTierSpec>,
 }
 
 /// `tiercache unmount`, handed from the control socket to the main loop, which answers once
@@ -468,7 +470,7 @@ fn final_write_back(
 
 /// Starts the daemon in its own session with output to its log file, and returns once the mount
 /// answers on its control socket (or with the daemon's own one-line error).
-pub fn spawn_background(_args: &MountArgs, s: &Settings) -> Result<(), String> {
+pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), String> {
     let files = claim_files(&s.mountpoint)?;
     let log = OpenOptions::new()
         .create(true)
@@ -481,7 +483,7 @@ pub fn spawn_background(_args: &MountArgs, s: &Settings) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let err_log = log.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
-    cmd.args(std::env::args_os().skip(1))
+    cmd.args(&respawn.0)
         .arg("--foreground")
         .stdin(Stdio::null())
         .stdout(log)

@@ -1,7 +1,8 @@
 //! Bug: wrong bytes after inode reuse — a file unlinked while dirty kept its cached state after the kernel's FORGET, and a new BACKING file that got the same inode number, size and mtime was served the old file's bytes through the mount.
 //!
 //! BACKING is a fresh ext4 image on a loop device (ext4 hands a freed inode number to the next
-//! file created in the same group). Skipped, with a note, where loop mounts are not possible.
+//! file created in the same group). Needs root, `mkfs.ext4` (e2fsprogs) and a free loop device;
+//! fails saying which is missing otherwise.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -14,9 +15,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-/// An ext4 loop mount on `root/slow` served by `tiercache mount` on `root/fast`; `None` where
-/// loop mounts are impossible.
-fn ext4_mount() -> Option<OwnBacking> {
+/// An ext4 loop mount on `root/slow` served by `tiercache mount` on `root/fast`; panics naming
+/// what is missing where that is impossible.
+fn ext4_mount() -> OwnBacking {
     let dir = tempfile::tempdir().unwrap();
     let (img, backing, mnt) = (
         dir.path().join("backing.ext4"),
@@ -29,22 +30,31 @@ fn ext4_mount() -> Option<OwnBacking> {
         .unwrap()
         .set_len(16 << 20)
         .unwrap();
-    let mkfs = Command::new("mkfs.ext4")
+    match Command::new("mkfs.ext4")
         .args(["-q", "-F", s(&img)])
-        .output();
-    let loop_mount = || {
-        Command::new("mount")
-            .args(["-o", "loop", s(&img), s(&backing)])
-            .output()
-    };
-    match (mkfs, loop_mount()) {
-        (Ok(m), Ok(l)) if m.status.success() && l.status.success() => {}
-        other => {
-            eprintln!("no ext4 loop mount here ({other:?}); skipping");
-            return None;
-        }
+        .output()
+    {
+        Ok(m) if m.status.success() => {}
+        Ok(m) => panic!(
+            "mkfs.ext4 {}: {}",
+            img.display(),
+            String::from_utf8_lossy(&m.stderr).trim()
+        ),
+        Err(e) => panic!("mkfs.ext4: {e} (install e2fsprogs: scripts/setup-deps.sh)"),
     }
-    Some(OwnBacking::serve(dir, backing, mnt, "1M", 100))
+    match Command::new("mount")
+        .args(["-o", "loop", s(&img), s(&backing)])
+        .output()
+    {
+        Ok(l) if l.status.success() => {}
+        Ok(l) => panic!(
+            "mount -o loop {}: {} (needs root and a free loop device: losetup -f)",
+            img.display(),
+            String::from_utf8_lossy(&l.stderr).trim()
+        ),
+        Err(e) => panic!("mount: {e}"),
+    }
+    OwnBacking::serve(dir, backing, mnt, "1M", 100)
 }
 
 fn set_mtime(path: &Path, t: SystemTime) {
@@ -58,9 +68,7 @@ fn set_mtime(path: &Path, t: SystemTime) {
 
 #[test]
 fn a_new_file_reusing_an_unlinked_dirty_files_inode_reads_its_own_bytes() {
-    let Some(m) = ext4_mount() else {
-        return;
-    };
+    let m = ext4_mount();
     let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     let old = m.mnt.join("old");
     std::fs::File::create(&old)
