@@ -132,6 +132,31 @@ impl CacheMount {
         summary
     }
 
+    /// Asserts that the tier below memory was used as `placement` says: blocks stored in it
+    /// (demoted or filled) and reads served from it, with no errors.
+    fn assert_lower_tier_worked(&self, placement: &str) {
+        let v = self.stats();
+        let tiers = v["tiers"].as_array().unwrap();
+        assert_eq!(tiers.len(), 2, "{v}");
+        assert_eq!(tiers[0]["kind"], "memory", "{v}");
+        let t = &tiers[1];
+        assert_eq!(t["kind"], "test", "{v}");
+        let stored = if placement == "exclusive" {
+            t["demotions_in"].as_u64().unwrap()
+        } else {
+            t["fills"].as_u64().unwrap()
+        };
+        eprintln!("lower tier: {t} {}", v["lower"]);
+        assert!(stored > 0, "nothing stored in the {placement} tier: {t}");
+        assert!(
+            v["lower"]["hits"].as_u64().unwrap() > 0,
+            "no lower hit: {}",
+            v["lower"]
+        );
+        assert_eq!(v["lower"]["errors"], 0, "{}", v["lower"]);
+        assert_eq!(t["errors"], 0, "{t}");
+    }
+
     /// Clean `tiercache unmount`: the daemon writes everything back and exits.
     fn unmount(&self) {
         let out = tc(&["unmount", s(&self.mnt)]);
@@ -186,6 +211,11 @@ fn run_errno(dir: &Path) -> String {
 }
 
 fn workload(tier: &[&str], extra: &[&str], config: Option<&str>) {
+    workload_then(tier, extra, config, |_| {});
+}
+
+/// [`workload`], calling `check` on the mount after the tier assertions, before unmounting.
+fn workload_then(tier: &[&str], extra: &[&str], config: Option<&str>, check: impl Fn(&CacheMount)) {
     let m = CacheMount::new(tier, extra, config);
     let on_mount = run_script(&m.mnt);
     let on_plain = run_script(&m.plain);
@@ -204,6 +234,7 @@ fn workload(tier: &[&str], extra: &[&str], config: Option<&str>) {
     compare("tree (mount vs plain)", &tm, &tp);
     assert!(tm.lines().count() > 50, "{tm}");
     m.assert_tier_worked();
+    check(&m);
 
     // Everything written back: BACKING is the plain directory's twin.
     m.unmount();
@@ -256,12 +287,44 @@ fn workload_on_cache_kernel_cache() {
     );
 }
 
+/// Two tiers: the small memory tier over an in-memory test tier that takes the blocks memory
+/// evicts (exclusive) and hands them back up on a hit.
+#[test]
+fn workload_on_memory_over_an_exclusive_test_tier() {
+    workload_then(
+        &SMALL,
+        &["--partition", "none", "--tier", "test:4M:exclusive"],
+        Some(EAGER_FLUSH),
+        |m| m.assert_lower_tier_worked("exclusive"),
+    );
+}
+
+/// Two tiers, the lower one inclusive (filled with a copy of every block read past it).
+#[test]
+fn workload_on_memory_over_an_inclusive_test_tier() {
+    workload_then(
+        &TINY_BLOCKS,
+        &["--partition", "none", "--tier", "test:2M:inclusive"],
+        None,
+        |m| m.assert_lower_tier_worked("inclusive"),
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // (b): random operation sequence
 
 /// Two seeded sequences at once, in `a/` and `b/` of the mount and of the shadow directory, so
 /// that their requests, evictions and write-backs interleave.
 fn random_ops(extra: &[&str], config: Option<&str>, seeds: [u64; 2]) {
+    random_ops_then(extra, config, seeds, |_| {});
+}
+
+fn random_ops_then(
+    extra: &[&str],
+    config: Option<&str>,
+    seeds: [u64; 2],
+    check: impl Fn(&CacheMount),
+) {
     let m = CacheMount::new(&SMALL, extra, config);
     let dirs = ["a", "b"];
     for d in dirs {
@@ -280,6 +343,7 @@ fn random_ops(extra: &[&str], config: Option<&str>, seeds: [u64; 2]) {
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
     m.assert_tier_worked();
+    check(&m);
     m.unmount();
     for (d, outcome) in dirs.iter().zip(&outcomes) {
         outcome.check_tree(
@@ -296,6 +360,16 @@ fn random_ops_on_cache() {
         &["--partition", "none"],
         Some(EAGER_FLUSH),
         [0x1234_5678_9abc_def1, 0x5555_aaaa_1234_8765],
+    );
+}
+
+#[test]
+fn random_ops_on_memory_over_an_exclusive_test_tier() {
+    random_ops_then(
+        &["--partition", "none", "--tier", "test:4M:exclusive"],
+        Some(EAGER_FLUSH),
+        [0x2468_1357_aaaa_5555, 0x0bad_cafe_f00d_1234],
+        |m| m.assert_lower_tier_worked("exclusive"),
     );
 }
 

@@ -87,19 +87,6 @@ pub struct MountArgs {
 
 pub fn run(args: MountArgs) -> Result<(), String> {
     let settings = settings(&args)?;
-    if !settings.lower_tiers.is_empty() {
-        // Until the daemon builds lower tiers (issue #6 item 5): say so rather than ignore them.
-        // Not `tiercache: ...`: the parent takes the daemon's last such log line as its error.
-        let names: Vec<&str> = settings
-            .lower_tiers
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect();
-        eprintln!(
-            "note: tiercache checks lower tiers but does not build them yet (memory tier only): {}",
-            names.join(", ")
-        );
-    }
     if args.foreground {
         daemon::run_foreground(settings)
     } else {

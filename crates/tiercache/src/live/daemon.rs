@@ -3,7 +3,7 @@
 //! back before it exits.
 
 use super::adapter::CacheDataPath;
-use super::config::{LowerTierSpec, RespawnArgs};
+use super::config::{LowerTierKind, LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
 use super::{logging, metrics, stats};
@@ -16,7 +16,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tiercache_mem::{BackingIo, DeviceModel, EmulatedBacking, MemCache, MemConfig, RealBacking};
+use tiercache_mem::{
+    BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig, RealBacking,
+};
 
 /// Everything a mount needs, validated.
 #[derive(Debug, Clone)]
@@ -165,7 +167,9 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         }
         None => (real, None),
     };
-    let mem = Arc::new(MemCache::new(s.mem.clone(), device).map_err(|e| e.to_string())?);
+    let lower = build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize)?;
+    let mem =
+        Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
     if let Some(path) = &s.trace_out {
         let f = std::fs::File::create(path)
             .map_err(|e| format!("--trace-out {}: {e}", path.display()))?;
@@ -551,4 +555,30 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
         .rev()
         .find(|l| l.starts_with("tiercache: "))
         .map(str::to_string)
+}
+
+/// Builds the tiers below memory from their specs, top first.
+fn build_lower_tiers(specs: &[LowerTierSpec], block_size: usize) -> Result<Vec<LowerTier>, String> {
+    specs
+        .iter()
+        .map(|spec| {
+            let tier: Arc<dyn tiercache_tier::DataTier> = match spec.kind {
+                LowerTierKind::Test => {
+                    let blocks = usize::try_from(spec.capacity_bytes / block_size as u64)
+                        .map_err(|_| format!("tier {}: too large", spec.name))?;
+                    let mut cfg =
+                        tiercache_tier::TestTierConfig::new(spec.name.clone(), blocks, block_size);
+                    cfg.policy = spec.policy;
+                    cfg.read_latency = spec.read_latency;
+                    cfg.write_latency = spec.write_latency;
+                    cfg.accepts_dirty = spec.accepts_dirty;
+                    Arc::new(tiercache_tier::TestTier::new(cfg)?)
+                }
+            };
+            Ok(LowerTier {
+                tier,
+                placement: spec.placement,
+            })
+        })
+        .collect()
 }
