@@ -84,6 +84,12 @@ impl Inner {
         offset: u64,
         len: usize,
     ) -> io::Result<Option<ReadPlan>> {
+        // Allocated before the engine lock (nothing allocates under it on the hit path): the
+        // request's blocks plus the largest read-ahead window.
+        let span = ((offset.saturating_add(len as u64).saturating_sub(1) >> self.shift)
+            - (offset >> self.shift)) as usize
+            + 1;
+        let mut steps = Vec::with_capacity(span + self.cfg.readahead_max_blocks as usize);
         let mut eng = self.lock();
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
@@ -98,7 +104,6 @@ impl Inner {
         let (fkey, version) = (f.fkey, f.version);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         let last = (size - 1) >> self.shift;
-        let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize + window as usize);
         for block in b0..=b1 {
             let key = Self::key(file, block);
             eng.trace(key, false, class);

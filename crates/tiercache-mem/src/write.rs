@@ -92,6 +92,9 @@ impl Inner {
         offset: u64,
         end: u64,
     ) -> io::Result<WritePlan> {
+        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        // Allocated before the engine lock.
+        let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         let mut eng = self.lock();
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
@@ -100,8 +103,6 @@ impl Inner {
         f.generation += 1;
         f.shared.change.fetch_add(1, Ordering::SeqCst);
         let (size, backing_size, class, fkey) = (f.size, f.backing_size, f.class, f.fkey);
-        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
-        let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         for block in b0..=b1 {
             let key = Self::key(file, block);
             eng.trace(key, true, class);
