@@ -179,6 +179,8 @@ impl Inner {
             demotions_in: 0,
             promotions_out: 0,
             fills: current.insertions,
+            writebacks_in: 0,
+            cleaned: 0,
             rejected: 0,
             errors: 0,
         }];

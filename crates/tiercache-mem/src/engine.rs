@@ -273,7 +273,7 @@ impl Engine {
     /// nothing is.
     pub fn gc_file(&mut self, id: FileId) -> Option<Arc<File>> {
         let f = self.files.get_mut(&id)?;
-        if f.handles > 0 || !f.dirty.is_empty() {
+        if f.handles > 0 || !f.dirty.is_empty() || !f.lower_dirty.is_empty() {
             return None;
         }
         if f.forgotten {

@@ -129,6 +129,11 @@ pub(crate) struct FileState {
     pub blocks: BTreeSet<u64>,
     /// Dirty block indices, in order (⊆ `blocks`).
     pub dirty: BTreeSet<u64>,
+    /// Blocks whose newest bytes were written back into the lower tier that takes dirty data
+    /// and are not on BACKING yet (the cleaner puts them there). A read of one that the tier
+    /// cannot serve is an error, never BACKING's older bytes. The state (and its backing
+    /// handle) stays while this is not empty.
+    pub lower_dirty: BTreeSet<u64>,
     /// When the file went from clean to dirty.
     pub dirtied_at: Option<Instant>,
     /// A background write-back error not yet reported by `fsync`/`flush`.
@@ -182,6 +187,7 @@ impl FileState {
             generation: 0,
             handles: 1,
             blocks: BTreeSet::new(),
+            lower_dirty: BTreeSet::new(),
             dirty: BTreeSet::new(),
             dirtied_at: None,
             error: None,
@@ -311,6 +317,9 @@ impl Inner {
                 }
                 // Could not be dropped (logged): handled as a change behind our back below.
             }
+            // Our writes still in the tier below go to BACKING before the version changes
+            // (they win over the outside change, like memory's dirty blocks below).
+            self.clean_lower_locked(file)?;
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
                 continue;
@@ -432,7 +441,9 @@ impl Inner {
                 f.forgotten = true;
                 kick = !f.dirty.is_empty();
                 if f.born.is_none() {
-                    if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+                    if let (Some(lower), Some(fk), true) =
+                        (&self.lower, f.fkey, f.lower_dirty.is_empty())
+                    {
                         lower.invalidate_file(fk, 0);
                     }
                     eng.drop_file_blocks(file, false);
@@ -582,11 +593,16 @@ impl Inner {
                 drop(fd);
                 return 0;
             }
-            if let (Some(lower), Some(fk)) =
-                (&self.lower, eng.files.get(&file).and_then(|f| f.fkey))
-            {
-                // Without a birth time (or once unlinked) the identity may be reused.
-                lower.invalidate_file(fk, 0);
+            if let Some(f) = eng.files.get_mut(&file) {
+                if unlinked {
+                    f.lower_dirty.clear(); // its data is meaningless now
+                }
+                if let (Some(lower), Some(fk), true) =
+                    (&self.lower, f.fkey, f.lower_dirty.is_empty())
+                {
+                    // Without a birth time (or once unlinked) the identity may be reused.
+                    lower.invalidate_file(fk, 0);
+                }
             }
             let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
             if dirty > 0 {
@@ -596,7 +612,7 @@ impl Inner {
                 );
             }
             match eng.files.get_mut(&file) {
-                Some(f) if f.blocks.is_empty() => {
+                Some(f) if f.blocks.is_empty() && f.lower_dirty.is_empty() => {
                     let fd = eng.files.remove(&file).and_then(|f| f.backing);
                     eng.ctimes.remove(file);
                     (clean + dirty, fd)
@@ -751,6 +767,7 @@ impl Inner {
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
         self.flush_locked(file, crate::flusher::Why::Sync(true))?;
+        self.clean_lower_locked(file)?;
         let result = op();
         let fd = self.lock().files.get(&file).and_then(|f| f.backing.clone());
         let stamp = match fd.as_deref().map(FileStamp::of_file) {
@@ -772,9 +789,10 @@ impl Inner {
             f.stamp = stamp;
             f.size = stamp.size;
             f.backing_size = stamp.size;
-            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
-                lower.invalidate_file(fk, stamp.size >> self.shift);
-            }
+        }
+        if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+            // `op` may have changed bytes anywhere (a punched hole): no copy below is current.
+            lower.invalidate_file(fk, 0);
         }
         f.needs_sync = true;
         if f.dirty.is_empty() {

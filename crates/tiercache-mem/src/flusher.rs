@@ -36,6 +36,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, PoisonError, TryLockError};
 use std::time::Instant;
 use tiercache_core::{BlockKey, FileId, SlotId};
+use tiercache_tier::TierKey;
 
 /// Bytes per merged write-back request at most.
 const MAX_RUN_BYTES: usize = 1 << 20;
@@ -126,6 +127,9 @@ impl Inner {
                 return;
             }
             let _ = self.flush_file(file, Why::Sync(true));
+        }
+        if self.lower.is_some() {
+            self.clean_lower_round();
         }
         self.bound_closed_fds();
     }
@@ -251,7 +255,12 @@ impl Inner {
             let eng = self.lock();
             eng.files
                 .iter()
-                .filter(|(_, f)| !f.dirty.is_empty() || f.needs_sync || f.error.is_some())
+                .filter(|(_, f)| {
+                    !f.dirty.is_empty()
+                        || !f.lower_dirty.is_empty()
+                        || f.needs_sync
+                        || f.error.is_some()
+                })
                 .map(|(id, _)| *id)
                 .collect()
         };
@@ -288,7 +297,15 @@ impl Inner {
 
     /// [`Inner::flush_file`] for a caller that holds the file's `io` lock.
     pub(crate) fn flush_locked(&self, file: FileId, why: Why) -> io::Result<usize> {
-        let (fd, mode, size, mtime, list) = {
+        // `forget` writes to BACKING too: what it leaves may be dropped with the inode's id.
+        let to_durable = matches!(why, Why::Sync(_) | Why::Forget);
+        let below = self.dirty_tier_for(to_durable);
+        if below.is_none() && to_durable {
+            // fsync/flush to BACKING: the file's bytes in a volatile tier below go first (the
+            // newer ones in memory then overwrite them).
+            self.clean_lower_locked(file)?;
+        }
+        let (fd, mode, size, mtime, list, ident) = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get(&file) else {
                 return Ok(0);
@@ -297,6 +314,7 @@ impl Inner {
                 return Ok(0);
             };
             let (mode, size, mtime) = (f.backing_mode, f.size, f.mtime);
+            let ident = f.fkey.map(|k| (k, f.version, f.class));
             let blocks: Vec<u64> = f.dirty.iter().copied().collect();
             let mut list = Vec::with_capacity(blocks.len());
             for block in blocks {
@@ -308,18 +326,26 @@ impl Inner {
                     list.push((block, slot, seq));
                 }
             }
-            (fd, mode, size, mtime, list)
+            (fd, mode, size, mtime, list, ident)
         };
+        // Into the tier below that takes dirty data, if any; what it turns down, to BACKING.
+        let (stored, rest) = match (&below, ident) {
+            (Some(t), Some((fkey, version, class))) => {
+                self.store_dirty_below(&**t, file, fkey, version, class, &list)
+            }
+            _ => (Vec::new(), list.clone()),
+        };
+        let to_backing = !rest.is_empty() || below.is_none();
         // Only a read-only handle may be at hand (the file was last opened read-only): write
         // through a read-write reopen of the same inode, or fail (and keep the data dirty).
-        let wfd = if list.is_empty() {
+        let wfd = if rest.is_empty() {
             Ok(Arc::clone(&fd))
         } else {
             self.writable_backing(file, &fd, mode)
         };
         // From the first pwrite on, BACKING's ctime is ours, not the application's: readers see
         // the ctime as it is now until the write-back is done and mapped (see `times`).
-        let hide_ctime = (!list.is_empty() || mtime.is_some())
+        let hide_ctime = (!rest.is_empty() || (mtime.is_some() && to_backing))
             && match fd.metadata() {
                 Ok(m) => {
                     let mut eng = self.lock();
@@ -339,13 +365,13 @@ impl Inner {
                 }
             };
         let ((copied, err, wrote_end), fd) = match wfd {
-            Ok(wfd) => (self.write_runs(file, &wfd, size, &list), wfd),
+            Ok(wfd) => (self.write_runs(file, &wfd, size, &rest), wfd),
             Err(e) => ((Vec::new(), Some(e), 0), fd),
         };
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
         let mtime_applied = match (mtime, &err) {
-            (Some(t), None) => match fd.set_modified(t) {
+            (Some(t), None) if to_backing => match fd.set_modified(t) {
                 Ok(()) => true,
                 Err(e) => {
                     log::warn!(
@@ -375,6 +401,25 @@ impl Inner {
             for &(key, slot, seq) in &copied {
                 cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
             }
+            let mut now_lower = Vec::with_capacity(stored.len());
+            for &(key, slot, seq) in &stored {
+                // In the tier below now: clean here (unless written again meanwhile), and
+                // dirty there until cleaned.
+                cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
+                now_lower.push(key.block.0);
+            }
+            if let (Some(f), Some((fkey, _, _))) = (eng.files.get_mut(&file), ident) {
+                for &(key, _, _) in &copied {
+                    // Newer bytes on BACKING: an older dirty copy below must never be cleaned
+                    // over them (we hold the `io` lock, as cleaning does).
+                    if f.lower_dirty.remove(&key.block.0) {
+                        if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+                            t.discard(&TierKey::new(fkey, key.block.0));
+                        }
+                    }
+                }
+                f.lower_dirty.extend(now_lower);
+            }
             for &(_, slot, _) in &list {
                 eng.unpin(slot);
             }
@@ -383,7 +428,11 @@ impl Inner {
                     f.backing_size = f.backing_size.max(wrote_end.min(f.size));
                     f.needs_sync = true;
                 }
-                if mtime_applied && f.dirty.is_empty() && f.mtime == mtime {
+                if mtime_applied
+                    && f.dirty.is_empty()
+                    && f.lower_dirty.is_empty()
+                    && f.mtime == mtime
+                {
                     f.mtime = None;
                 }
                 if let (Some(e), Why::Background | Why::Throttle) = (&err, why) {
@@ -424,6 +473,10 @@ impl Inner {
             );
         }
         if let Why::Sync(datasync) = why {
+            if let Some(t) = &below {
+                // A persistent tier below holds them now: make that durable.
+                t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+            }
             if let Some(f) = self.lock().files.get_mut(&file) {
                 f.needs_sync = false;
             }

@@ -31,6 +31,7 @@ mod error;
 mod files;
 mod flusher;
 mod lower;
+mod lower_wb;
 mod read;
 mod stamp;
 mod stats;

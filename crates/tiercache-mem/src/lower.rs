@@ -108,6 +108,8 @@ pub(crate) struct Lower {
     counters: LowerCounters,
     /// Any inclusive lower tier (fills to queue).
     any_inclusive: bool,
+    /// Index (in `tiers`) of the first tier that takes dirty data: write-back goes there.
+    dirty_target: Option<usize>,
 }
 
 impl Lower {
@@ -131,6 +133,7 @@ impl Lower {
         }
         let planner = Planner::new(&placement)?;
         let any_inclusive = tiers.iter().any(|t| t.placement == Placement::Inclusive);
+        let dirty_target = tiers.iter().position(|t| t.tier.info().accepts_dirty);
         Ok(Self {
             planner,
             tiers,
@@ -139,7 +142,13 @@ impl Lower {
             cv: Condvar::new(),
             counters: LowerCounters::default(),
             any_inclusive,
+            dirty_target,
         })
+    }
+
+    /// The tier write-back goes to instead of BACKING, if any.
+    pub fn dirty_tier(&self) -> Option<&Arc<dyn DataTier>> {
+        self.dirty_target.map(|i| &self.tiers[i].tier)
     }
 
     /// Whether evictions from memory are demoted (an exclusive tier right below).

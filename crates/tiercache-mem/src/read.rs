@@ -41,6 +41,8 @@ struct Step {
     plan: Plan,
     /// Part of the request (false: read-ahead).
     requested: bool,
+    /// Its newest bytes are only in the tier below (see `lower_wb`): never read BACKING.
+    lower_dirty: bool,
 }
 
 #[derive(Debug)]
@@ -102,6 +104,7 @@ impl Inner {
         let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
         let class = f.class;
         let (fkey, version) = (f.fkey, f.version);
+        let any_lower_dirty = !f.lower_dirty.is_empty();
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         let last = (size - 1) >> self.shift;
         for block in b0..=b1 {
@@ -117,10 +120,16 @@ impl Inner {
                     None => Plan::Bypass,
                 },
             };
+            let lower_dirty = any_lower_dirty
+                && eng
+                    .files
+                    .get(&file)
+                    .is_some_and(|f| f.lower_dirty.contains(&block));
             steps.push(Step {
                 block,
                 plan,
                 requested: true,
+                lower_dirty,
             });
         }
         // Read-ahead rides on a miss at the end of a sequential request.
@@ -131,11 +140,17 @@ impl Inner {
                 if eng.tier.contains(&key) {
                     break;
                 }
+                let lower_dirty = any_lower_dirty
+                    && eng
+                        .files
+                        .get(&file)
+                        .is_some_and(|f| f.lower_dirty.contains(&block));
                 match eng.insert_fresh(&self.arena, key, class) {
                     Some(slot) => steps.push(Step {
                         block,
                         plan: Plan::Fill(slot),
                         requested: false,
+                        lower_dirty,
                     }),
                     None => break,
                 }
@@ -254,16 +269,31 @@ impl Inner {
                     continue;
                 }
             }
-            // Not ready (being filled elsewhere, or that fill failed): serve from BACKING.
+            // Not ready (being filled elsewhere, or that fill failed): serve from below.
             suspects.push((key, slot));
             let mut buf = vec![0u8; bs];
-            self.read_backing(
-                file,
-                &plan.fd,
-                &mut buf,
-                step.block << self.shift,
-                plan.size,
-            )?;
+            let below = match (plan.fkey, step.lower_dirty) {
+                (Some(fk), true) => {
+                    self.read_lower_dirty(file, fk, plan.version, step.block, &mut buf)?
+                }
+                _ => false,
+            };
+            match below {
+                true => {
+                    let bstart = step.block << self.shift;
+                    let keep = usize::try_from(plan.size.saturating_sub(bstart))
+                        .unwrap_or(usize::MAX)
+                        .min(bs);
+                    buf[keep..].fill(0);
+                }
+                false => self.read_backing(
+                    file,
+                    &plan.fd,
+                    &mut buf,
+                    step.block << self.shift,
+                    plan.size,
+                )?,
+            }
             Counters::add(&self.counters.bypass_blocks, 1);
             self.copy_out(plan, step.block, &buf, out);
         }
@@ -308,6 +338,18 @@ impl Inner {
                             .min(bs);
                         b[keep..].fill(0);
                         t
+                    }
+                    None if step.lower_dirty => {
+                        if self.read_lower_dirty(file, fk, plan.version, step.block, b)? {
+                            let bstart = step.block << self.shift;
+                            let keep = usize::try_from(plan.size.saturating_sub(bstart))
+                                .unwrap_or(usize::MAX)
+                                .min(bs);
+                            b[keep..].fill(0);
+                            1
+                        } else {
+                            depth // on BACKING by now
+                        }
                     }
                     None => depth,
                 };

@@ -25,8 +25,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use tiercache_core::Class;
 use tiercache_core::{BlockKey, FileId, SlotId};
-use tiercache_tier::{FileKey, TierKey};
+use tiercache_tier::{Admit, FileKey, TierKey};
 
 #[derive(Debug, Clone, Copy)]
 enum WPlan {
@@ -46,6 +47,9 @@ struct WritePlan {
     steps: Vec<(u64, WPlan)>,
     shared: Arc<FileShared>,
     fkey: Option<FileKey>,
+    version: u64,
+    /// The blocks of the range whose newest bytes are only in the tier below (see `lower_wb`).
+    lower_dirty: Vec<u64>,
 }
 
 /// What step (2) achieved.
@@ -102,7 +106,13 @@ impl Inner {
         let mode = f.backing_mode;
         f.generation += 1;
         f.shared.change.fetch_add(1, Ordering::SeqCst);
-        let (size, backing_size, class, fkey) = (f.size, f.backing_size, f.class, f.fkey);
+        let (size, backing_size, class, fkey, version) =
+            (f.size, f.backing_size, f.class, f.fkey, f.version);
+        let lower_dirty: Vec<u64> = if f.lower_dirty.is_empty() {
+            Vec::new()
+        } else {
+            f.lower_dirty.range(b0..=b1).copied().collect()
+        };
         for block in b0..=b1 {
             let key = Self::key(file, block);
             eng.trace(key, true, class);
@@ -129,6 +139,8 @@ impl Inner {
             steps,
             shared: Arc::clone(shared),
             fkey,
+            version,
+            lower_dirty,
         })
     }
 
@@ -155,6 +167,14 @@ impl Inner {
                     self.write_slot(file, plan, key, slot, (lo - bstart) as usize, chunk)
                         .map(|()| done.cached.push((key, slot)))
                 }
+                WPlan::Through if plan.lower_dirty.contains(&block) => self
+                    .write_through_below(file, plan, block, (lo - bstart) as usize, chunk)
+                    .map(|on_backing| {
+                        if on_backing {
+                            done.through_end = hi;
+                        }
+                        done.through_blocks += 1;
+                    }),
                 WPlan::Through => {
                     let fd = match through_fd.take() {
                         Some(fd) => Ok(fd),
@@ -182,6 +202,71 @@ impl Inner {
         (done, None)
     }
 
+    /// Forgets the lower-dirty blocks of `file` from `first` on (past a new EOF: meaningless).
+    fn drop_lower_dirty_from(&self, file: FileId, first: u64) {
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&file) else {
+            return;
+        };
+        let (Some(fk), Some(tier)) = (f.fkey, self.lower.as_ref().and_then(|l| l.dirty_tier()))
+        else {
+            return;
+        };
+        let gone: Vec<u64> = f.lower_dirty.range(first..).copied().collect();
+        for b in gone {
+            f.lower_dirty.remove(&b);
+            tier.discard(&TierKey::new(fk, b));
+        }
+    }
+
+    /// A write-through (no memory slot) of a block whose newest bytes are in the tier below:
+    /// patched there, where it stays dirty (a tier never turns down a block it holds dirty),
+    /// so a later cleaning cannot write older bytes over it on BACKING. Returns whether it
+    /// went to BACKING after all (cleaned meanwhile).
+    fn write_through_below(
+        &self,
+        file: FileId,
+        plan: &WritePlan,
+        block: u64,
+        at: usize,
+        chunk: &[u8],
+    ) -> io::Result<bool> {
+        let eio = || io::Error::from_raw_os_error(libc::EIO);
+        let fk = plan.fkey.ok_or_else(eio)?;
+        let tier = self
+            .lower
+            .as_ref()
+            .and_then(|l| l.dirty_tier())
+            .ok_or_else(eio)?;
+        let mut buf = vec![0u8; self.bs];
+        if !self.read_lower_dirty(file, fk, plan.version, block, &mut buf)? {
+            // Cleaned meanwhile: an ordinary write-through to BACKING.
+            let fd = self.writable_backing(file, &plan.fd, plan.mode)?;
+            self.dev_write(file, &fd, chunk, (block << self.shift) + at as u64)?;
+            return Ok(true);
+        }
+        buf[at..at + chunk.len()].copy_from_slice(chunk);
+        let class = self
+            .lock()
+            .files
+            .get(&file)
+            .map_or(Class::Normal, |f| f.class);
+        match tier.write_dirty(&TierKey::new(fk, block), plan.version, class, &buf) {
+            Ok(Admit::Stored) => Ok(false),
+            Ok(Admit::Rejected) => {
+                log::error!(
+                    "file {}: tier turned down its own dirty block {block}",
+                    file.0
+                );
+                Err(eio())
+            }
+            Err(e) => {
+                log::error!("file {}: {e}", file.0);
+                Err(eio())
+            }
+        }
+    }
+
     /// Copies `chunk` into `slot` at `at`, making the block whole first if it is not valid.
     fn write_slot(
         &self,
@@ -195,7 +280,9 @@ impl Inner {
         let bs = self.bs;
         let bstart = key.block.0 << self.shift;
         let partial = at > 0 || at + chunk.len() < bs;
-        let needs_old = partial && bstart < plan.backing_size;
+        // A block only below may lie past what BACKING holds: its bytes are still the old ones.
+        let needs_old =
+            partial && (bstart < plan.backing_size || plan.lower_dirty.contains(&key.block.0));
         // Read-modify-write: the rest of the block comes from BACKING, read with no slot lock
         // held (a reader of the slot never waits for BACKING), and unused if someone made the
         // block whole meanwhile.
@@ -212,9 +299,20 @@ impl Inner {
             }
             drop(g);
             let mut buf = vec![0u8; bs];
-            let n = self.dev_read(file, &plan.fd, &mut buf, bstart)?;
-            let in_file = usize::try_from(plan.size.saturating_sub(bstart)).unwrap_or(bs);
-            buf[n.min(in_file).min(bs)..].fill(0);
+            let below = match (plan.fkey, plan.lower_dirty.contains(&key.block.0)) {
+                (Some(fk), true) => {
+                    self.read_lower_dirty(file, fk, plan.version, key.block.0, &mut buf)?
+                }
+                _ => false,
+            };
+            match below {
+                true => {}
+                false => {
+                    let n = self.dev_read(file, &plan.fd, &mut buf, bstart)?;
+                    let in_file = usize::try_from(plan.size.saturating_sub(bstart)).unwrap_or(bs);
+                    buf[n.min(in_file).min(bs)..].fill(0);
+                }
+            }
             old = Some(buf);
         };
         if !g.state().holds(key) {
@@ -342,6 +440,10 @@ impl Inner {
     /// [`Inner::truncate`] for a caller that holds the file's `io` and `op` locks; `fd` is a
     /// writable descriptor of the file.
     fn truncate_locked(&self, file: FileId, fd: &File, new_size: u64) -> io::Result<()> {
+        self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
+        // The rest of what is only below goes to BACKING first (the tail block's bytes past
+        // the new EOF are cut by the truncation).
+        self.clean_lower_locked(file)?;
         self.device.set_len(file, fd, new_size)?;
         // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written
         // back.

@@ -94,6 +94,7 @@ fn run_over(
                     rng.gen_range(0..4usize) * 512
                 };
                 let len = rng.gen_range(0..3_000usize);
+                history.push(format!("{ctx}: file {} read {off}+{len}", f.id.0));
                 let got = cache.read(f.id, off as u64, len).unwrap();
                 if got != expected_read(&f.data, off, len) {
                     eprintln!("{}", history.join("\n"));
@@ -105,6 +106,13 @@ fn run_over(
                 );
                 // And the continuation, sequentially.
                 let got = cache.read(f.id, (off + len) as u64, 700).unwrap();
+                if got != expected_read(&f.data, off + len, 700) {
+                    eprintln!(
+                        "{}\ncontinuation read {}+700",
+                        history.join("\n"),
+                        off + len
+                    );
+                }
                 assert_bytes(&got, expected_read(&f.data, off + len, 700), &ctx);
             }
             75..=82 => {
@@ -312,4 +320,61 @@ fn a_failing_lower_tier_costs_speed_never_bytes() {
         let errors = s.lower.unwrap().errors;
         assert!(errors > 0, "seed {seed}: the faults were never hit");
     }
+}
+
+fn dirty_tier(blocks: usize) -> Arc<TestTier> {
+    let mut cfg = TestTierConfig::new("dirty", blocks, 512);
+    cfg.accepts_dirty = true;
+    Arc::new(TestTier::new(cfg).unwrap())
+}
+
+/// Write-back goes into the tier below (throttled writers here: no flusher thread), reads of
+/// blocks only there come from it, fsync and truncation clean it to BACKING first, and after
+/// `flush_all` BACKING matches the model.
+#[test]
+fn random_ops_match_shadow_model_writing_back_into_a_lower_tier() {
+    let (mut stored, mut cleaned, mut hits) = (0, 0, 0);
+    for seed in 500..540 {
+        let t = dirty_tier(32);
+        let lower = vec![LowerTier {
+            tier: t.clone(),
+            placement: Placement::Exclusive,
+        }];
+        let mut cfg = small_config(8);
+        cfg.dirty_ratio = 0.25;
+        cfg.dirty_background_ratio = 0.1;
+        let s = run_over(seed, cfg, lower, 300, true);
+        t.check_invariants().unwrap();
+        let ts = t.stats();
+        assert_eq!(
+            ts.dirty_blocks, 0,
+            "seed {seed}: dirty left below after flush_all"
+        );
+        stored += ts.writebacks_in;
+        cleaned += ts.cleaned;
+        hits += s.lower.unwrap().hits;
+    }
+    eprintln!("written back below {stored}, cleaned {cleaned}, lower hits {hits}");
+    assert!(stored > 0, "no write-back went into the lower tier");
+    assert!(cleaned > 0, "nothing was cleaned from the lower tier");
+}
+
+/// The same with background flushers and cleaning rounds racing the operations.
+#[test]
+fn random_ops_match_writing_back_into_a_lower_tier_with_background_flusher() {
+    let mut stored = 0;
+    for seed in 600..610 {
+        let t = dirty_tier(32);
+        let lower = vec![LowerTier {
+            tier: t.clone(),
+            placement: Placement::Exclusive,
+        }];
+        let mut cfg = small_config(12);
+        cfg.flusher_threads = 2;
+        cfg.flush_interval = Duration::from_millis(2);
+        cfg.dirty_expire = Duration::ZERO;
+        run_over(seed, cfg, lower, 300, false);
+        stored += t.stats().writebacks_in;
+    }
+    assert!(stored > 0, "no write-back went into the lower tier");
 }

@@ -262,6 +262,7 @@ impl TestTier {
             Store::Fill => st.snap.fills += 1,
             Store::Demote => st.snap.demotions_in += 1,
             Store::Dirty => {
+                st.snap.writebacks_in += 1;
                 if old_seq != 0 {
                     st.dirty.remove(&old_seq);
                 } else {
@@ -432,6 +433,34 @@ impl DataTier for TestTier {
         }
     }
 
+    fn discard(&self, key: &TierKey) {
+        let mut st = self.state();
+        if let Some((bkey, slot)) = st.find(key) {
+            st.remove(bkey, slot);
+        }
+    }
+
+    fn read_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<u64>, TierError> {
+        self.fault(&self.fail_reads, "read")?;
+        let bs = self.cfg.block_size;
+        let st = self.state();
+        let Some((_, slot)) = st.find(key) else {
+            return Ok(None);
+        };
+        let info = st.slots[slot.index()];
+        if info.seq == 0 || info.version != version {
+            return Ok(None);
+        }
+        let off = slot.index() * bs;
+        buf[..bs].copy_from_slice(&st.data[off..off + bs]);
+        Ok(Some(info.seq))
+    }
+
     fn invalidate_file(&self, file: &FileKey, from_block: u64) {
         let mut st = self.state();
         let Some((id, blocks)) = st.files.get(file) else {
@@ -477,6 +506,7 @@ impl DataTier for TestTier {
         st.dirty.remove(&seq);
         st.slots[slot.index()].seq = 0;
         st.index.set_dirty(slot, false);
+        st.snap.cleaned += 1;
         true
     }
 

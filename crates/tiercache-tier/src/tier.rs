@@ -110,6 +110,10 @@ pub struct TierSnapshot {
     pub promotions_out: u64,
     /// Clean blocks stored on a miss (inclusive placement).
     pub fills: u64,
+    /// Dirty blocks stored by write-back from above.
+    pub writebacks_in: u64,
+    /// Dirty blocks made clean by the cleaner.
+    pub cleaned: u64,
     /// Stores turned down (`Admit::Rejected`).
     pub rejected: u64,
     /// Reads or stores that failed.
@@ -142,7 +146,8 @@ pub trait DataTier: Send + Sync + fmt::Debug {
         class: Class,
         data: &[u8],
     ) -> Result<Admit, TierError>;
-    /// Stores dirty data written back from above. Only called when `accepts_dirty`.
+    /// Stores dirty data written back from above. Only called when `accepts_dirty`. A block
+    /// the tier already holds dirty is never turned down (it is overwritten in place).
     fn write_dirty(
         &self,
         key: &TierKey,
@@ -153,6 +158,17 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// Drops a clean copy (a write above made it stale). A dirty copy stays: it may hold data
     /// acknowledged by `fsync`, and the newer bytes above reach this tier by write-back.
     fn invalidate(&self, key: &TierKey);
+    /// Drops the block even if it is dirty: newer bytes of it reached BACKING another way.
+    fn discard(&self, key: &TierKey);
+    /// For the cleaner: copies a *dirty* copy of the block with `version` into `buf` and
+    /// returns its dirty sequence (for [`DataTier::mark_clean`]); `None` when the tier holds no
+    /// dirty copy of that version.
+    fn read_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<u64>, TierError>;
     /// Drops every block of `file` from `from_block` on, dirty ones too (truncation, or a file
     /// changed behind the cache's back).
     fn invalidate_file(&self, file: &FileKey, from_block: u64);

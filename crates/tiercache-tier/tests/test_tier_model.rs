@@ -17,6 +17,8 @@ enum Op {
     Read(u8, u64, u8),
     Take(u8, u64, u8),
     Invalidate(u8, u64),
+    Discard(u8, u64),
+    ReadDirty(u8, u64, u8),
     InvalidateFile(u8, u64),
     Clean(usize),
 }
@@ -35,6 +37,8 @@ fn op() -> impl Strategy<Value = Op> {
         (f.clone(), b.clone(), v.clone()).prop_map(|(f, b, v)| Op::Read(f, b, v)),
         (f.clone(), b.clone(), v.clone()).prop_map(|(f, b, v)| Op::Take(f, b, v)),
         (f.clone(), b.clone()).prop_map(|(f, b)| Op::Invalidate(f, b)),
+        (f.clone(), b.clone()).prop_map(|(f, b)| Op::Discard(f, b)),
+        (f.clone(), b.clone(), v.clone()).prop_map(|(f, b, v)| Op::ReadDirty(f, b, v)),
         (f, b).prop_map(|(f, b)| Op::InvalidateFile(f, b)),
         (1usize..4).prop_map(Op::Clean),
     ]
@@ -107,6 +111,27 @@ proptest! {
                     t.invalidate(&k);
                     if model.get(&k).is_some_and(|e| !e.2) {
                         model.remove(&k);
+                    }
+                }
+                Op::Discard(f, b) => {
+                    let k = key(f, b);
+                    t.discard(&k);
+                    model.remove(&k);
+                }
+                Op::ReadDirty(f, b, v) => {
+                    let k = key(f, b);
+                    let r = t.read_dirty(&k, u64::from(v), &mut buf).unwrap();
+                    match model.get(&k).copied() {
+                        Some((mv, md, true)) if mv == u64::from(v) => {
+                            let seq = r.ok_or_else(|| TestCaseError::fail("dirty block not read"))?;
+                            prop_assert_eq!(buf, [md; BS]);
+                            // Its sequence cleans it.
+                            prop_assert!(t.mark_clean(&k, seq));
+                            if let Some(e) = model.get_mut(&k) {
+                                e.2 = false;
+                            }
+                        }
+                        _ => prop_assert_eq!(r, None),
                     }
                 }
                 Op::InvalidateFile(f, b) => {

@@ -1,0 +1,314 @@
+//! Write-back into the lower tier that takes dirty data, and cleaning it to BACKING.
+//!
+//! The manager writes back "to the next tier that can take dirty data, else BACKING": the
+//! flusher (background, throttled writers, `forget`) stores a file's dirty blocks into the
+//! first lower tier with `accepts_dirty` (`store_dirty_below`); what it turns down goes to
+//! BACKING as before. `fsync` goes there too only when that tier is persistent (it then syncs
+//! it); into a volatile tier `fsync` would not make data durable, so it cleans the file's
+//! lower-dirty blocks and writes memory's dirty blocks to BACKING.
+//!
+//! Cleaning (`clean_lower_locked`, under the file's `io` lock like a write-back): the file's
+//! lower-dirty blocks are read back from the tier with their dirty sequences (`read_dirty`),
+//! written to BACKING in offset order with adjacent blocks merged, the block holding EOF clipped
+//! at the logical size, BACKING's mtime put back to the time of the writes and the ctime moved
+//! by our own writes hidden (as in `flusher`), then marked clean in the tier unless written
+//! again since. Truncation, a change found at open, `flush_all` and the flusher's rounds clean.
+//!
+//! Invariants: `FileState::lower_dirty` lists exactly the blocks whose newest bytes are in the
+//! dirty tier only (memory may hold a clean copy of them, or a newer dirty one); such a file's
+//! state and backing handle stay until they are cleaned; a read or read-modify-write of such a
+//! block that the tier cannot serve fails with EIO instead of returning BACKING's older bytes;
+//! newer bytes of a lower-dirty block written to BACKING directly make the tier `discard` its
+//! copy, under the `io` lock, so a later cleaning cannot write the older bytes over them.
+
+use crate::cache::Inner;
+use crate::times::{ctime_of, CtimeMap};
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+use tiercache_core::{BlockKey, Class, FileId, SlotId};
+use tiercache_tier::{Admit, DataTier, FileKey, TierKey};
+
+/// Bytes per merged write to BACKING while cleaning, at most.
+const MAX_CLEAN_RUN: usize = 1 << 20;
+
+/// A block to store: index, slot, dirty sequence in memory.
+pub(crate) type Snap = (u64, SlotId, u64);
+
+impl Inner {
+    /// The tier write-back of a file goes to for this kind of write-back (`sync`: an `fsync`
+    /// or `flush_all`), if any.
+    pub(crate) fn dirty_tier_for(&self, sync: bool) -> Option<Arc<dyn DataTier>> {
+        let t = self.lower.as_ref()?.dirty_tier()?;
+        (!sync || t.info().persistent).then(|| Arc::clone(t))
+    }
+
+    /// Stores the snapshot's dirty blocks into `tier`. Returns those stored (to be marked clean
+    /// in memory and noted as lower-dirty) and the rest, for BACKING.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn store_dirty_below(
+        &self,
+        tier: &dyn DataTier,
+        file: FileId,
+        fkey: FileKey,
+        version: u64,
+        class: Class,
+        list: &[Snap],
+    ) -> (Vec<(BlockKey, SlotId, u64)>, Vec<Snap>) {
+        let mut stored = Vec::with_capacity(list.len());
+        let mut rest = Vec::new();
+        let mut buf = vec![0u8; self.bs];
+        for &(block, slot, seq) in list {
+            let key = Self::key(file, block);
+            {
+                let g = self.arena.read(slot);
+                if !g.state().holds(key) {
+                    rest.push((block, slot, seq));
+                    continue;
+                }
+                buf.copy_from_slice(g.data());
+            }
+            match tier.write_dirty(&TierKey::new(fkey, block), version, class, &buf) {
+                Ok(Admit::Stored) => stored.push((key, slot, seq)),
+                Ok(Admit::Rejected) => rest.push((block, slot, seq)),
+                Err(e) => {
+                    log::warn!("{e}; file {} block {block} goes to BACKING", file.0);
+                    rest.push((block, slot, seq));
+                }
+            }
+        }
+        (stored, rest)
+    }
+
+    /// Writes `file`'s lower-dirty blocks to BACKING and marks them clean in the tier. The
+    /// caller holds the file's `io` lock. Returns the blocks cleaned.
+    pub(crate) fn clean_lower_locked(&self, file: FileId) -> io::Result<usize> {
+        let Some(tier) = self.lower.as_ref().and_then(|l| l.dirty_tier()).cloned() else {
+            return Ok(0);
+        };
+        let (fd, mode, size, fkey, version, blocks) = {
+            let eng = self.lock();
+            let Some(f) = eng.files.get(&file) else {
+                return Ok(0);
+            };
+            if f.lower_dirty.is_empty() {
+                return Ok(0);
+            }
+            let (Some(fd), Some(fkey)) = (f.backing.clone(), f.fkey) else {
+                return Err(io::Error::other(
+                    "lower-dirty blocks without a backing handle",
+                ));
+            };
+            let blocks: Vec<u64> = f.lower_dirty.iter().copied().collect();
+            (fd, f.backing_mode, f.size, fkey, f.version, blocks)
+        };
+        let wfd = self.writable_backing(file, &fd, mode)?;
+        let before = wfd.metadata()?;
+        // Hide the ctime our writes will cause (see `times`), as the flusher does.
+        let logical_ctime = {
+            let mut eng = self.lock();
+            let pending = eng.files.get(&file).and_then(|f| f.mtime);
+            let logical = eng.ctimes.resolve(file, ctime_of(&before), None, pending);
+            if let Some(f) = eng.files.get_mut(&file) {
+                f.wb_ctime = Some(logical);
+            }
+            logical
+        };
+        let result = self.clean_runs(file, &wfd, &*tier, fkey, version, size, &blocks);
+        // Our pwrites moved BACKING's mtime: put back what it showed (the time of the writes).
+        if let Ok(t) = before.modified() {
+            if let Err(e) = wfd.set_modified(t) {
+                log::warn!(
+                    "file {}: setting the mtime after cleaning failed: {e}",
+                    file.0
+                );
+            }
+        }
+        let end_ctime = self.refresh_stamp(file, &wfd);
+        let (done, wrote_end, err) = result;
+        let cleaned = {
+            let mut eng = self.lock();
+            let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
+            if let (Some(_), Some(ours)) = (during, end_ctime) {
+                eng.ctimes.set(
+                    file,
+                    CtimeMap {
+                        ours,
+                        logical: logical_ctime,
+                    },
+                );
+            }
+            let mut cleaned = 0;
+            if let Some(f) = eng.files.get_mut(&file) {
+                for &(block, seq) in &done {
+                    let clean = match seq {
+                        Some(seq) => tier.mark_clean(&TierKey::new(fkey, block), seq),
+                        None => true,
+                    };
+                    if clean {
+                        f.lower_dirty.remove(&block);
+                        cleaned += 1;
+                        if f.blocks.contains(&block) {
+                            // Memory holds it (maybe newer and dirty): the copy below, clean
+                            // now, must not outlive it as the block's bytes.
+                            tier.invalidate(&TierKey::new(fkey, block));
+                        }
+                    }
+                }
+                if wrote_end > 0 {
+                    f.backing_size = f.backing_size.max(wrote_end.min(f.size));
+                    f.needs_sync = true;
+                }
+            }
+            cleaned
+        };
+        match err {
+            Some(e) => {
+                log::error!(
+                    "file {}: cleaning the lower tier to BACKING failed: {e}",
+                    file.0
+                );
+                Err(e)
+            }
+            None => Ok(cleaned),
+        }
+    }
+
+    /// Reads `blocks` (ascending) from `tier` and writes them to BACKING in merged runs,
+    /// clipped at `size`. Returns the (block, dirty sequence) written, the end of the last
+    /// write, and the error that stopped it.
+    #[allow(clippy::too_many_arguments)]
+    fn clean_runs(
+        &self,
+        file: FileId,
+        fd: &File,
+        tier: &dyn DataTier,
+        fkey: FileKey,
+        version: u64,
+        size: u64,
+        blocks: &[u64],
+    ) -> (Vec<(u64, Option<u64>)>, u64, Option<io::Error>) {
+        let bs = self.bs;
+        let max_run = (MAX_CLEAN_RUN / bs).max(1);
+        let mut done = Vec::with_capacity(blocks.len());
+        let mut run: Vec<(u64, Option<u64>)> = Vec::new();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut block_buf = vec![0u8; bs];
+        let mut wrote_end = 0u64;
+        let flush = |run: &mut Vec<(u64, Option<u64>)>,
+                     buf: &mut Vec<u8>,
+                     done: &mut Vec<(u64, Option<u64>)>,
+                     wrote_end: &mut u64|
+         -> io::Result<()> {
+            if let Some(&(first, _)) = run.first() {
+                let start = first << self.shift;
+                self.dev_write(file, fd, buf, start)?;
+                *wrote_end = (*wrote_end).max(start + buf.len() as u64);
+                done.append(run);
+                buf.clear();
+            }
+            Ok(())
+        };
+        for &block in blocks {
+            let start = block << self.shift;
+            let seq = match tier.read_dirty(&TierKey::new(fkey, block), version, &mut block_buf) {
+                Ok(Some(seq)) => seq,
+                Ok(None) => {
+                    // The contract says a tier keeps dirty blocks until cleaned: this tier
+                    // lost one. Nothing can be written; say so loudly.
+                    log::error!(
+                        "file {}: tier {} lost dirty block {block}; its last write-back is lost",
+                        file.0,
+                        tier.info().name
+                    );
+                    done.push((block, None));
+                    continue;
+                }
+                Err(e) => {
+                    let e = io::Error::other(e.to_string());
+                    return match flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
+                        Ok(()) => (done, wrote_end, Some(e)),
+                        Err(w) => (done, wrote_end, Some(w)),
+                    };
+                }
+            };
+            if start >= size {
+                done.push((block, Some(seq))); // past EOF: meaningless, cleaned by dropping
+                continue;
+            }
+            let joins = run.last().is_some_and(|&(b, _)| b + 1 == block) && run.len() < max_run;
+            if !joins {
+                if let Err(e) = flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
+                    return (done, wrote_end, Some(e));
+                }
+            }
+            let clip = usize::try_from(size - start).unwrap_or(bs).min(bs);
+            buf.extend_from_slice(&block_buf[..clip]);
+            run.push((block, Some(seq)));
+        }
+        match flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
+            Ok(()) => (done, wrote_end, None),
+            Err(e) => (done, wrote_end, Some(e)),
+        }
+    }
+
+    /// Reads block `block` of `file` from the lower tiers for a read or read-modify-write of a
+    /// block that was lower-dirty when the request was planned. `Ok(false)`: it is not any
+    /// more — cleaned, or newer bytes written back — so BACKING has its bytes: read those.
+    /// EIO when it still is and no tier can serve it (BACKING's bytes are older).
+    pub(crate) fn read_lower_dirty(
+        &self,
+        file: FileId,
+        fkey: FileKey,
+        version: u64,
+        block: u64,
+        buf: &mut [u8],
+    ) -> io::Result<bool> {
+        let eio = || io::Error::from_raw_os_error(libc::EIO);
+        let lower = self.lower.as_ref().ok_or_else(eio)?;
+        // A cleaning may take it from the tier between our plan and this read; then the
+        // block has left `lower_dirty` first... after reaching BACKING. Look twice.
+        for _ in 0..2 {
+            if lower
+                .read(TierKey::new(fkey, block), version, false, buf)
+                .is_some()
+            {
+                return Ok(true);
+            }
+            let still = self
+                .lock()
+                .files
+                .get(&file)
+                .is_some_and(|f| f.lower_dirty.contains(&block));
+            if !still {
+                return Ok(false);
+            }
+        }
+        log::error!(
+            "file {}: block {block} is only in the lower tier, which cannot serve it",
+            file.0
+        );
+        Err(eio())
+    }
+
+    /// One cleaning round of the flusher: files with lower-dirty blocks, cleaned to BACKING
+    /// (a file being written back by someone else is skipped this round).
+    pub(crate) fn clean_lower_round(&self) {
+        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self
+            .lock()
+            .files
+            .iter()
+            .filter(|(_, f)| !f.lower_dirty.is_empty())
+            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
+            .collect();
+        for (file, shared) in files {
+            let Ok(_io) = shared.io.try_lock() else {
+                continue;
+            };
+            // Errors are logged; the blocks stay dirty in the tier and are retried.
+            let _ = self.clean_lower_locked(file);
+            let fd = self.lock().gc_file(file);
+            drop(fd);
+        }
+    }
+}
