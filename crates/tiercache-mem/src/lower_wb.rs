@@ -35,6 +35,10 @@ const MAX_CLEAN_RUN: usize = 1 << 20;
 /// A block to store: index, slot, dirty sequence in memory.
 pub(crate) type Snap = (u64, SlotId, u64);
 
+/// What a cleaning wrote: (block, its dirty sequence below — `None`: the tier had lost it),
+/// the end of the last write, and the error that stopped it.
+type Cleaned = (Vec<(u64, Option<u64>)>, u64, Option<io::Error>);
+
 impl Inner {
     /// The tier write-back of a file goes to for this kind of write-back (`sync`: an `fsync`
     /// or `flush_all`), if any.
@@ -187,7 +191,7 @@ impl Inner {
         version: u64,
         size: u64,
         blocks: &[u64],
-    ) -> (Vec<(u64, Option<u64>)>, u64, Option<io::Error>) {
+    ) -> Cleaned {
         let bs = self.bs;
         let max_run = (MAX_CLEAN_RUN / bs).max(1);
         let mut done = Vec::with_capacity(blocks.len());
