@@ -394,6 +394,18 @@ mod tests {
         assert_eq!(groups_from_status(none, 1, 2), Some(vec![]));
     }
 
+    #[test]
+    fn acting_as_the_daemon_switches_nothing() {
+        let id = Identity::new(BackingIdentity::Daemon).unwrap();
+        assert!(!id.per_caller());
+        let c = Caller {
+            uid: 4321,
+            gid: 4322,
+            pid: 0,
+        };
+        assert!(id.act_as(c).unwrap().is_none());
+    }
+
     /// The switch is per thread: another thread of the process keeps root's fsuid.
     #[test]
     fn guard_switches_this_thread_only_and_restores() {
