@@ -90,6 +90,34 @@ impl TierFs {
         Ok(fh)
     }
 
+    /// Opens with `open(bflags)` as the caller `c`. A write-only open (`flags`) that was
+    /// upgraded to read-write and is refused is opened write-only as the caller (the check),
+    /// then read-write as the daemon for the cache, or left write-only if that fails too.
+    fn open_as_caller(
+        &self,
+        c: Caller,
+        flags: i32,
+        bflags: i32,
+        open: impl Fn(i32) -> std::io::Result<File>,
+    ) -> OpResult<File> {
+        match self.as_caller(c, || open(bflags)) {
+            Err(e)
+                if e == Errno::EACCES
+                    && flags & libc::O_ACCMODE == libc::O_WRONLY
+                    && bflags & libc::O_ACCMODE == libc::O_RDWR =>
+            {
+                let wronly = (bflags & !libc::O_ACCMODE) | libc::O_WRONLY;
+                let w = self.as_caller(c, || open(wronly))?;
+                Ok(if self.ident.per_caller() {
+                    open(bflags).unwrap_or(w) // no guard here: as the daemon
+                } else {
+                    w
+                })
+            }
+            res => res,
+        }
+    }
+
     pub(crate) fn op_open(
         &self,
         c: Caller,
@@ -102,24 +130,9 @@ impl TierFs {
             return Err(Errno::EISDIR);
         }
         let bflags = backing_flags(flags, node.is_reg());
-        let open = |f: i32| self.inodes.retry("open", || sys::reopen(nfd.raw(), f));
-        let file = match self.as_caller(c, || open(bflags)) {
-            Err(e)
-                if e == Errno::EACCES
-                    && flags & libc::O_ACCMODE == libc::O_WRONLY
-                    && bflags & libc::O_ACCMODE == libc::O_RDWR =>
-            {
-                // may write but not read: the write-only open as the caller is the check
-                let wronly = (bflags & !libc::O_ACCMODE) | libc::O_WRONLY;
-                let w = self.as_caller(c, || open(wronly))?;
-                if self.ident.per_caller() {
-                    open(bflags).unwrap_or(w)
-                } else {
-                    w
-                }
-            }
-            res => res?,
-        };
+        let file = self.open_as_caller(c, flags, bflags, |f| {
+            self.inodes.retry("open", || sys::reopen(nfd.raw(), f))
+        })?;
         let fh = self.new_handle(node.id, file, flags)?;
         Ok((fh, self.fopen_flags(flags)))
     }
@@ -140,24 +153,29 @@ impl TierFs {
         // to the caller; if the name appeared meanwhile (and the caller did
         // not ask for O_EXCL) open the existing file instead, as open(2) would.
         let bflags = backing_flags(flags, true) | libc::O_NOFOLLOW;
-        let (file, path_fd) = {
-            // created, set up and opened as the caller: BACKING makes it the caller's
-            let _as_caller = self.caller_guard(c)?;
-            let (file, created) = match self.inodes.retry("create", || {
+        let created = self.as_caller(c, || {
+            self.inodes.retry("create", || {
                 sys::open_at(
                     dfd.raw(),
                     &cname,
                     bflags | libc::O_CREAT | libc::O_EXCL,
                     mode,
                 )
-            }) {
-                Ok(f) => (f, true),
-                Err(e) if flags & libc::O_EXCL == 0 && e.raw_os_error() == Some(libc::EEXIST) => (
-                    sys::open_at(dfd.raw(), &cname, bflags, 0).map_err(errno)?,
-                    false,
-                ),
-                Err(e) => return Err(errno(e)),
-            };
+            })
+        });
+        let (file, created) = match created {
+            Ok(f) => (f, true),
+            // the name appeared meanwhile: opened as an existing file would be
+            Err(e) if flags & libc::O_EXCL == 0 && e == Errno::EEXIST => {
+                let f = self
+                    .open_as_caller(c, flags, bflags, |f| sys::open_at(dfd.raw(), &cname, f, 0))?;
+                (f, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let (file, path_fd) = {
+            // set up as the caller: BACKING made it the caller's
+            let _as_caller = self.caller_guard(c)?;
             let fd = file.as_raw_fd();
             if created {
                 let setup = u

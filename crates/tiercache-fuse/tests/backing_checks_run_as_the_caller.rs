@@ -4,7 +4,8 @@
 //! nobody (`common/squash.rs`), mounted over a plain directory; tiercache is mounted over it.
 //! Unprivileged callers (run with `setpriv`) must get BACKING's answer for their own identity:
 //! the owner reads its mode-0600 file and works in its mode-0700 directory, new files belong
-//! to their creator on BACKING, supplementary groups count, and a caller BACKING refuses gets
+//! to their creator on BACKING, supplementary groups count, a file a caller may write but not
+//! read takes its writes, and a caller BACKING refuses gets
 //! nothing, also not the blocks a permitted caller brought into the data path's cache. The
 //! same mount acting as the daemon (`BackingIdentity::Daemon`) fails, which shows the backing
 //! really refuses root.
@@ -158,6 +159,7 @@ fn setup(lower: &Path) {
     dir("a_home", A, A, 0o700);
     put("team_file", "for the team\n", A, TEAM, 0o640);
     dir("team_dir", A, TEAM, 0o770);
+    put("team_drop", "x", A, TEAM, 0o620);
 }
 
 #[test]
@@ -273,6 +275,11 @@ fn backing_checks_run_as_the_caller() {
     assert_eq!(owner(&lower.join("team_dir/b_file")), (B, B));
     denied(C, C, &[], &format!("cat {m}/team_file"));
     denied(C, C, &[], &format!("touch {m}/team_dir/c_file"));
+    // write but not read: the write-only open is checked as the caller, the read-write one
+    // for the cache is refused to the (squashed) daemon too, and the write goes through
+    ok(B, B, &[TEAM], &format!("printf y >> {m}/team_drop"));
+    assert_eq!(std::fs::read(lower.join("team_drop")).unwrap(), b"xy");
+    denied(B, B, &[TEAM], &format!("cat {m}/team_drop"));
     // a creation by a member whose primary group is the team's
     ok(C, TEAM, &[], &format!("mkdir {m}/team_dir/c_dir"));
     assert_eq!(owner(&lower.join("team_dir/c_dir")), (C, TEAM));
