@@ -8,9 +8,12 @@
 //!
 //! Permission model: the mount uses `default_permissions`, so the kernel checks
 //! mode bits, POSIX ACLs (`FUSE_POSIX_ACL`), ownership, sticky directories and supplementary groups against
-//! the attributes we report, before a request reaches us. The daemon then acts
-//! with its own (root) credentials and makes new objects owned by the caller
-//! (see `ops_entry.rs`).
+//! the attributes we report, before a request reaches us. Backing calls that check
+//! permissions or create objects then run with the caller's fsuid, fsgid and
+//! supplementary groups (`creds.rs`), so BACKING checks again with the caller's rights
+//! (root-squashed NFS included) and new objects belong to the caller; with
+//! `BackingIdentity::Daemon` the daemon acts as itself and `chown`s new objects to the
+//! caller (see `ops_entry.rs`).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -26,6 +29,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::creds::{Caller, CredGuard, Identity};
 use crate::data::{DataPath, FileHandleInfo};
 use crate::inode::{Inode, InodeTable, NodeFd};
 use crate::ops_dir::DirHandle;
@@ -62,6 +66,8 @@ pub(crate) struct TierFs {
     pub(crate) negotiated: Arc<Negotiated>,
     /// Effective uid of the daemon; new objects are chowned only when root.
     pub(crate) euid: u32,
+    /// With whose rights permission-checking and creating backing calls run.
+    pub(crate) ident: Identity,
     files: Mutex<HashMap<u64, Arc<FileHandleInfo>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     /// Source of file handle numbers (shared by files and directories).
@@ -87,6 +93,7 @@ impl TierFs {
         data: Arc<dyn DataPath>,
         cfg: FsConfig,
         negotiated: Arc<Negotiated>,
+        ident: Identity,
     ) -> Self {
         Self {
             inodes,
@@ -94,6 +101,7 @@ impl TierFs {
             cfg,
             negotiated,
             euid: crate::sys::geteuid(),
+            ident,
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -108,6 +116,20 @@ impl TierFs {
     /// An `O_PATH` descriptor of `node` for the duration of one request.
     pub(crate) fn node_fd(&self, node: &Arc<Inode>) -> OpResult<NodeFd> {
         self.inodes.fd(node).map_err(errno)
+    }
+
+    /// Runs the backing calls in `f` as the caller `c` (see `creds.rs`).
+    pub(crate) fn as_caller<T>(
+        &self,
+        c: Caller,
+        f: impl FnOnce() -> std::io::Result<T>,
+    ) -> OpResult<T> {
+        self.ident.run(c, f).map_err(errno)
+    }
+
+    /// Acts as the caller `c` until the guard is dropped (`None`: nothing to switch).
+    pub(crate) fn caller_guard(&self, c: Caller) -> OpResult<Option<CredGuard>> {
+        self.ident.act_as(c).map_err(errno)
     }
 
     pub(crate) fn alloc_fh(&self) -> u64 {
@@ -140,9 +162,11 @@ impl TierFs {
 
     /// Drops `n` kernel lookups of node `id`, evicting it from the data path
     /// when the node goes away.
+    /// The data path's eviction may write back; it runs with the daemon's rights also when
+    /// called while acting for a caller (readdirplus).
     pub(crate) fn forget_node(&self, id: u64, n: u64) {
         if self.inodes.forget(id, n) {
-            self.data.evict(id);
+            crate::creds::as_daemon(|| self.data.evict(id));
         }
     }
 
@@ -191,8 +215,8 @@ impl Filesystem for TierFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.op_lookup(parent, name) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.op_lookup(Caller::of(req), parent, name) {
             Ok(attr) => reply.entry_with_ttls(
                 &self.cfg.attr_ttl,
                 &self.cfg.entry_ttl,
@@ -216,7 +240,7 @@ impl Filesystem for TierFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -241,7 +265,7 @@ impl Filesystem for TierFs {
             mtime,
             fh,
         };
-        match self.op_setattr(ino, &set) {
+        match self.op_setattr(Caller::of(req), ino, &set) {
             Ok(attr) => reply.attr(&self.cfg.attr_ttl, &attr),
             Err(e) => reply.error(e),
         }
@@ -264,7 +288,8 @@ impl Filesystem for TierFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.op_mknod(req, parent, name, mode, umask, rdev));
+        let c = Caller::of(req);
+        self.reply_entry(reply, self.op_mknod(c, parent, name, mode, umask, rdev));
     }
 
     fn mkdir(
@@ -276,15 +301,17 @@ impl Filesystem for TierFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.op_mkdir(req, parent, name, mode, umask));
+        let c = Caller::of(req);
+        self.reply_entry(reply, self.op_mkdir(c, parent, name, mode, umask));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.op_unlink(parent, name, 0));
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.op_unlink(Caller::of(req), parent, name, 0));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.op_unlink(parent, name, libc::AT_REMOVEDIR));
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let c = Caller::of(req);
+        reply_empty(reply, self.op_unlink(c, parent, name, libc::AT_REMOVEDIR));
     }
 
     fn symlink(
@@ -295,12 +322,13 @@ impl Filesystem for TierFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.op_symlink(req, parent, link_name, target));
+        let c = Caller::of(req);
+        self.reply_entry(reply, self.op_symlink(c, parent, link_name, target));
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -310,23 +338,31 @@ impl Filesystem for TierFs {
     ) {
         reply_empty(
             reply,
-            self.op_rename(parent, name, newparent, newname, flags.bits()),
+            self.op_rename(
+                Caller::of(req),
+                parent,
+                name,
+                newparent,
+                newname,
+                flags.bits(),
+            ),
         );
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.op_link(ino, newparent, newname));
+        let c = Caller::of(req);
+        self.reply_entry(reply, self.op_link(c, ino, newparent, newname));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.op_open(ino, flags.0) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.op_open(Caller::of(req), ino, flags.0) {
             Ok((fh, fopen)) => reply.opened(FileHandle(fh), fopen),
             Err(e) => reply.error(e),
         }
@@ -408,8 +444,8 @@ impl Filesystem for TierFs {
         reply_empty(reply, self.op_fsync(fh, datasync));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.op_opendir(ino, flags.0) {
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.op_opendir(Caller::of(req), ino, flags.0) {
             // No FOPEN_CACHE_DIR: every listing from offset 0 is a readdirplus that brings the
             // attributes along; measured on 200,000 files, walks with the kernel's directory
             // cache were 3x slower (each entry then needs its own LOOKUP once the TTL passed).
@@ -434,13 +470,13 @@ impl Filesystem for TierFs {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        match self.op_readdirplus(ino, fh, offset, &mut reply) {
+        match self.op_readdirplus(Caller::of(req), ino, fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -487,7 +523,7 @@ impl Filesystem for TierFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -495,23 +531,28 @@ impl Filesystem for TierFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.op_setxattr(ino, name, value, flags));
+        let c = Caller::of(req);
+        reply_empty(reply, self.op_setxattr(c, ino, name, value, flags));
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, size, self.op_getxattr(ino, name, size));
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(
+            reply,
+            size,
+            self.op_getxattr(Caller::of(req), ino, name, size),
+        );
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, size, self.op_listxattr(ino, size));
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, size, self.op_listxattr(Caller::of(req), ino, size));
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.op_removexattr(ino, name));
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.op_removexattr(Caller::of(req), ino, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        reply_empty(reply, self.op_access(req, ino, mask.bits()));
+        reply_empty(reply, self.op_access(Caller::of(req), ino, mask.bits()));
     }
 
     fn create(
@@ -524,7 +565,7 @@ impl Filesystem for TierFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.op_create(req, parent, name, mode, umask, flags) {
+        match self.op_create(Caller::of(req), parent, name, mode, umask, flags) {
             Ok((attr, fh, fopen)) => reply.created(
                 &self.cfg.entry_ttl,
                 &attr,

@@ -250,8 +250,11 @@ impl InodeTable {
         let Some((mount_fd, _)) = &self.by_handle else {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));
         };
-        let fd = self.retry("open by handle", || {
-            handle::open_by_handle(mount_fd.as_raw_fd(), h, libc::O_PATH)
+        // needs CAP_DAC_READ_SEARCH, which a thread acting for a caller does not have
+        let fd = crate::creds::as_daemon(|| {
+            self.retry("open by handle", || {
+                handle::open_by_handle(mount_fd.as_raw_fd(), h, libc::O_PATH)
+            })
         })?;
         Ok(NodeFd::Cached(self.fds.insert(node.serial, fd)))
     }

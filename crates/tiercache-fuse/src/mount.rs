@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 
+use crate::creds::{BackingIdentity, Identity};
 use crate::data::DataPath;
 use crate::error::FuseError;
 use crate::fs::{FsConfig, Negotiated, TierFs};
@@ -49,6 +50,9 @@ pub struct MountOptions {
     /// Name inodes by file handles where BACKING allows it (default). `false` keeps one
     /// descriptor per inode the kernel holds (the fallback scheme), e.g. to compare them.
     pub inode_handles: bool,
+    /// With whose rights backing calls that check permissions or create objects run
+    /// (default [`BackingIdentity::Auto`]: the caller's when the daemon is root).
+    pub backing_identity: BackingIdentity,
 }
 
 impl Default for MountOptions {
@@ -66,6 +70,7 @@ impl Default for MountOptions {
             entry_ttl: Duration::from_secs(1),
             fd_cache: None,
             inode_handles: true,
+            backing_identity: BackingIdentity::Auto,
         }
     }
 }
@@ -100,6 +105,10 @@ fn new_session(
     data: Arc<dyn DataPath>,
 ) -> Result<NewSession, FuseError> {
     opts.check()?;
+    let ident = Identity::new(opts.backing_identity).map_err(FuseError::InvalidOption)?;
+    if ident.per_caller() {
+        log::info!("backing calls that check permissions or create run as the caller");
+    }
     let (backing, mountpoint) = crate::validate::validate(backing, mountpoint)?;
     let io_err = |source: io::Error| FuseError::Io {
         path: backing.clone(),
@@ -139,6 +148,7 @@ fn new_session(
             kernel_cache: opts.kernel_cache,
         },
         Arc::clone(&negotiated),
+        ident,
     );
     let mut config = Config::default();
     config.mount_options = vec![

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use fuser::{Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
+use crate::creds::{as_daemon, Caller};
 use crate::fs::{errno, OpResult, TierFs};
 use crate::sys::{self, RawDirEntry};
 
@@ -97,19 +98,19 @@ enum Flow {
 }
 
 impl TierFs {
-    pub(crate) fn op_opendir(&self, ino: INodeNo, flags: i32) -> OpResult<u64> {
+    pub(crate) fn op_opendir(&self, c: Caller, ino: INodeNo, flags: i32) -> OpResult<u64> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         if !node.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let keep = flags & (libc::O_NONBLOCK | libc::O_NOATIME);
-        let dir = self
-            .inodes
-            .retry("opendir", || {
+        // as the caller: BACKING checks read permission
+        let dir = self.as_caller(c, || {
+            self.inodes.retry("opendir", || {
                 sys::reopen(nfd.raw(), libc::O_RDONLY | libc::O_DIRECTORY | keep)
             })
-            .map_err(errno)?;
+        })?;
         let fh = self.alloc_fh();
         self.insert_dir(fh, Arc::new(DirHandle::new(dir)));
         Ok(fh)
@@ -139,8 +140,14 @@ impl TierFs {
     /// Every entry from `offset` on is either in the reply (with its node) or the reply ends
     /// before it; an error other than "gone since the snapshot" is never turned into a
     /// silently shorter listing (see [`entry_failed`]).
+    ///
+    /// Entries are looked up as the caller (BACKING checks search permission on the
+    /// directory); in a directory the caller may read but not search, the lookup is made as
+    /// the daemon (attributes only, as before identities were switched; a later open is
+    /// still checked as the caller).
     pub(crate) fn op_readdirplus(
         &self,
+        c: Caller,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -151,6 +158,18 @@ impl TierFs {
         let handle = self.dir(fh)?;
         let ttl = self.cfg.attr_ttl;
         let (entries, start) = handle.entries_from(offset)?;
+        // held for the whole batch; registering a node opens by handle through `as_daemon`
+        let _as_caller = self.caller_guard(c)?;
+        let lookup = |name: &std::ffi::CStr| {
+            let open = || {
+                self.inodes
+                    .retry("readdirplus", || sys::open_path_at(nfd.raw(), name))
+            };
+            match open() {
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => as_daemon(open),
+                res => res,
+            }
+        };
         let mut added = 0usize;
         for (i, e) in entries.iter().skip(start).enumerate() {
             let next = offset + i as u64 + 1;
@@ -169,10 +188,7 @@ impl TierFs {
                 continue;
             }
             let res = sys::name_cstr(&e.name)
-                .and_then(|c| {
-                    self.inodes
-                        .retry("readdirplus", || sys::open_path_at(nfd.raw(), &c))
-                })
+                .and_then(|n| lookup(&n))
                 .map_err(errno)
                 .and_then(|fd| self.register(fd));
             let attr = match res {

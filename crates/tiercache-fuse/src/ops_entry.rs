@@ -1,12 +1,16 @@
 //! Name and attribute operations: lookup, getattr, setattr, node creation,
 //! unlink/rmdir, rename, link, readlink, statfs, access.
 //!
-//! Ownership of new objects: the daemon creates them with its own
-//! credentials (root) and then `chown`s them to the caller's fsuid and to the
-//! caller's fsgid, or leaves the group alone when the parent directory is
-//! set-gid (BSD group semantics, as the backing file system applied them).
-//! `chown` clears set-uid/set-gid bits on non-directories, so they are put
-//! back afterwards. The caller's umask is applied through a per-thread umask
+//! Identity: lookups, creations, removals, renames, links and attribute changes run
+//! on BACKING with the caller's fsuid, fsgid and supplementary groups (`creds.rs`), so
+//! BACKING checks them with the caller's rights and new objects belong to the caller
+//! (group: the caller's fsgid, or the parent's when it is set-gid, as BACKING's file
+//! system decides). Node descriptors are obtained before switching (opening by file
+//! handle needs the daemon's `CAP_DAC_READ_SEARCH`); nodes are registered after.
+//! With `BackingIdentity::Daemon` the daemon creates objects with its own credentials
+//! (root) and then `chown`s them to the caller's fsuid and fsgid, or leaves the group
+//! alone when the parent directory is set-gid. `chown` clears set-uid/set-gid bits on
+//! non-directories, so they are put back afterwards. The caller's umask is applied through a per-thread umask
 //! (`sys::thread_umask`), so default ACLs on the backing directory still take
 //! precedence as they would natively.
 
@@ -16,9 +20,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use fuser::{Errno, FileAttr, FileHandle, INodeNo, Request, TimeOrNow};
+use fuser::{Errno, FileAttr, FileHandle, INodeNo, TimeOrNow};
 
 use crate::attr::{file_attr, system_time, timespec};
+use crate::creds::Caller;
 use crate::data::TimesOverride;
 use crate::fs::{errno, OpResult, TierFs};
 use crate::inode::{Inode, NodeFd, ROOT_ID};
@@ -98,7 +103,7 @@ impl TierFs {
         }
     }
 
-    pub(crate) fn op_lookup(&self, parent: INodeNo, name: &OsStr) -> OpResult<FileAttr> {
+    pub(crate) fn op_lookup(&self, c: Caller, parent: INodeNo, name: &OsStr) -> OpResult<FileAttr> {
         let dir = self.inode(parent)?;
         let dfd = self.node_fd(&dir)?;
         if !dir.is_dir() {
@@ -111,10 +116,11 @@ impl TierFs {
             return Ok(self.attr_of(node.id, &st, dfd.raw()));
         }
         let cname = sys::name_cstr(name).map_err(errno)?;
-        let fd = self
-            .inodes
-            .retry("lookup", || sys::open_path_at(dfd.raw(), &cname))
-            .map_err(errno)?;
+        // as the caller: BACKING checks search permission on the directory
+        let fd = self.as_caller(c, || {
+            self.inodes
+                .retry("lookup", || sys::open_path_at(dfd.raw(), &cname))
+        })?;
         self.register(fd)
     }
 
@@ -129,24 +135,25 @@ impl TierFs {
         Ok(self.attr_of(node.id, &st, nfd.raw()))
     }
 
-    pub(crate) fn op_setattr(&self, ino: INodeNo, set: &SetAttr) -> OpResult<FileAttr> {
+    pub(crate) fn op_setattr(&self, c: Caller, ino: INodeNo, set: &SetAttr) -> OpResult<FileAttr> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         let fd = nfd.raw();
+        // ownership and permission are BACKING's to check, with the caller's rights
         if let Some(mode) = set.mode {
-            sys::chmod_fd(fd, mode & 0o7777).map_err(errno)?;
+            self.set_mode(c, fd, mode & 0o7777)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
             let uid = set.uid.unwrap_or(u32::MAX);
             let gid = set.gid.unwrap_or(u32::MAX);
-            sys::chown_fd(fd, uid, gid).map_err(errno)?;
+            self.as_caller(c, || sys::chown_fd(fd, uid, gid))?;
         }
         if let Some(size) = set.size {
-            self.truncate_node(&node, &nfd, set.fh, size)?;
+            self.truncate_node(c, &node, &nfd, set.fh, size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let times = [timespec(set.atime), timespec(set.mtime)];
-            let mut apply = || sys::utimens_fd(fd, &times);
+            let mut apply = || self.ident.run(c, || sys::utimens_fd(fd, &times));
             if node.is_reg() {
                 // the data path may hold writes whose write-back would move the mtime
                 self.data
@@ -160,11 +167,33 @@ impl TierFs {
         Ok(self.attr_of(node.id, &st, fd))
     }
 
+    /// chmod as the caller. A change that only clears set-user-ID/set-group-ID which BACKING
+    /// refuses the caller is the kernel's own clearing on a write, truncate or `O_TRUNC` open
+    /// by a non-owner (`default_permissions` refused any other chmod by a non-owner before it
+    /// reached us; the kernel does it with `ATTR_FORCE`): that one is made as the daemon.
+    fn set_mode(&self, c: Caller, fd: RawFd, mode: u32) -> OpResult<()> {
+        match self.as_caller(c, || sys::chmod_fd(fd, mode)) {
+            Err(e) if e == Errno::EPERM && self.ident.per_caller() => {
+                let old = sys::fstat(fd).map_err(errno)?.st_mode & 0o7777;
+                let setid = libc::S_ISUID | libc::S_ISGID;
+                let only_clears_setid =
+                    mode != old && mode & !old == 0 && (old ^ mode) & !setid == 0;
+                if only_clears_setid {
+                    sys::chmod_fd(fd, mode).map_err(errno)
+                } else {
+                    Err(e)
+                }
+            }
+            res => res,
+        }
+    }
+
     /// Truncates through the data path, using the handle's backing file when
     /// the request came with a writable handle (ftruncate), else a temporary
     /// write-only descriptor (truncate(2)).
     fn truncate_node(
         &self,
+        c: Caller,
         node: &Inode,
         nfd: &NodeFd,
         fh: Option<FileHandle>,
@@ -181,27 +210,28 @@ impl TierFs {
                 return self.data.truncate(node.id, &h.file, size).map_err(errno);
             }
         }
-        let file = self
-            .inodes
-            .retry("truncate", || {
+        // opened as the caller (BACKING checks write permission); truncated as the daemon
+        let file = self.as_caller(c, || {
+            self.inodes.retry("truncate", || {
                 sys::reopen(nfd.raw(), libc::O_WRONLY | libc::O_NONBLOCK)
             })
-            .map_err(errno)?;
+        })?;
         self.data.truncate(node.id, &file, size).map_err(errno)
     }
 
     /// Gives a freshly created object (`fd`, may be `O_PATH`) to the caller.
-    /// `parent_sgid` tells whether the group was inherited from the parent.
-    pub(crate) fn chown_new(&self, req: &Request, fd: RawFd, parent_sgid: bool) -> OpResult<()> {
-        if self.euid != 0 {
-            return Ok(()); // an unprivileged daemon cannot give files away
+    /// `parent_sgid` tells whether the group was inherited from the parent. Nothing to do
+    /// when the object was created as the caller.
+    pub(crate) fn chown_new(&self, c: Caller, fd: RawFd, parent_sgid: bool) -> OpResult<()> {
+        if self.euid != 0 || self.ident.per_caller() {
+            return Ok(()); // created as the caller, or an unprivileged daemon
         }
-        let gid = if parent_sgid { u32::MAX } else { req.gid() };
-        if req.uid() == 0 && (gid == u32::MAX || gid == 0) {
+        let gid = if parent_sgid { u32::MAX } else { c.gid };
+        if c.uid == 0 && (gid == u32::MAX || gid == 0) {
             return Ok(()); // already owned by root:root (or root:<inherited>)
         }
         let before = sys::fstat(fd).map_err(errno)?;
-        sys::chown_fd(fd, req.uid(), gid).map_err(errno)?;
+        sys::chown_fd(fd, c.uid, gid).map_err(errno)?;
         let fmt = before.st_mode & libc::S_IFMT;
         if before.st_mode & 0o6000 != 0 && fmt != libc::S_IFDIR && fmt != libc::S_IFLNK {
             sys::chmod_fd(fd, before.st_mode & 0o7777).map_err(errno)?;
@@ -220,16 +250,17 @@ impl TierFs {
         Ok((dir, dfd, st.st_mode & libc::S_ISGID != 0))
     }
 
-    /// Common tail of mknod/mkdir/symlink: open the new name, hand it to the
-    /// caller and register it. On failure the new name is removed again.
+    /// Common tail of mknod/mkdir/symlink, called as the caller: open the new name and hand
+    /// it to the caller. On failure the new name is removed again. The result is registered
+    /// (as the daemon) by the caller of this function.
     fn finish_new(
         &self,
-        req: &Request,
+        c: Caller,
         dfd: &NodeFd,
         sgid: bool,
         cname: &CString,
         umask: Option<(&Umask, u32)>,
-    ) -> OpResult<FileAttr> {
+    ) -> OpResult<OwnedFd> {
         let res = self
             .inodes
             .retry("create", || sys::open_path_at(dfd.raw(), cname))
@@ -238,11 +269,11 @@ impl TierFs {
                 if let Some((u, mode)) = umask {
                     u.fix_mode(fd.as_raw_fd(), mode).map_err(errno)?;
                 }
-                self.chown_new(req, fd.as_raw_fd(), sgid)?;
+                self.chown_new(c, fd.as_raw_fd(), sgid)?;
                 Ok(fd)
             });
         match res {
-            Ok(fd) => self.register(fd),
+            Ok(fd) => Ok(fd),
             Err(e) => {
                 let st =
                     sys::open_path_at(dfd.raw(), cname).and_then(|fd| sys::fstat(fd.as_raw_fd()));
@@ -260,7 +291,7 @@ impl TierFs {
 
     pub(crate) fn op_mknod(
         &self,
-        req: &Request,
+        c: Caller,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -270,13 +301,17 @@ impl TierFs {
         let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let u = Umask::apply(umask);
-        sys::mknod_at(dfd.raw(), &cname, mode, u64::from(rdev)).map_err(errno)?;
-        self.finish_new(req, &dfd, sgid, &cname, Some((&u, mode)))
+        let fd = {
+            let _as_caller = self.caller_guard(c)?;
+            sys::mknod_at(dfd.raw(), &cname, mode, u64::from(rdev)).map_err(errno)?;
+            self.finish_new(c, &dfd, sgid, &cname, Some((&u, mode)))?
+        };
+        self.register(fd)
     }
 
     pub(crate) fn op_mkdir(
         &self,
-        req: &Request,
+        c: Caller,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -285,13 +320,17 @@ impl TierFs {
         let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let u = Umask::apply(umask);
-        sys::mkdir_at(dfd.raw(), &cname, mode).map_err(errno)?;
-        self.finish_new(req, &dfd, sgid, &cname, Some((&u, mode)))
+        let fd = {
+            let _as_caller = self.caller_guard(c)?;
+            sys::mkdir_at(dfd.raw(), &cname, mode).map_err(errno)?;
+            self.finish_new(c, &dfd, sgid, &cname, Some((&u, mode)))?
+        };
+        self.register(fd)
     }
 
     pub(crate) fn op_symlink(
         &self,
-        req: &Request,
+        c: Caller,
         parent: INodeNo,
         name: &OsStr,
         target: &Path,
@@ -299,12 +338,17 @@ impl TierFs {
         let (_dir, dfd, sgid) = self.parent_dir(parent)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
         let ctarget = sys::bytes_cstr(target.as_os_str().as_bytes()).map_err(errno)?;
-        sys::symlink_at(&ctarget, dfd.raw(), &cname).map_err(errno)?;
-        self.finish_new(req, &dfd, sgid, &cname, None)
+        let fd = {
+            let _as_caller = self.caller_guard(c)?;
+            sys::symlink_at(&ctarget, dfd.raw(), &cname).map_err(errno)?;
+            self.finish_new(c, &dfd, sgid, &cname, None)?
+        };
+        self.register(fd)
     }
 
     pub(crate) fn op_link(
         &self,
+        c: Caller,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -314,22 +358,29 @@ impl TierFs {
         let dir = self.inode(newparent)?;
         let dfd = self.node_fd(&dir)?;
         let cname = sys::name_cstr(newname).map_err(errno)?;
-        sys::link_fd(nfd.raw(), dfd.raw(), &cname).map_err(errno)?;
+        self.as_caller(c, || sys::link_fd(nfd.raw(), dfd.raw(), &cname))?;
         // the kernel now holds one more reference to the same node
         let node = self.inodes.add_lookup(node.id).ok_or(Errno::ESTALE)?;
         let st = sys::fstat(nfd.raw()).map_err(errno)?;
         Ok(self.attr_of(node.id, &st, nfd.raw()))
     }
 
-    pub(crate) fn op_unlink(&self, parent: INodeNo, name: &OsStr, flags: i32) -> OpResult<()> {
+    pub(crate) fn op_unlink(
+        &self,
+        c: Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        flags: i32,
+    ) -> OpResult<()> {
         let dir = self.inode(parent)?;
         let dfd = self.node_fd(&dir)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
-        sys::unlink_at(dfd.raw(), &cname, flags).map_err(errno)
+        self.as_caller(c, || sys::unlink_at(dfd.raw(), &cname, flags))
     }
 
     pub(crate) fn op_rename(
         &self,
+        c: Caller,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -342,7 +393,9 @@ impl TierFs {
         let nwfd = self.node_fd(&new)?;
         let oldc = sys::name_cstr(name).map_err(errno)?;
         let newc = sys::name_cstr(newname).map_err(errno)?;
-        sys::rename_at2(ofd.raw(), &oldc, nwfd.raw(), &newc, flags).map_err(errno)
+        self.as_caller(c, || {
+            sys::rename_at2(ofd.raw(), &oldc, nwfd.raw(), &newc, flags)
+        })
     }
 
     pub(crate) fn op_readlink(&self, ino: INodeNo) -> OpResult<Vec<u8>> {
@@ -358,16 +411,20 @@ impl TierFs {
     }
 
     /// `access(2)`. With `default_permissions` the kernel answers access()
-    /// itself and never sends this; the fallback checks mode bits only.
-    pub(crate) fn op_access(&self, req: &Request, ino: INodeNo, mask: i32) -> OpResult<()> {
+    /// itself and never sends this. Acting as the caller, BACKING answers (`faccessat` with
+    /// `AT_EACCESS` checks with the fsuid, fsgid and groups); else mode bits only.
+    pub(crate) fn op_access(&self, c: Caller, ino: INodeNo, mask: i32) -> OpResult<()> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
+        if self.ident.per_caller() {
+            return self.as_caller(c, || sys::access_fd(nfd.raw(), mask));
+        }
         let st = sys::fstat(nfd.raw()).map_err(errno)?;
         if mask == libc::F_OK {
             return Ok(());
         }
         let mode = st.st_mode;
-        if req.uid() == 0 {
+        if c.uid == 0 {
             let any_x = mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
             return if mask & libc::X_OK != 0 && !any_x {
                 Err(Errno::EACCES)
@@ -375,9 +432,9 @@ impl TierFs {
                 Ok(())
             };
         }
-        let bits = if req.uid() == st.st_uid {
+        let bits = if c.uid == st.st_uid {
             (mode >> 6) & 7
-        } else if req.gid() == st.st_gid {
+        } else if c.gid == st.st_gid {
             (mode >> 3) & 7
         } else {
             mode & 7

@@ -12,15 +12,26 @@
 //! * `O_TRUNC` is executed through `DataPath::truncate` after opening;
 //! * write-only opens of regular files become read-write so a cache can fill
 //!   partial blocks (the kernel still enforces the caller's access mode).
+//!
+//! Identity: the backing file is opened (and created) as the caller (`creds.rs`), so
+//! BACKING's own permission check decides with the caller's rights, and every FUSE handle,
+//! the only way to the data path and its cached blocks, stands for an open BACKING granted
+//! to this caller. A write-only open the caller may not upgrade to read-write (a file it
+//! may write but not read) is opened write-only as the caller first, which is the
+//! permission check; the read-write descriptor the cache wants is then opened as the
+//! daemon, and where BACKING refuses that too (root squash) the write-only descriptor is
+//! used. Data I/O on an open descriptor needs no switch: rights were checked at open, and
+//! NFS uses the opener's credential.
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, Request};
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
 
 use crate::attr::system_time;
+use crate::creds::Caller;
 use crate::data::{AttrSnapshot, FileHandleInfo};
 use crate::fs::{errno, OpResult, TierFs};
 use crate::ops_entry::Umask;
@@ -79,24 +90,56 @@ impl TierFs {
         Ok(fh)
     }
 
-    pub(crate) fn op_open(&self, ino: INodeNo, flags: i32) -> OpResult<(u64, FopenFlags)> {
+    /// Opens with `open(bflags)` as the caller `c`. A write-only open (`flags`) that was
+    /// upgraded to read-write and is refused is opened write-only as the caller (the check),
+    /// then read-write as the daemon for the cache, or left write-only if that fails too.
+    fn open_as_caller(
+        &self,
+        c: Caller,
+        flags: i32,
+        bflags: i32,
+        open: impl Fn(i32) -> std::io::Result<File>,
+    ) -> OpResult<File> {
+        match self.as_caller(c, || open(bflags)) {
+            Err(e)
+                if e == Errno::EACCES
+                    && flags & libc::O_ACCMODE == libc::O_WRONLY
+                    && bflags & libc::O_ACCMODE == libc::O_RDWR =>
+            {
+                let wronly = (bflags & !libc::O_ACCMODE) | libc::O_WRONLY;
+                let w = self.as_caller(c, || open(wronly))?;
+                Ok(if self.ident.per_caller() {
+                    open(bflags).unwrap_or(w) // no guard here: as the daemon
+                } else {
+                    w
+                })
+            }
+            res => res,
+        }
+    }
+
+    pub(crate) fn op_open(
+        &self,
+        c: Caller,
+        ino: INodeNo,
+        flags: i32,
+    ) -> OpResult<(u64, FopenFlags)> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         if node.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EISDIR);
         }
         let bflags = backing_flags(flags, node.is_reg());
-        let file = self
-            .inodes
-            .retry("open", || sys::reopen(nfd.raw(), bflags))
-            .map_err(errno)?;
+        let file = self.open_as_caller(c, flags, bflags, |f| {
+            self.inodes.retry("open", || sys::reopen(nfd.raw(), f))
+        })?;
         let fh = self.new_handle(node.id, file, flags)?;
         Ok((fh, self.fopen_flags(flags)))
     }
 
     pub(crate) fn op_create(
         &self,
-        req: &Request,
+        c: Caller,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -110,36 +153,46 @@ impl TierFs {
         // to the caller; if the name appeared meanwhile (and the caller did
         // not ask for O_EXCL) open the existing file instead, as open(2) would.
         let bflags = backing_flags(flags, true) | libc::O_NOFOLLOW;
-        let (file, created) = match self.inodes.retry("create", || {
-            sys::open_at(
-                dfd.raw(),
-                &cname,
-                bflags | libc::O_CREAT | libc::O_EXCL,
-                mode,
-            )
-        }) {
+        let created = self.as_caller(c, || {
+            self.inodes.retry("create", || {
+                sys::open_at(
+                    dfd.raw(),
+                    &cname,
+                    bflags | libc::O_CREAT | libc::O_EXCL,
+                    mode,
+                )
+            })
+        });
+        let (file, created) = match created {
             Ok(f) => (f, true),
-            Err(e) if flags & libc::O_EXCL == 0 && e.raw_os_error() == Some(libc::EEXIST) => (
-                sys::open_at(dfd.raw(), &cname, bflags, 0).map_err(errno)?,
-                false,
-            ),
-            Err(e) => return Err(errno(e)),
-        };
-        let fd = file.as_raw_fd();
-        if created {
-            let setup = u
-                .fix_mode(fd, mode)
-                .map_err(errno)
-                .and_then(|()| self.chown_new(req, fd, sgid));
-            if let Err(e) = setup {
-                let _ = sys::unlink_at(dfd.raw(), &cname, 0);
-                return Err(e);
+            // the name appeared meanwhile: opened as an existing file would be
+            Err(e) if flags & libc::O_EXCL == 0 && e == Errno::EEXIST => {
+                let f = self
+                    .open_as_caller(c, flags, bflags, |f| sys::open_at(dfd.raw(), &cname, f, 0))?;
+                (f, false)
             }
-        }
-        let path_fd = self
-            .inodes
-            .retry("create", || sys::path_fd_of(fd))
-            .map_err(errno)?;
+            Err(e) => return Err(e),
+        };
+        let (file, path_fd) = {
+            // set up as the caller: BACKING made it the caller's
+            let _as_caller = self.caller_guard(c)?;
+            let fd = file.as_raw_fd();
+            if created {
+                let setup = u
+                    .fix_mode(fd, mode)
+                    .map_err(errno)
+                    .and_then(|()| self.chown_new(c, fd, sgid));
+                if let Err(e) = setup {
+                    let _ = sys::unlink_at(dfd.raw(), &cname, 0);
+                    return Err(e);
+                }
+            }
+            let path_fd = self
+                .inodes
+                .retry("create", || sys::path_fd_of(fd))
+                .map_err(errno)?;
+            (file, path_fd)
+        };
         let attr = self.register(path_fd)?;
         match self.new_handle(attr.ino.0, file, flags) {
             Ok(fh) => {

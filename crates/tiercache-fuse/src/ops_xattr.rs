@@ -11,18 +11,23 @@
 //! changes BACKING's ACL (and with it the mode, as BACKING's file system does).
 //! Default ACLs apply natively: new objects are created by BACKING's file
 //! system under the caller's umask (`FUSE_DONT_MASK`).
+//! All four calls run as the caller (`creds.rs`): BACKING checks them again with the
+//! caller's rights (reading `user.*` of a file root may not read on root-squashed NFS,
+//! setting an ACL as the owner).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use fuser::INodeNo;
 
+use crate::creds::Caller;
 use crate::fs::{errno, OpResult, TierFs};
 use crate::sys;
 
 impl TierFs {
     pub(crate) fn op_setxattr(
         &self,
+        c: Caller,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -31,26 +36,32 @@ impl TierFs {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        sys::setxattr_fd(nfd.raw(), &cname, value, flags).map_err(errno)
+        self.as_caller(c, || sys::setxattr_fd(nfd.raw(), &cname, value, flags))
     }
 
-    pub(crate) fn op_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> OpResult<Vec<u8>> {
+    pub(crate) fn op_getxattr(
+        &self,
+        c: Caller,
+        ino: INodeNo,
+        name: &OsStr,
+        size: u32,
+    ) -> OpResult<Vec<u8>> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        sys::getxattr_fd(nfd.raw(), &cname, size as usize).map_err(errno)
+        self.as_caller(c, || sys::getxattr_fd(nfd.raw(), &cname, size as usize))
     }
 
-    pub(crate) fn op_listxattr(&self, ino: INodeNo, size: u32) -> OpResult<Vec<u8>> {
+    pub(crate) fn op_listxattr(&self, c: Caller, ino: INodeNo, size: u32) -> OpResult<Vec<u8>> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
-        sys::listxattr_fd(nfd.raw(), size as usize).map_err(errno)
+        self.as_caller(c, || sys::listxattr_fd(nfd.raw(), size as usize))
     }
 
-    pub(crate) fn op_removexattr(&self, ino: INodeNo, name: &OsStr) -> OpResult<()> {
+    pub(crate) fn op_removexattr(&self, c: Caller, ino: INodeNo, name: &OsStr) -> OpResult<()> {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        sys::removexattr_fd(nfd.raw(), &cname).map_err(errno)
+        self.as_caller(c, || sys::removexattr_fd(nfd.raw(), &cname))
     }
 }

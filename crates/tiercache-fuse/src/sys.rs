@@ -230,6 +230,14 @@ pub(crate) fn chown_fd(fd: RawFd, uid: u32, gid: u32) -> io::Result<()> {
     cvt(unsafe { libc::fchownat(fd, c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) }).map(drop)
 }
 
+/// `faccessat(2)` with `AT_EACCESS` of the inode behind `fd`: checks `mask` with the
+/// thread's fsuid, fsgid and groups.
+pub(crate) fn access_fd(fd: RawFd, mask: i32) -> io::Result<()> {
+    let path = proc_path(fd);
+    // SAFETY: `path` is a valid NUL-terminated string.
+    cvt(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), mask, libc::AT_EACCESS) }).map(drop)
+}
+
 /// `chmod` through the /proc magic link (works for `O_PATH` descriptors).
 pub(crate) fn chmod_fd(fd: RawFd, mode: u32) -> io::Result<()> {
     let path = proc_path(fd);

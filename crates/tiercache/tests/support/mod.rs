@@ -154,13 +154,25 @@ impl OwnBacking {
         memory: &str,
         dirty_expire_ms: u32,
     ) -> OwnBacking {
+        Self::serve_with(dir, backing, mnt, memory, dirty_expire_ms, &[])
+    }
+
+    /// [`OwnBacking::serve`] with `extra` mount flags.
+    pub fn serve_with(
+        dir: tempfile::TempDir,
+        backing: PathBuf,
+        mnt: PathBuf,
+        memory: &str,
+        dirty_expire_ms: u32,
+        extra: &[&str],
+    ) -> OwnBacking {
         let cfg = dir.path().join("tc.toml");
         std::fs::write(
             &cfg,
             format!("flush_interval_ms = 50\ndirty_expire_ms = {dirty_expire_ms}\n"),
         )
         .unwrap();
-        let out = tc(&[
+        let mut args = vec![
             "mount",
             s(&backing),
             s(&mnt),
@@ -168,7 +180,9 @@ impl OwnBacking {
             memory,
             "--config",
             s(&cfg),
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let out = tc(&args);
         let ok = out.status.success();
         let mut b = OwnBacking {
             backing,
