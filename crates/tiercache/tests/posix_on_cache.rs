@@ -310,6 +310,31 @@ fn workload_on_memory_over_an_inclusive_test_tier() {
     );
 }
 
+/// A lower tier that takes dirty data: write-back goes into it and its cleaning reaches
+/// BACKING (checked after unmount against the plain directory).
+const DIRTY_TEST_TIER: &str = "flush_interval_ms = 50\ndirty_expire_ms = 100\n\n[[tier]]\nkind = \"test\"\nsize = \"4M\"\nplacement = \"exclusive\"\naccepts_dirty = true\n";
+
+#[test]
+fn workload_on_memory_writing_back_into_a_test_tier() {
+    workload_then(&SMALL, &["--partition", "none"], Some(DIRTY_TEST_TIER), |m| {
+        m.assert_lower_tier_worked("exclusive");
+        let v = m.stats();
+        let t = &v["tiers"][1];
+        assert!(t["writebacks_in"].as_u64().unwrap() > 0, "no write-back into it: {t}");
+        assert!(t["cleaned"].as_u64().unwrap() > 0, "never cleaned: {t}");
+    });
+}
+
+#[test]
+fn random_ops_on_memory_writing_back_into_a_test_tier() {
+    random_ops_then(
+        &["--partition", "none"],
+        Some(DIRTY_TEST_TIER),
+        [0x7777_1111_2222_3333, 0x4444_5555_6666_8888],
+        |m| m.assert_lower_tier_worked("exclusive"),
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // (b): random operation sequence
 
