@@ -316,13 +316,21 @@ const DIRTY_TEST_TIER: &str = "flush_interval_ms = 50\ndirty_expire_ms = 100\n\n
 
 #[test]
 fn workload_on_memory_writing_back_into_a_test_tier() {
-    workload_then(&SMALL, &["--partition", "none"], Some(DIRTY_TEST_TIER), |m| {
-        m.assert_lower_tier_worked("exclusive");
-        let v = m.stats();
-        let t = &v["tiers"][1];
-        assert!(t["writebacks_in"].as_u64().unwrap() > 0, "no write-back into it: {t}");
-        assert!(t["cleaned"].as_u64().unwrap() > 0, "never cleaned: {t}");
-    });
+    workload_then(
+        &SMALL,
+        &["--partition", "none"],
+        Some(DIRTY_TEST_TIER),
+        |m| {
+            m.assert_lower_tier_worked("exclusive");
+            let v = m.stats();
+            let t = &v["tiers"][1];
+            assert!(
+                t["writebacks_in"].as_u64().unwrap() > 0,
+                "no write-back into it: {t}"
+            );
+            assert!(t["cleaned"].as_u64().unwrap() > 0, "never cleaned: {t}");
+        },
+    );
 }
 
 #[test]

@@ -72,6 +72,12 @@ pub struct MountArgs {
     /// the same trade-off for attributes changed on BACKING behind the mount's back.
     #[arg(long, value_name = "SECS")]
     pub attr_timeout: Option<f64>,
+    /// With whose rights BACKING is asked to check permissions and create files:
+    /// auto|caller|daemon [default: auto = caller when tiercache runs as root]. `caller` works
+    /// on root-squashed NFS and makes new files the caller's; `daemon` uses tiercache's own
+    /// rights and chowns new files (BACKING must let root bypass its permissions).
+    #[arg(long, value_name = "WHO")]
+    pub backing_identity: Option<String>,
     /// A tier below memory, top first; repeatable. KIND `test` (in memory, volatile: for tests
     /// and experiments), PLACEMENT inclusive|exclusive [default: exclusive]. Given, these
     /// replace the config file's lower `[[tier]]`s.
@@ -151,6 +157,7 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         threads: args.threads,
         entry_timeout: args.entry_timeout,
         attr_timeout: args.attr_timeout,
+        backing_identity: args.backing_identity.clone(),
         tiers: if args.tier.is_empty() {
             None
         } else {
@@ -364,7 +371,19 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         "entry-timeout",
     )?;
     let attr_timeout = timeout(o.attr_timeout, flags.attr_timeout.is_some(), "attr-timeout")?;
+    let backing_identity = match o.backing_identity.as_deref() {
+        None | Some("auto") => tiercache_fuse::BackingIdentity::Auto,
+        Some("caller") => tiercache_fuse::BackingIdentity::Caller,
+        Some("daemon") => tiercache_fuse::BackingIdentity::Daemon,
+        Some(other) => {
+            return Err(format!(
+                "{}: `{other}` is not auto, caller or daemon",
+                src("backing-identity", flags.backing_identity.is_some())
+            ))
+        }
+    };
     Ok(Settings {
+        backing_identity,
         entry_timeout,
         attr_timeout,
         backing: args.backing.clone(),

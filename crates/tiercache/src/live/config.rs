@@ -6,6 +6,7 @@
 //! `priority_recursive` (list), `partition`, `omega`, `t_protected`, `t_normal`, `b_pmin`,
 //! `b_nmin`, `policy`, `emulate`, `kernel_cache`, `allow_other`, `trace_out`, `metrics`,
 //! `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `entry_timeout`,
+//! `backing_identity`,
 //! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
@@ -45,6 +46,8 @@ pub struct MountOptions {
     pub threads: Option<usize>,
     pub entry_timeout: Option<f64>,
     pub attr_timeout: Option<f64>,
+    /// `auto`, `caller` or `daemon` (see `tiercache_fuse::BackingIdentity`).
+    pub backing_identity: Option<String>,
     /// `[[tier]]` tables or `--tier` flags, in order from the top.
     #[serde(rename = "tier")]
     pub tiers: Option<Vec<TierTable>>,
@@ -77,6 +80,7 @@ impl MountOptions {
             threads,
             entry_timeout,
             attr_timeout,
+            backing_identity,
             tiers,
         } = self;
         MountOptions {
@@ -102,6 +106,7 @@ impl MountOptions {
             threads: threads.or(file.threads),
             entry_timeout: entry_timeout.or(file.entry_timeout),
             attr_timeout: attr_timeout.or(file.attr_timeout),
+            backing_identity: backing_identity.or(file.backing_identity),
             tiers: tiers.or(file.tiers),
         }
     }

@@ -37,8 +37,10 @@ pub struct Settings {
     /// Kernel caching of lookups and attributes.
     pub entry_timeout: Duration,
     pub attr_timeout: Duration,
-    /// Tiers below memory, top first (not yet wired into the cache).
+    /// Tiers below memory, top first.
     pub lower_tiers: Vec<LowerTierSpec>,
+    /// With whose rights backing operations that check permissions or create objects run.
+    pub backing_identity: tiercache_fuse::BackingIdentity,
 }
 
 /// `tiercache unmount`, handed from the control socket to the main loop, which answers once
@@ -188,6 +190,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         opts.threads = t;
     }
     opts.entry_ttl = s.entry_timeout;
+    opts.backing_identity = s.backing_identity;
     opts.attr_ttl = s.attr_timeout;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
