@@ -371,7 +371,7 @@ impl Inner {
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
         let mtime_applied = match (mtime, &err) {
-            (Some(t), None) if to_backing => match fd.set_modified(t) {
+            (Some(t), None) if to_backing => match crate::owner::set_mtime(&fd, t) {
                 Ok(()) => true,
                 Err(e) => {
                     log::warn!(

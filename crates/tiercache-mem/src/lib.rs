@@ -32,6 +32,7 @@ mod files;
 mod flusher;
 mod lower;
 mod lower_wb;
+mod owner;
 mod read;
 mod stamp;
 mod stats;

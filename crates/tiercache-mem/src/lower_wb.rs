@@ -121,7 +121,7 @@ impl Inner {
         let result = self.clean_runs(file, &wfd, &*tier, fkey, version, size, &blocks);
         // Our pwrites moved BACKING's mtime: put back what it showed (the time of the writes).
         if let Ok(t) = before.modified() {
-            if let Err(e) = wfd.set_modified(t) {
+            if let Err(e) = crate::owner::set_mtime(&wfd, t) {
                 log::warn!(
                     "file {}: setting the mtime after cleaning failed: {e}",
                     file.0

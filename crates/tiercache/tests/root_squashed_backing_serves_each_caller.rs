@@ -4,7 +4,8 @@
 //! test support, served in this process over a plain directory; `tiercache mount` runs over
 //! it. As uid 2001 (`setpriv`): its mode-0600 file is read (twice: the second time from the
 //! cache); uid 2002 is refused it after that; a file 2001 writes in its mode-0700 directory
-//! reaches BACKING, after `tiercache flush`, with 2001's ownership and content.
+//! reaches BACKING, after `tiercache flush`, with 2001's ownership and content, and with the
+//! time of the write as its mtime (root may not set it there: the owner does).
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../tiercache-fuse/tests/common/squash.rs"]
@@ -138,6 +139,9 @@ fn root_squashed_backing_serves_each_caller_with_its_own_rights() {
         ),
     );
     assert!(ok && out == "new-data", "owner's directory: {out}");
+    let written = std::time::SystemTime::now();
+    // Write-back comes later: BACKING's mtime must still be the time of the write.
+    std::thread::sleep(std::time::Duration::from_secs(2));
     let flush = tc(&["flush", s(&mnt)]);
     assert!(
         flush.status.success(),
@@ -148,6 +152,16 @@ fn root_squashed_backing_serves_each_caller_with_its_own_rights() {
     assert_eq!(std::fs::read_to_string(&g).unwrap(), "new-data");
     let md = std::fs::metadata(&g).unwrap();
     assert_eq!((md.uid(), md.gid()), (A, A), "owner on BACKING");
+    let mtime = md.modified().unwrap();
+    let late = mtime
+        .duration_since(written)
+        .unwrap_or_default()
+        .as_secs_f64();
+    assert!(
+        late < 1.0,
+        "BACKING's mtime is the write-back's ({late:.1} s after the write), not the write's:\n{}",
+        log(&m)
+    );
     let md = std::fs::metadata(home.join("d")).unwrap();
     assert_eq!((md.uid(), md.gid()), (A, A), "directory owner on BACKING");
 
