@@ -8,6 +8,7 @@
 //! - [`partition`]: partitioners deciding pool sizes and which pool gives up a block
 //!   (`none`, `basic`, `dirprio` = paper 000's controller, `static`);
 //! - [`tier`]: one cache level = key map + slots + pools + partitioner;
+//! - [`index`]: the [`index::TierIndex`] trait a tier's index implements (`Tier` today);
 //! - [`placement`]: the planner deciding where a block goes on an access and an eviction
 //!   (inclusive, exclusive, pinned), shared by the simulator and the live cache;
 //! - [`hierarchy`]: an ordered list of tiers applying the planner's decisions to metadata;
@@ -20,6 +21,7 @@ pub mod class;
 pub mod error;
 pub mod hierarchy;
 pub mod ids;
+pub mod index;
 pub mod partition;
 pub mod placement;
 pub mod policy;

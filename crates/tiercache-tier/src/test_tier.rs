@@ -16,6 +16,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tiercache_core::index::TierIndex;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId, SlotId};
@@ -57,7 +58,8 @@ struct SlotInfo {
 
 #[derive(Debug)]
 struct State {
-    index: Tier,
+    /// Any index implementation; the engine's fully associative `Tier` by default.
+    index: Box<dyn TierIndex>,
     data: Vec<u8>,
     slots: Vec<SlotInfo>,
     /// FileKey → interned id and the blocks held.
@@ -88,12 +90,14 @@ impl TestTier {
                 cfg.name
             ));
         }
-        let index = Tier::new(&TierConfig::new(
-            cfg.name.clone(),
-            cfg.capacity_blocks,
-            cfg.policy,
-        ))
-        .map_err(|e| format!("test tier {}: {e}", cfg.name))?;
+        let index: Box<dyn TierIndex> = Box::new(
+            Tier::new(&TierConfig::new(
+                cfg.name.clone(),
+                cfg.capacity_blocks,
+                cfg.policy,
+            ))
+            .map_err(|e| format!("test tier {}: {e}", cfg.name))?,
+        );
         let bytes = cfg
             .capacity_blocks
             .checked_mul(cfg.block_size)

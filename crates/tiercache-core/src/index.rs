@@ -1,0 +1,111 @@
+//! The tier index behind a trait: which blocks a tier holds, in which slot, and which block
+//! leaves when room is needed. Metadata only; whoever holds the index does the I/O.
+//!
+//! [`Tier`] (fully associative: any block in any slot, with pools, per-pool policies and a
+//! partitioner) is the implementation today. A set-associative index — a backing set (file,
+//! block index >> M) maps to one cache set, paper 001 — is the SSD tier's, next. The
+//! simulator's [`crate::hierarchy::Hierarchy`] and the in-memory test tier hold
+//! `Box<dyn TierIndex>`, so a new index plugs into both without other changes.
+//!
+//! Contract (as [`Tier`]'s module docs state for it): a resident block has exactly one slot;
+//! `len() ≤ capacity()`; a slot with pins or dirty data is never chosen as a victim; `insert`
+//! of a resident key returns its slot; `Err(CoreError::Retry)` when no slot may be taken.
+
+use crate::class::Class;
+use crate::error::CoreError;
+use crate::ids::{BlockKey, SlotId};
+use crate::policy::PolicyKind;
+use crate::stats::TierStats;
+use crate::tier::{Inserted, SlotMeta, Tier};
+use std::fmt;
+
+/// One tier's index. Object safe.
+pub trait TierIndex: Send + fmt::Debug {
+    fn name(&self) -> &str;
+    fn capacity(&self) -> usize;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The replacement policy, as `sim` reports it.
+    fn policy(&self) -> PolicyKind;
+    /// One request: counted, and a hit refreshes the block's position.
+    fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId>;
+    /// Where `key` is, without counting or reordering.
+    fn peek(&self, key: &BlockKey) -> Option<SlotId>;
+    fn contains(&self, key: &BlockKey) -> bool {
+        self.peek(key).is_some()
+    }
+    /// Brings `key` in after a miss, evicting if needed.
+    fn insert(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError>;
+    /// Like `insert`, counted as a demotion from the tier above.
+    fn demote_into(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError>;
+    /// Inserts only into a free slot.
+    fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId>;
+    /// Removes `key` without counting an eviction.
+    fn remove(&mut self, key: &BlockKey) -> Option<(SlotId, SlotMeta)>;
+    fn meta(&self, slot: SlotId) -> SlotMeta;
+    /// Dirty slots are never evicted.
+    fn set_dirty(&mut self, slot: SlotId, dirty: bool);
+    /// The key held in `slot`, if any (sampling).
+    fn key_at(&self, slot: SlotId) -> Option<BlockKey>;
+    fn stats(&self) -> &TierStats;
+    fn stats_mut(&mut self) -> &mut TierStats;
+    fn check_invariants(&self) -> Result<(), String>;
+}
+
+impl TierIndex for Tier {
+    fn name(&self) -> &str {
+        Tier::name(self)
+    }
+    fn capacity(&self) -> usize {
+        Tier::capacity(self)
+    }
+    fn len(&self) -> usize {
+        Tier::len(self)
+    }
+    fn policy(&self) -> PolicyKind {
+        Tier::policy(self)
+    }
+    #[inline]
+    fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
+        Tier::lookup(self, key, class)
+    }
+    fn peek(&self, key: &BlockKey) -> Option<SlotId> {
+        Tier::peek(self, key)
+    }
+    fn contains(&self, key: &BlockKey) -> bool {
+        Tier::contains(self, key)
+    }
+    #[inline]
+    fn insert(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
+        Tier::insert(self, key, class)
+    }
+    fn demote_into(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
+        Tier::demote_into(self, key, class)
+    }
+    fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
+        Tier::insert_if_free(self, key, class)
+    }
+    fn remove(&mut self, key: &BlockKey) -> Option<(SlotId, SlotMeta)> {
+        Tier::remove(self, key)
+    }
+    fn meta(&self, slot: SlotId) -> SlotMeta {
+        Tier::meta(self, slot)
+    }
+    fn set_dirty(&mut self, slot: SlotId, dirty: bool) {
+        Tier::set_dirty(self, slot, dirty)
+    }
+    fn key_at(&self, slot: SlotId) -> Option<BlockKey> {
+        Tier::key_at(self, slot)
+    }
+    fn stats(&self) -> &TierStats {
+        Tier::stats(self)
+    }
+    fn stats_mut(&mut self) -> &mut TierStats {
+        Tier::stats_mut(self)
+    }
+    fn check_invariants(&self) -> Result<(), String> {
+        Tier::check_invariants(self)
+    }
+}
