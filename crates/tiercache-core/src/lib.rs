@@ -22,6 +22,7 @@ pub mod error;
 pub mod hierarchy;
 pub mod ids;
 pub mod index;
+mod keymap;
 pub mod partition;
 pub mod placement;
 pub mod policy;

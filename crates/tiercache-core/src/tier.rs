@@ -9,10 +9,10 @@
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
 use crate::ids::{BlockKey, SlotId};
+use crate::keymap::{prefetch_ptr, KeyMap};
 use crate::partition::{new_partitioner, PartitionConfig, Partitioner, PoolSizes};
 use crate::policy::{new_policy, EvictionPolicy, PolicyKind};
 use crate::stats::TierStats;
-use rustc_hash::FxHashMap;
 
 /// How a tier is built.
 #[derive(Debug, Clone)]
@@ -63,13 +63,6 @@ impl SlotMeta {
     }
 }
 
-/// A map value: where a resident block is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    slot: SlotId,
-    pool: PoolId,
-}
-
 /// One slot's key and state.
 #[derive(Debug, Clone, Copy)]
 struct SlotEntry {
@@ -93,6 +86,10 @@ pub struct Inserted {
     pub evicted: Option<Evicted>,
 }
 
+/// Below this many blocks a tier's metadata (about 60 bytes a block) fits in a core's L2
+/// cache, where prefetch hints cost more instructions than the misses they save.
+const PREFETCH_MIN_BLOCKS: usize = 32_768;
+
 /// How many unevictable candidates a victim search requeues before giving up with `Retry`.
 const MAX_SKIPS: usize = 64;
 
@@ -102,14 +99,16 @@ pub struct Tier {
     name: String,
     capacity: usize,
     policy: PolicyKind,
-    /// Key → slot and pool; the pool rides in the map so a hit touches no slot entry.
-    map: FxHashMap<BlockKey, Entry>,
-    /// Per slot: the key and its state, side by side so an eviction reads one cache line.
+    /// Key → slot (open addressing over fingerprints; the keys are in `slots`).
+    map: KeyMap,
+    /// Per slot: the key and its state, side by side so a hit or an eviction reads one line.
     slots: Vec<SlotEntry>,
     free: Vec<u32>,
     pools: [Box<dyn EvictionPolicy>; 2],
     partitioner: Box<dyn Partitioner>,
     stats: TierStats,
+    /// Whether prefetch hints are worth their instructions (see [`PREFETCH_MIN_BLOCKS`]).
+    prefetching: bool,
 }
 
 impl Tier {
@@ -126,8 +125,7 @@ impl Tier {
         for p in &mut pools {
             p.set_capacity(c);
         }
-        let mut map = FxHashMap::default();
-        map.reserve(c);
+        let map = KeyMap::new(c);
         let mut tier = Self {
             name: cfg.name.clone(),
             capacity: c,
@@ -144,6 +142,7 @@ impl Tier {
             pools,
             partitioner,
             stats: TierStats::default(),
+            prefetching: c >= PREFETCH_MIN_BLOCKS,
         };
         tier.size_pools();
         Ok(tier)
@@ -205,8 +204,9 @@ impl Tier {
     #[inline]
     pub fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
         self.stats.requests += 1;
-        match self.map.get(&key) {
-            Some(&Entry { slot, pool }) => {
+        match self.find(&key) {
+            Some(slot) => {
+                let pool = self.slots[slot.index()].meta.pool;
                 self.pools[pool.index()].touch(slot);
                 self.stats.hits += 1;
                 self.stats.pools[pool.index()].hits += 1;
@@ -228,13 +228,63 @@ impl Tier {
         }
     }
 
+    #[inline]
+    fn find(&self, key: &BlockKey) -> Option<SlotId> {
+        let slots = &self.slots;
+        self.map
+            .find(key, KeyMap::fp(key), |s| slots[s as usize].key)
+            .map(SlotId)
+    }
+
+    /// Whether [`Tier::prefetch`] does anything: only for tiers whose metadata outgrows a core's
+    /// L2 cache (below that, the hints cost more than the misses they save).
+    #[inline]
+    pub fn wants_prefetch(&self) -> bool {
+        self.prefetching
+    }
+
+    /// Asks the CPU to start fetching what a lookup of `key` reads first: its bucket in the key
+    /// index. A hint for replay loops that know their next requests; no effect on the tier.
+    /// Call it some requests ahead, then [`Tier::prefetch_resident`] for the same key later.
+    #[inline]
+    pub fn prefetch(&self, key: &BlockKey) {
+        if !self.prefetching {
+            return;
+        }
+        self.map.prefetch(KeyMap::fp(key));
+    }
+
+    /// The second step of [`Tier::prefetch`], once the bucket is likely in cache: if `key`
+    /// seems resident, starts fetching its slot entry and the policy's links for it.
+    #[inline]
+    pub fn prefetch_resident(&self, key: &BlockKey) {
+        if !self.prefetching {
+            return;
+        }
+        if let Some(s) = self.map.candidate(KeyMap::fp(key)) {
+            self.prefetch_slot(SlotId(s));
+        }
+    }
+
+    #[inline]
+    fn prefetch_slot(&self, slot: SlotId) {
+        if let Some(e) = self.slots.get(slot.index()) {
+            prefetch_ptr((e as *const SlotEntry).cast());
+        }
+        for p in &self.pools {
+            if !p.is_empty() {
+                p.prefetch(slot);
+            }
+        }
+    }
+
     /// Where `key` is, without counting a request or changing order.
     #[inline]
     pub fn peek(&self, key: &BlockKey) -> Option<SlotId> {
-        self.map.get(key).map(|e| e.slot)
+        self.find(key)
     }
     pub fn contains(&self, key: &BlockKey) -> bool {
-        self.map.contains_key(key)
+        self.find(key).is_some()
     }
     pub fn key_of(&self, slot: SlotId) -> BlockKey {
         self.slots[slot.index()].key
@@ -260,7 +310,7 @@ impl Tier {
 
     /// Inserts only into a free slot; `None` when full (pinned regions never evict).
     pub fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
-        if let Some(&Entry { slot, .. }) = self.map.get(&key) {
+        if let Some(slot) = self.find(&key) {
             return Some(slot);
         }
         let slot = SlotId(self.free.pop()?);
@@ -270,7 +320,7 @@ impl Tier {
     }
 
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
-        if let Some(&Entry { slot, .. }) = self.map.get(&key) {
+        if let Some(slot) = self.find(&key) {
             return Ok(Inserted {
                 slot,
                 evicted: None,
@@ -299,7 +349,7 @@ impl Tier {
             pins: 0,
             used: true,
         };
-        self.map.insert(key, Entry { slot, pool });
+        self.map.insert(KeyMap::fp(&key), slot.0);
         self.pools[pool.index()].insert(slot, key);
     }
 
@@ -322,8 +372,11 @@ impl Tier {
                 if m.evictable() {
                     let vkey = self.slots[slot.index()].key;
                     self.pools[p].remove(slot, vkey, true);
-                    self.map.remove(&vkey);
+                    self.map.remove(KeyMap::fp(&vkey), slot.0);
                     self.stats.evictions += 1;
+                    if self.prefetching {
+                        self.prefetch_victims(p);
+                    }
                     return Ok((
                         slot,
                         Evicted {
@@ -340,11 +393,29 @@ impl Tier {
         })
     }
 
+    /// Starts fetching what the pool's next evictions will read, a pipeline over the victims
+    /// to come: the next one's index bucket (its slot entry was fetched two evictions ago), and
+    /// the third one's slot entry and links.
+    #[inline]
+    fn prefetch_victims(&self, p: usize) {
+        let [next, _, third] = self.pools[p].victim_hints();
+        if let Some(s) = next {
+            self.map.prefetch(KeyMap::fp(&self.slots[s.index()].key));
+        }
+        if let Some(s) = third {
+            if let Some(e) = self.slots.get(s.index()) {
+                prefetch_ptr((e as *const SlotEntry).cast());
+            }
+            self.pools[p].prefetch(s);
+        }
+    }
+
     /// Removes `key` without counting an eviction (promotion, invalidation). Returns its slot and
     /// state; the slot is free afterwards.
     /// The caller must not remove a pinned block (its data is in use); debug builds check.
     pub fn remove(&mut self, key: &BlockKey) -> Option<(SlotId, SlotMeta)> {
-        let slot = self.map.remove(key)?.slot;
+        let slot = self.find(key)?;
+        self.map.remove(KeyMap::fp(key), slot.0);
         let m = self.slots[slot.index()].meta;
         debug_assert_eq!(m.pins, 0, "removing pinned block {key:?}");
         self.pools[m.pool.index()].remove(slot, *key, false);
@@ -357,10 +428,9 @@ impl Tier {
     pub fn set_class(&mut self, slot: SlotId, class: Class) {
         let key = self.slots[slot.index()].key;
         let pool = self.partitioner.pool_of(class);
-        let Some(e) = self.map.get_mut(&key).filter(|e| e.slot == slot) else {
+        if self.find(&key) != Some(slot) {
             return;
-        };
-        e.pool = pool;
+        }
         let m = &mut self.slots[slot.index()].meta;
         m.class = class;
         if pool != m.pool {
@@ -390,7 +460,11 @@ impl Tier {
 
     /// Every resident block and its slot, in no particular order.
     pub fn resident(&self) -> impl Iterator<Item = (BlockKey, SlotId)> + '_ {
-        self.map.iter().map(|(k, e)| (*k, e.slot))
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.meta.used)
+            .map(|(i, e)| (e.key, SlotId(i as u32)))
     }
 
     /// The key in `slot`, if the slot holds a block (sampling without a map lookup).
@@ -415,22 +489,24 @@ impl Tier {
         if self.len() > self.capacity {
             return Err("over capacity".into());
         }
-        for (k, e) in &self.map {
-            let s = e.slot;
-            if self.slots[s.index()].key != *k {
+        if self.resident().count() != self.len() {
+            return Err(format!(
+                "{} slots in use, {} blocks resident",
+                self.resident().count(),
+                self.len()
+            ));
+        }
+        for (k, s) in self.resident() {
+            if self.find(&k) != Some(s) {
                 return Err(format!(
-                    "slot {} holds {:?}, map says {:?}",
+                    "slot {} holds {k:?}, map says {:?}",
                     s.0,
-                    self.slots[s.index()].key,
-                    k
+                    self.find(&k)
                 ));
             }
             let m = self.slots[s.index()].meta;
-            if m.pool != e.pool {
-                return Err(format!(
-                    "{k:?}: map says pool {:?}, slot says {:?}",
-                    e.pool, m.pool
-                ));
+            if self.pools[m.pool.index()].is_empty() {
+                return Err(format!("{k:?}: in pool {:?}, which is empty", m.pool));
             }
             if m.pool != self.partitioner.pool_of(m.class) {
                 return Err(format!(

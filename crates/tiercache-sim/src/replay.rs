@@ -137,10 +137,29 @@ pub fn replay(
     let mut last = Snapshot::of(&h);
     let mut in_window = 0usize;
     let start = Instant::now();
+    let mut done = 0;
+    let prefetch = h.tiers()[0].wants_prefetch();
     for part in requests.chunks(chunk) {
-        for &a in part {
-            h.access(a);
+        if prefetch {
+            for (i, &a) in part.iter().enumerate() {
+                // Replay knows what comes next: fetch the top tier's index bucket of the request
+                // AHEAD positions on and the slot entry of the one AHEAD / 2 on (whose bucket
+                // came in meanwhile), so that memory latency overlaps the requests in between.
+                let top = &h.tiers()[0];
+                if let Some(f) = requests.get(done + i + AHEAD) {
+                    top.prefetch(&f.key);
+                }
+                if let Some(f) = requests.get(done + i + AHEAD / 2) {
+                    top.prefetch_resident(&f.key);
+                }
+                h.access(a);
+            }
+        } else {
+            for &a in part {
+                h.access(a);
+            }
         }
+        done += part.len();
         in_window += part.len();
         if in_window >= window {
             in_window = 0;
@@ -161,6 +180,9 @@ pub fn replay(
         series,
     })
 }
+
+/// How many requests ahead the replay loop prefetches (see [`replay`]).
+const AHEAD: usize = 16;
 
 /// Counters at a window boundary.
 struct Snapshot {

@@ -75,6 +75,23 @@ impl<const N: usize> SlotLists<N> {
         (p != NIL).then_some(p)
     }
 
+    /// Hint: start fetching `slot`'s links.
+    #[inline]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(n) = self.nodes.get(slot as usize) {
+            crate::keymap::prefetch_ptr((n as *const Node).cast());
+        }
+    }
+
+    /// The three oldest slots of `list`, oldest first.
+    #[inline]
+    pub fn tail_hints(&self, list: usize) -> [Option<u32>; 3] {
+        let a = self.tail(list);
+        let b = a.and_then(|s| self.newer(s));
+        let c = b.and_then(|s| self.newer(s));
+        [a, b, c]
+    }
+
     /// Link `slot` at the head of `list`. The slot must be unlinked.
     #[inline]
     pub fn push_head(&mut self, list: usize, slot: u32) {

@@ -42,4 +42,12 @@ impl EvictionPolicy for Lru {
     fn remove(&mut self, slot: SlotId, _key: BlockKey, _evicted: bool) {
         self.list.unlink(slot.0);
     }
+    #[inline]
+    fn prefetch(&self, slot: SlotId) {
+        self.list.prefetch(slot.0);
+    }
+    #[inline]
+    fn victim_hints(&self) -> [Option<SlotId>; 3] {
+        self.list.tail_hints(0).map(|s| s.map(SlotId))
+    }
 }

@@ -103,6 +103,17 @@ pub trait EvictionPolicy: Send + fmt::Debug {
     /// `slot` leaves the pool: `evicted` is true for an eviction (ghost-keeping policies remember
     /// the key), false for a move elsewhere (promotion, reclassification, invalidation).
     fn remove(&mut self, slot: SlotId, key: BlockKey, evicted: bool);
+    /// Hint: start fetching what [`EvictionPolicy::touch`] of `slot` reads first. No effect on
+    /// the order; the default does nothing.
+    #[inline]
+    fn prefetch(&self, _slot: SlotId) {}
+    /// Hint: the blocks likely to be chosen as the next three victims, next first, for the
+    /// tier to prefetch. May be wrong or `None`; never changes the order. The default knows
+    /// none.
+    #[inline]
+    fn victim_hints(&self) -> [Option<SlotId>; 3] {
+        [None; 3]
+    }
 }
 
 /// A policy of `kind` for slots `0..slots`.
