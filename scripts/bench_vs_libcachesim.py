@@ -92,6 +92,8 @@ def spread(xs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiercache", required=True)
+    ap.add_argument("--baseline", default=None,
+                    help="another tiercache binary (an older build) to run in the same rounds")
     ap.add_argument("--requests", type=int, default=10_000_000)
     ap.add_argument("--objects", type=int, default=1_000_000)
     ap.add_argument("--alpha", type=float, default=0.9)
@@ -107,7 +109,8 @@ def main():
         print(f"generating {trace} ...", file=sys.stderr)
         make_trace(trace, a.requests, a.objects, a.alpha, a.seed)
     sizes = [max(1, round(float(f) * a.objects)) for f in a.sizes.split(",")]
-    runs = {s: {"lcs": [], "tc": [], "tc_wall": [], "ratio": [], "hit": set()} for s in sizes}
+    runs = {s: {"lcs": [], "tc": [], "tc_wall": [], "ratio": [], "base": [], "base_ratio": [],
+                "hit": set()} for s in sizes}
     for r in range(a.repeat):
         for s in sizes:
             print(f"round {r + 1}/{a.repeat}, cache {s} ...", file=sys.stderr)
@@ -120,6 +123,11 @@ def main():
             d["tc_wall"].append(a.requests / wall_t)
             d["ratio"].append(rps_t / rps_l)
             d["hit"].add((round(hit_l, 6), round(hit_t, 6)))
+            if a.baseline:
+                rps_b, _, hit_b = run_tiercache(a.baseline, trace, s, a.policy)
+                d["base"].append(rps_b)
+                d["base_ratio"].append(rps_b / rps_l)
+                d["hit"].add((round(hit_l, 6), round(hit_b, 6)))
     result = []
     for s in sizes:
         d = runs[s]
@@ -131,6 +139,9 @@ def main():
             "tiercache_end_to_end_rps": spread(d["tc_wall"]),
             "ratio": spread(d["ratio"]),
         })
+        if a.baseline:
+            result[-1]["baseline_rps"] = spread(d["base"])
+            result[-1]["baseline_ratio"] = spread(d["base_ratio"])
     if a.json:
         print(json.dumps({"requests": a.requests, "objects": a.objects, "alpha": a.alpha,
                           "policy": a.policy, "rounds": a.repeat, "sizes": result}, indent=2))
@@ -145,6 +156,10 @@ def main():
               f"[{x['ratio'][1]:.2f}–{x['ratio'][2]:.2f}]")
         print(f"      tiercache end to end (decode + replay) {m(x['tiercache_end_to_end_rps'])};"
               f" hit ratio {hits}")
+        if a.baseline:
+            print(f"      baseline {a.baseline} {m(x['baseline_rps'])}   ratio "
+                  f"{x['baseline_ratio'][0]:.2f}× [{x['baseline_ratio'][1]:.2f}–"
+                  f"{x['baseline_ratio'][2]:.2f}]")
 
 
 if __name__ == "__main__":

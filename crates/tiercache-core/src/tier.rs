@@ -9,8 +9,8 @@
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
 use crate::ids::{BlockKey, SlotId};
-use crate::keymap::{prefetch_ptr, KeyMap};
-use crate::partition::{new_partitioner, PartitionConfig, Partitioner, PoolSizes};
+use crate::keymap::{prefetch_ptr, Fp, KeyMap};
+use crate::partition::{new_partitioner, PartitionConfig, PartitionKind, Partitioner, PoolSizes};
 use crate::policy::{new_policy, EvictionPolicy, PolicyKind};
 use crate::stats::TierStats;
 
@@ -109,6 +109,11 @@ pub struct Tier {
     stats: TierStats,
     /// Whether prefetch hints are worth their instructions (see [`PREFETCH_MIN_BLOCKS`]).
     prefetching: bool,
+    /// The partitioner is `none`: one pool, no decisions to ask it for.
+    shared: bool,
+    /// The key of the last lookup that missed, and its hash, until the next block comes in:
+    /// a fill right after the miss skips probing the index again.
+    absent: Option<(BlockKey, Fp)>,
 }
 
 impl Tier {
@@ -143,6 +148,8 @@ impl Tier {
             partitioner,
             stats: TierStats::default(),
             prefetching: c >= PREFETCH_MIN_BLOCKS,
+            shared: cfg.partition.kind == PartitionKind::None,
+            absent: None,
         };
         tier.size_pools();
         Ok(tier)
@@ -204,23 +211,25 @@ impl Tier {
     #[inline]
     pub fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
         self.stats.requests += 1;
-        match self.find(&key) {
+        let fp = KeyMap::fp(&key);
+        match self.find_fp(&key, fp) {
             Some(slot) => {
                 let pool = self.slots[slot.index()].meta.pool;
                 self.pools[pool.index()].touch(slot);
                 self.stats.hits += 1;
                 self.stats.pools[pool.index()].hits += 1;
                 self.stats.classes[class.index()].hits += 1;
-                if self.partitioner.record(pool, true) {
+                if !self.shared && self.partitioner.record(pool, true) {
                     self.size_pools();
                 }
                 Some(slot)
             }
             None => {
-                let pool = self.partitioner.pool_of(class);
+                self.absent = Some((key, fp));
+                let pool = self.pool_of(class);
                 self.stats.pools[pool.index()].misses += 1;
                 self.stats.classes[class.index()].misses += 1;
-                if self.partitioner.record(pool, false) {
+                if !self.shared && self.partitioner.record(pool, false) {
                     self.size_pools();
                 }
                 None
@@ -230,10 +239,25 @@ impl Tier {
 
     #[inline]
     fn find(&self, key: &BlockKey) -> Option<SlotId> {
+        self.find_fp(key, KeyMap::fp(key))
+    }
+
+    #[inline]
+    fn find_fp(&self, key: &BlockKey, fp: Fp) -> Option<SlotId> {
         let slots = &self.slots;
         self.map
-            .find(key, KeyMap::fp(key), |s| slots[s as usize].key)
+            .find(key, fp, |s| slots[s as usize].key)
             .map(SlotId)
+    }
+
+    /// The pool blocks of `class` belong in.
+    #[inline]
+    fn pool_of(&self, class: Class) -> PoolId {
+        if self.shared {
+            PoolId::Normal
+        } else {
+            self.partitioner.pool_of(class)
+        }
     }
 
     /// Whether [`Tier::prefetch`] does anything: only for tiers whose metadata outgrows a core's
@@ -295,6 +319,7 @@ impl Tier {
 
     /// Brings `key` in after a miss (a fill), evicting by the partitioner's and the pool
     /// policy's decision when the tier is full. An already resident key returns its slot.
+    #[inline]
     pub fn insert(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
         let r = self.place(key, class)?;
         self.stats.insertions += 1;
@@ -302,6 +327,7 @@ impl Tier {
     }
 
     /// Like [`Tier::insert`] but counted as a demotion from the tier above.
+    #[inline]
     pub fn demote_into(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
         let r = self.place(key, class)?;
         self.stats.demotions += 1;
@@ -310,37 +336,48 @@ impl Tier {
 
     /// Inserts only into a free slot; `None` when full (pinned regions never evict).
     pub fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
-        if let Some(slot) = self.find(&key) {
+        let fp = KeyMap::fp(&key);
+        if let Some(slot) = self.find_fp(&key, fp) {
             return Some(slot);
         }
         let slot = SlotId(self.free.pop()?);
-        self.occupy(slot, key, class);
+        self.occupy(slot, key, fp, class);
         self.stats.insertions += 1;
         Some(slot)
     }
 
+    #[inline(always)]
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
-        if let Some(slot) = self.find(&key) {
-            return Ok(Inserted {
-                slot,
-                evicted: None,
-            });
-        }
+        let fp = match self.absent {
+            // Missed since the last block came in: still absent.
+            Some((k, fp)) if k == key => fp,
+            _ => {
+                let fp = KeyMap::fp(&key);
+                if let Some(slot) = self.find_fp(&key, fp) {
+                    return Ok(Inserted {
+                        slot,
+                        evicted: None,
+                    });
+                }
+                fp
+            }
+        };
         let (slot, evicted) = match self.free.pop() {
             Some(s) => (SlotId(s), None),
             None => {
-                let incoming = self.partitioner.pool_of(class);
+                let incoming = self.pool_of(class);
                 let (slot, ev) = self.evict_for(key, incoming)?;
                 (slot, Some(ev))
             }
         };
-        self.occupy(slot, key, class);
+        self.occupy(slot, key, fp, class);
         Ok(Inserted { slot, evicted })
     }
 
     #[inline]
-    fn occupy(&mut self, slot: SlotId, key: BlockKey, class: Class) {
-        let pool = self.partitioner.pool_of(class);
+    fn occupy(&mut self, slot: SlotId, key: BlockKey, fp: Fp, class: Class) {
+        self.absent = None;
+        let pool = self.pool_of(class);
         self.slots[slot.index()].key = key;
         self.slots[slot.index()].meta = SlotMeta {
             class,
@@ -349,7 +386,7 @@ impl Tier {
             pins: 0,
             used: true,
         };
-        self.map.insert(KeyMap::fp(&key), slot.0);
+        self.map.insert(fp, slot.0);
         self.pools[pool.index()].insert(slot, key);
     }
 
@@ -360,7 +397,11 @@ impl Tier {
         key: BlockKey,
         incoming: PoolId,
     ) -> Result<(SlotId, Evicted), CoreError> {
-        let first = self.partitioner.victim_pool(incoming, self.pool_sizes());
+        let first = if self.shared {
+            PoolId::Normal
+        } else {
+            self.partitioner.victim_pool(incoming, self.pool_sizes())
+        };
         for pool in [first, first.other()] {
             let p = pool.index();
             let tries = MAX_SKIPS.min(self.pools[p].len());

@@ -138,19 +138,23 @@ pub fn replay(
     let mut in_window = 0usize;
     let start = Instant::now();
     let mut done = 0;
-    let prefetch = h.tiers()[0].wants_prefetch();
+    let prefetch = h.tiers().iter().any(|t| t.wants_prefetch());
     for part in requests.chunks(chunk) {
         if prefetch {
             for (i, &a) in part.iter().enumerate() {
-                // Replay knows what comes next: fetch the top tier's index bucket of the request
-                // AHEAD positions on and the slot entry of the one AHEAD / 2 on (whose bucket
-                // came in meanwhile), so that memory latency overlaps the requests in between.
-                let top = &h.tiers()[0];
-                if let Some(f) = requests.get(done + i + AHEAD) {
-                    top.prefetch(&f.key);
-                }
-                if let Some(f) = requests.get(done + i + AHEAD / 2) {
-                    top.prefetch_resident(&f.key);
+                // Replay knows what comes next: fetch each big tier's index bucket of the
+                // request AHEAD positions on and the slot entry of the one AHEAD / 2 on (whose
+                // bucket came in meanwhile), so that memory latency overlaps the requests in
+                // between. Tiers too small to gain from it ignore the hints.
+                let ahead = requests.get(done + i + AHEAD);
+                let half = requests.get(done + i + AHEAD / 2);
+                for t in h.tiers() {
+                    if let Some(f) = ahead {
+                        t.prefetch(&f.key);
+                    }
+                    if let Some(f) = half {
+                        t.prefetch_resident(&f.key);
+                    }
                 }
                 h.access(a);
             }
