@@ -346,7 +346,7 @@ impl Tier {
         Some(slot)
     }
 
-    #[inline(always)]
+    #[inline]
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
         let fp = match self.absent {
             // Missed since the last block came in: still absent.
