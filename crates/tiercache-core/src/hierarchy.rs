@@ -11,6 +11,7 @@
 use crate::class::Class;
 use crate::error::CoreError;
 use crate::ids::SlotId;
+use crate::index::TierIndex;
 pub use crate::placement::Placement;
 use crate::placement::{Action, Planner};
 use crate::stats::HitCounts;
@@ -27,7 +28,7 @@ pub struct LevelConfig {
 /// Tiers top first, with overall and per-class counters.
 #[derive(Debug)]
 pub struct Hierarchy {
-    tiers: Vec<Tier>,
+    tiers: Vec<Box<dyn TierIndex>>,
     planner: Planner,
     requests: u64,
     hits: u64,
@@ -47,11 +48,26 @@ impl Hierarchy {
         }
         let tiers = levels
             .iter()
-            .map(|l| Tier::new(&l.tier))
+            .map(|l| Tier::new(&l.tier).map(|t| Box::new(t) as Box<dyn TierIndex>))
             .collect::<Result<Vec<_>, _>>()?;
         let placement: Vec<Placement> = levels.iter().map(|l| l.placement).collect();
-        let planner = Planner::new(&placement).map_err(|e| CoreError::config("tier", e))?;
-        let total: usize = tiers.iter().map(Tier::capacity).sum();
+        Self::with_indexes(tiers, &placement)
+    }
+
+    /// A hierarchy over any tier indexes (e.g. a set-associative one for a flash tier), top
+    /// first, with their placements.
+    pub fn with_indexes(
+        tiers: Vec<Box<dyn TierIndex>>,
+        placement: &[Placement],
+    ) -> Result<Self, CoreError> {
+        if tiers.is_empty() || tiers.len() != placement.len() {
+            return Err(CoreError::config(
+                "tier",
+                "a hierarchy needs at least one tier, each with a placement",
+            ));
+        }
+        let planner = Planner::new(placement).map_err(|e| CoreError::config("tier", e))?;
+        let total: usize = tiers.iter().map(|t| t.capacity()).sum();
         Ok(Self {
             tiers,
             planner,
@@ -64,11 +80,11 @@ impl Hierarchy {
         })
     }
 
-    pub fn tiers(&self) -> &[Tier] {
+    pub fn tiers(&self) -> &[Box<dyn TierIndex>] {
         &self.tiers
     }
-    pub fn tier_mut(&mut self, i: usize) -> &mut Tier {
-        &mut self.tiers[i]
+    pub fn tier_mut(&mut self, i: usize) -> &mut dyn TierIndex {
+        self.tiers[i].as_mut()
     }
     pub fn placement(&self, i: usize) -> Placement {
         self.planner.placement(i)

@@ -14,6 +14,7 @@
 use crate::class::Class;
 use crate::error::CoreError;
 use crate::ids::{BlockKey, SlotId};
+use crate::partition::Partitioner;
 use crate::policy::PolicyKind;
 use crate::stats::TierStats;
 use crate::tier::{Inserted, SlotMeta, Tier};
@@ -49,9 +50,28 @@ pub trait TierIndex: Send + fmt::Debug {
     fn set_dirty(&mut self, slot: SlotId, dirty: bool);
     /// The key held in `slot`, if any (sampling).
     fn key_at(&self, slot: SlotId) -> Option<BlockKey>;
+    /// Every resident block and its slot, in no particular order (tests, checks).
+    fn resident(&self) -> Box<dyn Iterator<Item = (BlockKey, SlotId)> + '_>;
     fn stats(&self) -> &TierStats;
     fn stats_mut(&mut self) -> &mut TierStats;
     fn check_invariants(&self) -> Result<(), String>;
+    /// The partitioner splitting the index into pools (`none` for an index without pools).
+    fn partitioner(&self) -> &dyn Partitioner;
+    /// The partitioner's protected-pool target, if any.
+    fn s_target(&self) -> Option<u64> {
+        self.partitioner().s_target()
+    }
+    /// Blocks in the protected pool.
+    fn s_cur(&self) -> u64;
+    /// Whether replay should send [`TierIndex::prefetch`] hints (an index too small to gain
+    /// from them says no).
+    fn wants_prefetch(&self) -> bool {
+        false
+    }
+    /// Hint: `key` will be looked up soon.
+    fn prefetch(&self, _key: &BlockKey) {}
+    /// Hint: `key`, if resident, will be touched soon.
+    fn prefetch_resident(&self, _key: &BlockKey) {}
 }
 
 impl TierIndex for Tier {
@@ -99,6 +119,9 @@ impl TierIndex for Tier {
     fn key_at(&self, slot: SlotId) -> Option<BlockKey> {
         Tier::key_at(self, slot)
     }
+    fn resident(&self) -> Box<dyn Iterator<Item = (BlockKey, SlotId)> + '_> {
+        Box::new(Tier::resident(self))
+    }
     fn stats(&self) -> &TierStats {
         Tier::stats(self)
     }
@@ -107,5 +130,25 @@ impl TierIndex for Tier {
     }
     fn check_invariants(&self) -> Result<(), String> {
         Tier::check_invariants(self)
+    }
+    fn partitioner(&self) -> &dyn Partitioner {
+        Tier::partitioner(self)
+    }
+    fn s_target(&self) -> Option<u64> {
+        Tier::s_target(self)
+    }
+    fn s_cur(&self) -> u64 {
+        Tier::s_cur(self)
+    }
+    fn wants_prefetch(&self) -> bool {
+        Tier::wants_prefetch(self)
+    }
+    #[inline]
+    fn prefetch(&self, key: &BlockKey) {
+        Tier::prefetch(self, key)
+    }
+    #[inline]
+    fn prefetch_resident(&self, key: &BlockKey) {
+        Tier::prefetch_resident(self, key)
     }
 }
