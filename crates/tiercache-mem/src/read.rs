@@ -57,8 +57,9 @@ struct ReadPlan {
     /// Identity and content version in the lower tiers (when there are any).
     fkey: Option<FileKey>,
     version: u64,
-    shared: Arc<FileShared>,
-    /// The file's change counter when planned (see `lower`).
+    /// With lower tiers only (no extra atomics on the hit path without them): the file's
+    /// locks and its change counter when planned (see `lower`).
+    shared: Option<Arc<FileShared>>,
     change: u64,
 }
 
@@ -165,8 +166,11 @@ impl Inner {
             class,
             fkey,
             version,
-            shared: Arc::clone(shared),
-            change: shared.change.load(std::sync::atomic::Ordering::SeqCst),
+            shared: self.lower.as_ref().map(|_| Arc::clone(shared)),
+            change: match self.lower {
+                Some(_) => shared.change.load(std::sync::atomic::Ordering::SeqCst),
+                None => 0,
+            },
         }))
     }
 
@@ -312,7 +316,7 @@ impl Inner {
     ) -> io::Result<()> {
         let bs = self.bs;
         let start = run[0].block << self.shift;
-        let (Some(lower), Some(fk)) = (&self.lower, plan.fkey) else {
+        let (Some(lower), Some(fk), Some(shared)) = (&self.lower, plan.fkey, &plan.shared) else {
             if let Err(e) = self.read_backing(file, &plan.fd, buf, start, plan.size) {
                 log::warn!("file {}: backing read at {start} failed: {e}", file.0);
                 return Err(e);
@@ -381,7 +385,7 @@ impl Inner {
                     plan.version,
                     plan.class,
                     b,
-                    &plan.shared,
+                    shared,
                     plan.change,
                 );
             }
