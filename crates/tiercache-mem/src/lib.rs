@@ -18,9 +18,18 @@
 //! - backing [`BackingIo`]s: real, emulated HDD/SSD model, fault injection;
 //! - statistics ([`MemStats`]) and an optional CSV access trace for the simulator.
 //!
+//! Below the memory tier, a stack of [`tiercache_tier::DataTier`]s ([`LowerTier`],
+//! [`MemCache::with_tiers`]): misses ask them before BACKING, evictions are demoted into an
+//! exclusive tier in the background, inclusive tiers are filled, write-back goes into the first
+//! tier that takes dirty data and is cleaned from there to BACKING — placement decided by
+//! `tiercache_core::placement::Planner`, the simulator's own code.
+//!
 //! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
 //! `files` (per-file state), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
-//! `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`, `error`.
+//! `lower` (the tier stack: lookups, transit, demotions, fills), `lower_wb` (write-back into
+//! and cleaning of a lower tier), `owner` (times set as a file's owner on root-squashed
+//! BACKING), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
+//! `error`.
 
 mod arena;
 pub mod backing;
