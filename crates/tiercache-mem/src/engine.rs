@@ -285,7 +285,7 @@ impl Engine {
                 return f.backing.take();
             }
             self.ctimes.remove(id);
-            return self.files.remove(&id).and_then(|f| f.backing);
+            return self.files.remove(&id).and_then(|mut f| f.backing.take());
         }
         if f.needs_sync {
             return None;

@@ -79,6 +79,9 @@ pub(crate) struct FileShared {
     /// behind our back): a lower-tier store whose bytes were read at another value is undone
     /// (see `lower`).
     pub change: AtomicU64,
+    /// Held while blocks only in the tier below are cleaned or patched in place there (a
+    /// write-through of such a block); taken after `io` or `op`, before the engine lock.
+    pub below: Mutex<()>,
 }
 
 /// Sequential-stream detector.
@@ -213,6 +216,15 @@ impl FileState {
     }
 }
 
+impl Drop for FileState {
+    fn drop(&mut self) {
+        // Stores below still queued with this state's bytes are checked against this counter
+        // (see `lower`); a later state of the same file has a counter of its own, so once this
+        // state is gone they must not land.
+        self.shared.change.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// How useful a descriptor is as the backing handle: read-write serves reads, fills and
 /// write-back; read-only serves reads; write-only cannot fill partial blocks.
 fn mode_rank(mode: i32) -> u8 {
@@ -317,9 +329,29 @@ impl Inner {
                 }
                 // Could not be dropped (logged): handled as a change behind our back below.
             }
-            // Our writes still in the tier below go to BACKING before the version changes
-            // (they win over the outside change, like memory's dirty blocks below).
-            self.clean_lower_locked(file)?;
+            // Whether the file changed behind our back is decided on the stamp from before any
+            // cleaning below (which moves BACKING's stamp itself). Then our writes still only
+            // in the tier below go to BACKING, before the version changes: they win over an
+            // outside change, like memory's dirty blocks.
+            let (changed, below) = {
+                let eng = self.lock();
+                match eng.files.get(&file) {
+                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => (
+                        f.stamp != now || (f.forgotten && reborn(f.born, born)),
+                        !f.lower_dirty.is_empty(),
+                    ),
+                    _ => continue,
+                }
+            };
+            let mut now = now;
+            if below {
+                self.clean_lower_locked(file)?;
+                if changed {
+                    // The reset below takes BACKING as it is after our cleaning.
+                    now = FileStamp::of_file(&backing).unwrap_or(now);
+                    fresh = Some(now);
+                }
+            }
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
                 continue;
@@ -327,7 +359,7 @@ impl Inner {
             if !Arc::ptr_eq(&f.shared, &shared) {
                 continue;
             }
-            if f.stamp == now && !(f.forgotten && reborn(f.born, born)) {
+            if !changed {
                 f.forgotten = false;
                 let reused_blocks = self.attach(eng, file, backing, mode, class, born);
                 return Ok(OpenOutcome {
@@ -544,7 +576,7 @@ impl Inner {
                 }
                 return eng.drop_file_blocks(file, false).0;
             }
-            if f.dirty.is_empty() {
+            if f.dirty.is_empty() && f.lower_dirty.is_empty() {
                 None
             } else {
                 f.backing.clone()
@@ -613,7 +645,7 @@ impl Inner {
             }
             match eng.files.get_mut(&file) {
                 Some(f) if f.blocks.is_empty() && f.lower_dirty.is_empty() => {
-                    let fd = eng.files.remove(&file).and_then(|f| f.backing);
+                    let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
                     eng.ctimes.remove(file);
                     (clean + dirty, fd)
                 }
@@ -657,7 +689,14 @@ impl Inner {
         {
             return Some((None, 0)); // written back and gone already
         }
-        let (clean, dirty) = eng.drop_file_blocks(file, true);
+        let (clean, mut dirty) = eng.drop_file_blocks(file, true);
+        if let Some(f) = eng.files.get_mut(&file) {
+            dirty += f.lower_dirty.len();
+            f.lower_dirty.clear();
+            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
+                lower.invalidate_file(fk, 0);
+            }
+        }
         if dirty > 0 {
             log::error!(
                 "file {}: discarding {dirty} dirty blocks of a forgotten file that could not be \
@@ -672,7 +711,7 @@ impl Inner {
             );
             return None;
         }
-        let fd = eng.files.remove(&file).and_then(|f| f.backing);
+        let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
         eng.ctimes.remove(file);
         Some((fd, clean + dirty))
     }

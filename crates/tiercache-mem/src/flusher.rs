@@ -298,8 +298,12 @@ impl Inner {
     /// [`Inner::flush_file`] for a caller that holds the file's `io` lock.
     pub(crate) fn flush_locked(&self, file: FileId, why: Why) -> io::Result<usize> {
         // `forget` writes to BACKING too: what it leaves may be dropped with the inode's id.
+        // `forget` writes to BACKING whatever the tier below: the state may go right after.
         let to_durable = matches!(why, Why::Sync(_) | Why::Forget);
-        let below = self.dirty_tier_for(to_durable);
+        let below = match why {
+            Why::Forget => None,
+            _ => self.dirty_tier_for(to_durable),
+        };
         if below.is_none() && to_durable {
             // fsync/flush to BACKING: the file's bytes in a volatile tier below go first (the
             // newer ones in memory then overwrite them).

@@ -336,6 +336,9 @@ impl Lower {
                             break job;
                         }
                         t.free.push(job.data);
+                        if t.queue.is_empty() && t.busy == 0 {
+                            self.cv.notify_all(); // `drain` waits for this
+                        }
                         continue;
                     }
                     if t.stop {
@@ -348,12 +351,19 @@ impl Lower {
             // The file changed since its bytes were read: they may be stale. A store that
             // raced a change is undone after the fact (the writer's own invalidation may have
             // come before it).
-            let r = if job.file.change.load(SeqCst) != job.change {
+            // The bytes are current while the file's change counter has not moved since they
+            // were read; the tier asks this under its own lock as it makes the copy visible.
+            let current = || job.file.change.load(SeqCst) == job.change;
+            let r = if !current() {
                 Ok(Admit::Rejected)
             } else {
                 let r = match job.kind {
-                    JobKind::Demote => tier.demote(&job.key, job.version, job.class, &job.data),
-                    JobKind::Fill => tier.fill(&job.key, job.version, job.class, &job.data),
+                    JobKind::Demote => {
+                        tier.demote(&job.key, job.version, job.class, &job.data, &current)
+                    }
+                    JobKind::Fill => {
+                        tier.fill(&job.key, job.version, job.class, &job.data, &current)
+                    }
                 };
                 if job.file.change.load(SeqCst) != job.change {
                     tier.invalidate(&job.key);

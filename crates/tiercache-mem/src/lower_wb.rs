@@ -90,7 +90,7 @@ impl Inner {
         let Some(tier) = self.lower.as_ref().and_then(|l| l.dirty_tier()).cloned() else {
             return Ok(0);
         };
-        let (fd, mode, size, fkey, version, blocks) = {
+        let (fd, mode, size, fkey, version, blocks, mtime, shared) = {
             let eng = self.lock();
             let Some(f) = eng.files.get(&file) else {
                 return Ok(0);
@@ -104,8 +104,20 @@ impl Inner {
                 ));
             };
             let blocks: Vec<u64> = f.lower_dirty.iter().copied().collect();
-            (fd, f.backing_mode, f.size, fkey, f.version, blocks)
+            let shared = Arc::clone(&f.shared);
+            (
+                fd,
+                f.backing_mode,
+                f.size,
+                fkey,
+                f.version,
+                blocks,
+                f.mtime,
+                shared,
+            )
         };
+        // No write-through patches these blocks below while they are cleaned.
+        let _below = crate::cache::lock(&shared.below);
         let wfd = self.writable_backing(file, &fd, mode)?;
         let before = wfd.metadata()?;
         // Hide the ctime our writes will cause (see `times`), as the flusher does.
@@ -119,8 +131,9 @@ impl Inner {
             logical
         };
         let result = self.clean_runs(file, &wfd, &*tier, fkey, version, size, &blocks);
-        // Our pwrites moved BACKING's mtime: put back what it showed (the time of the writes).
-        if let Ok(t) = before.modified() {
+        // Our pwrites moved BACKING's mtime: put back the time of the writes — the logical one
+        // while writes are pending, else what BACKING showed before.
+        if let Some(t) = mtime.or_else(|| before.modified().ok()) {
             if let Err(e) = crate::owner::set_mtime(&wfd, t) {
                 log::warn!(
                     "file {}: setting the mtime after cleaning failed: {e}",
@@ -162,6 +175,13 @@ impl Inner {
                 if wrote_end > 0 {
                     f.backing_size = f.backing_size.max(wrote_end.min(f.size));
                     f.needs_sync = true;
+                }
+                if f.lower_dirty.is_empty() && f.forgotten && f.born.is_none() {
+                    // Forgotten without a birth time: its identity may name another file
+                    // later, so nothing of it stays below once its data is on BACKING.
+                    if let Some(lower) = &self.lower {
+                        lower.invalidate_file(fkey, 0);
+                    }
                 }
             }
             cleaned

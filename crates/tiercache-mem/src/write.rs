@@ -238,6 +238,9 @@ impl Inner {
             .as_ref()
             .and_then(|l| l.dirty_tier())
             .ok_or_else(eio)?;
+        // One patch at a time, and none while the file is being cleaned: the block stays
+        // lower-dirty from the read below to the store (no lost update, nothing untracked).
+        let _below = lock(&plan.shared.below);
         let mut buf = vec![0u8; self.bs];
         if !self.read_lower_dirty(file, fk, plan.version, block, &mut buf)? {
             // Cleaned meanwhile: an ordinary write-through to BACKING.
@@ -252,7 +255,12 @@ impl Inner {
             .get(&file)
             .map_or(Class::Normal, |f| f.class);
         match tier.write_dirty(&TierKey::new(fk, block), plan.version, class, &buf) {
-            Ok(Admit::Stored) => Ok(false),
+            Ok(Admit::Stored) => {
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.lower_dirty.insert(block);
+                }
+                Ok(false)
+            }
             Ok(Admit::Rejected) => {
                 log::error!(
                     "file {}: tier turned down its own dirty block {block}",

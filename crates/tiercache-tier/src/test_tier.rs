@@ -217,6 +217,7 @@ impl TestTier {
         class: Class,
         data: &[u8],
         how: Store,
+        current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
         self.fault(&self.fail_writes, "write")?;
         let bs = self.cfg.block_size;
@@ -231,6 +232,10 @@ impl TestTier {
         }
         Self::sleep(self.cfg.write_latency);
         let mut st = self.state();
+        if !current() {
+            st.snap.rejected += 1;
+            return Ok(Admit::Rejected);
+        }
         let slot = match st.find(key) {
             Some((_, slot)) => {
                 if how != Store::Dirty && st.slots[slot.index()].seq != 0 {
@@ -246,6 +251,7 @@ impl TestTier {
                     Ok(ins) => ins,
                     Err(_) => {
                         st.snap.rejected += 1;
+                        st.unintern_if_empty(&key.file);
                         return Ok(Admit::Rejected);
                     }
                 };
@@ -337,6 +343,15 @@ impl State {
         }
     }
 
+    /// Forgets an interned file holding no block (a store of it was turned down).
+    fn unintern_if_empty(&mut self, file: &FileKey) {
+        if self.files.get(file).is_some_and(|(_, b)| b.is_empty()) {
+            if let Some((id, _)) = self.files.remove(file) {
+                self.ids.remove(&id);
+            }
+        }
+    }
+
     fn note(&mut self, key: &TierKey, held: bool) {
         if let Some((_, blocks)) = self.files.get_mut(&key.file) {
             if held {
@@ -400,8 +415,9 @@ impl DataTier for TestTier {
         version: u64,
         class: Class,
         data: &[u8],
+        current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Fill)
+        self.store(key, version, class, data, Store::Fill, current)
     }
 
     fn demote(
@@ -410,8 +426,9 @@ impl DataTier for TestTier {
         version: u64,
         class: Class,
         data: &[u8],
+        current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Demote)
+        self.store(key, version, class, data, Store::Demote, current)
     }
 
     fn write_dirty(
@@ -425,7 +442,7 @@ impl DataTier for TestTier {
             self.state().snap.rejected += 1;
             return Ok(Admit::Rejected);
         }
-        self.store(key, version, class, data, Store::Dirty)
+        self.store(key, version, class, data, Store::Dirty, &|| true)
     }
 
     fn invalidate(&self, key: &TierKey) {

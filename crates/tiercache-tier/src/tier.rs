@@ -3,7 +3,11 @@
 //! Contract (every implementation):
 //! - a tier stores whole blocks of [`TierInfo::block_size`] bytes by [`TierKey`], each with the
 //!   content `version` it was stored with; a read with another version is a miss and drops the
-//!   old copy, so a tier never returns bytes of another version;
+//!   old copy if it is clean (a dirty one stays until cleaned), so a tier never returns bytes
+//!   of another version;
+//! - a clean store (`fill`, `demote`) is made visible only if its `current` check, asked
+//!   under the same lock that makes it visible, still holds — so a write that makes the bytes
+//!   stale either comes first (the store is turned down) or invalidates after it;
 //! - reads either fill the whole buffer with the stored bytes or report a miss or an error —
 //!   never partial or unverified bytes (a tier that cannot verify its medium reports a miss);
 //! - clean blocks may be dropped at any time (BACKING or a tier above has them); dirty blocks
@@ -130,21 +134,26 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// Like `read`, then removes a clean copy (exclusive promotion). A dirty copy stays: the
     /// tier remains responsible for it until cleaned.
     fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError>;
-    /// Stores a clean copy read from below on a miss (inclusive placement).
+    /// Stores a clean copy read from below on a miss (inclusive placement). `current` is asked
+    /// atomically with making the copy visible (under the tier's own lock): `false` means the
+    /// bytes went stale since they were read, and the store is `Rejected`.
     fn fill(
         &self,
         key: &TierKey,
         version: u64,
         class: Class,
         data: &[u8],
+        current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError>;
-    /// Stores a clean block evicted from the tier above (exclusive placement).
+    /// Stores a clean block evicted from the tier above (exclusive placement); `current` as
+    /// for `fill`.
     fn demote(
         &self,
         key: &TierKey,
         version: u64,
         class: Class,
         data: &[u8],
+        current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError>;
     /// Stores dirty data written back from above. Only called when `accepts_dirty`. A block
     /// the tier already holds dirty is never turned down (it is overwritten in place).

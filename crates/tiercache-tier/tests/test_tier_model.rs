@@ -73,8 +73,8 @@ proptest! {
                     let k = key(f, b);
                     let dirty = matches!(op, Op::Dirty(..));
                     let r = match op {
-                        Op::Fill(..) => t.fill(&k, u64::from(v), Class::Normal, &[d; BS]),
-                        Op::Demote(..) => t.demote(&k, u64::from(v), Class::Normal, &[d; BS]),
+                        Op::Fill(..) => t.fill(&k, u64::from(v), Class::Normal, &[d; BS], &|| true),
+                        Op::Demote(..) => t.demote(&k, u64::from(v), Class::Normal, &[d; BS], &|| true),
                         _ => t.write_dirty(&k, u64::from(v), Class::Normal, &[d; BS]),
                     }.unwrap();
                     let held_dirty = model.get(&k).is_some_and(|e| e.2);
@@ -163,9 +163,13 @@ fn injected_faults_are_errors_and_latency_is_slept() {
     let t = TestTier::new(cfg).unwrap();
     let k = key(0, 0);
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &[3; BS]).unwrap(),
+        t.fill(&k, 1, Class::Normal, &[3; BS], &|| true).unwrap(),
         Admit::Stored
     );
+    // A store whose bytes went stale meanwhile is turned down, and leaves nothing behind.
+    let stale = t.fill(&key(0, 3), 1, Class::Normal, &[3; BS], &|| false);
+    assert_eq!(stale.unwrap(), Admit::Rejected);
+    assert!(!t.contains(&key(0, 3)));
     let mut buf = [0u8; BS];
     let start = std::time::Instant::now();
     assert_eq!(
@@ -177,7 +181,9 @@ fn injected_faults_are_errors_and_latency_is_slept() {
     assert!(t.read(&k, 1, &mut buf).is_err());
     t.fail_reads(false);
     t.fail_writes(true);
-    assert!(t.demote(&key(0, 1), 1, Class::Normal, &[4; BS]).is_err());
+    assert!(t
+        .demote(&key(0, 1), 1, Class::Normal, &[4; BS], &|| true)
+        .is_err());
     assert_eq!(t.stats().errors, 2);
     // A dirty store to a tier that does not take dirty data is turned down, not an error.
     t.fail_writes(false);
