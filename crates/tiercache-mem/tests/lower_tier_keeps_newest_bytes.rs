@@ -7,12 +7,6 @@ use tiercache_core::placement::Placement;
 use tiercache_mem::{Class, LowerTier, MemCache, RealBacking};
 use tiercache_tier::{DataTier, TestTier, TestTierConfig};
 
-fn dirty_tier(blocks: usize) -> Arc<TestTier> {
-    let mut cfg = TestTierConfig::new("dirty", blocks, 512);
-    cfg.accepts_dirty = true;
-    Arc::new(TestTier::new(cfg).unwrap())
-}
-
 /// Appended data written back into the dirty tier (throttled writer), then the kernel forgets
 /// the inode and it is opened again before a cleaning round.
 #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tiercache_core::placement::Placement;
 use tiercache_mem::{Class, FileId, LowerTier, MemCache, MemConfig, MemStats, RealBacking};
-use tiercache_tier::{DataTier, TestTier, TestTierConfig};
+use tiercache_tier::DataTier;
 
 struct Shadow {
     path: std::path::PathBuf,
@@ -264,10 +264,6 @@ fn truncate_shrinks_backing_at_once_and_zeroes_the_tail() {
     assert_eq!(read_file(&path), want);
 }
 
-fn test_tier(blocks: usize) -> Arc<TestTier> {
-    Arc::new(TestTier::new(TestTierConfig::new("test", blocks, 512)).unwrap())
-}
-
 #[test]
 fn random_ops_match_shadow_model_over_an_exclusive_lower_tier() {
     let (mut hits, mut demoted) = (0, 0);
@@ -320,12 +316,6 @@ fn a_failing_lower_tier_costs_speed_never_bytes() {
         let errors = s.lower.unwrap().errors;
         assert!(errors > 0, "seed {seed}: the faults were never hit");
     }
-}
-
-fn dirty_tier(blocks: usize) -> Arc<TestTier> {
-    let mut cfg = TestTierConfig::new("dirty", blocks, 512);
-    cfg.accepts_dirty = true;
-    Arc::new(TestTier::new(cfg).unwrap())
 }
 
 /// Write-back goes into the tier below (throttled writers here: no flusher thread), reads of

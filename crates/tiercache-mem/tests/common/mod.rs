@@ -98,3 +98,16 @@ pub fn assert_bytes(got: &[u8], want: &[u8], ctx: &str) {
         want.len()
     );
 }
+
+/// An in-memory lower tier of `blocks` 512-byte blocks that keeps clean data only.
+pub fn test_tier(blocks: usize) -> Arc<tiercache_tier::TestTier> {
+    let cfg = tiercache_tier::TestTierConfig::new("test", blocks, 512);
+    Arc::new(tiercache_tier::TestTier::new(cfg).unwrap())
+}
+
+/// An in-memory lower tier of `blocks` 512-byte blocks that takes dirty data (write-back).
+pub fn dirty_tier(blocks: usize) -> Arc<tiercache_tier::TestTier> {
+    let mut cfg = tiercache_tier::TestTierConfig::new("dirty", blocks, 512);
+    cfg.accepts_dirty = true;
+    Arc::new(tiercache_tier::TestTier::new(cfg).unwrap())
+}
