@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -91,35 +90,9 @@ impl DataPath for ReadCache {
     }
 }
 
-/// Runs `script` with `sh -c` as `uid:gid` with supplementary `groups`; returns whether it
-/// succeeded and its output.
-fn run_as(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"));
-    if groups.is_empty() {
-        cmd.arg("--clear-groups");
-    } else {
-        let g: Vec<String> = groups.iter().map(u32::to_string).collect();
-        cmd.arg(format!("--groups={}", g.join(",")));
-    }
-    let out = cmd
-        .args(["--", "sh", "-c", script])
-        .env("LC_ALL", "C")
-        .current_dir("/")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run setpriv (util-linux) to act as uid {uid}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[track_caller]
 fn ok(uid: u32, gid: u32, groups: &[u32], script: &str) -> String {
-    let (success, out) = run_as(uid, gid, groups, script);
+    let (success, out) = squash::run_as(uid, gid, groups, script);
     assert!(
         success,
         "as {uid}:{gid} {groups:?}: `{script}` failed: {out}"
@@ -129,7 +102,7 @@ fn ok(uid: u32, gid: u32, groups: &[u32], script: &str) -> String {
 
 #[track_caller]
 fn denied(uid: u32, gid: u32, groups: &[u32], script: &str) {
-    let (success, out) = run_as(uid, gid, groups, script);
+    let (success, out) = squash::run_as(uid, gid, groups, script);
     assert!(
         !success && out.contains("Permission denied"),
         "as {uid}:{gid} {groups:?}: `{script}` should be refused: {out}"

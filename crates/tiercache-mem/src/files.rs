@@ -1,5 +1,5 @@
 //! Per-file state and the file-level operations: `open` (with the staleness check), `release`,
-//! `set_class`, `invalidate`, `forget`, sizes and generations.
+//! `set_class`, `invalidate`, sizes and generations (`forget` has its own module).
 //!
 //! Invariants:
 //! - a file has a state while it is open, has cached blocks, or has dirty blocks; its backing
@@ -16,29 +16,7 @@
 //!   truncate and invalidation exclusive); nothing takes `op` while holding a slot lock, and
 //!   writers throttle *before* taking `op`.
 //!
-//! Inode reuse. A [`FileId`] is a backing inode number, which BACKING gives to a new file once
-//! the old inode is freed. While the FUSE layer knows the inode its node pins it (an `O_PATH`
-//! descriptor), so cached blocks without a backing handle are safe; after the kernel forgot the
-//! node ([`crate::MemCache::forget`]) nothing pins it any more. The kernel forgets idle inodes
-//! whenever its dentry cache shrinks (memory pressure, `drop_caches`), so dropping the blocks
-//! then would empty the cache, priority pool included, under load. So `forget` writes the file's
-//! dirty blocks back and, when BACKING reports the inode's birth time (`statx` btime), keeps the
-//! clean blocks in a *forgotten* state: the next `open` of the id reuses them only if the stamp
-//! (size, mtime, inode number) and the birth time both match — a new inode with the same number
-//! is born later — and replaces the state otherwise; eviction takes them meanwhile. Without a
-//! birth time it drops everything the tier has of the file — blocks, state, remembered error,
-//! logical times. When the write-back fails the state stays forgotten with its dirty blocks and
-//! its backing handle (which pins the inode), kept for retries; its clean blocks go, and the
-//! next `open` reuses the state only if the stamp matches exactly; otherwise the old data is
-//! written back through the old handle once more and the state is replaced. A forgotten state
-//! without a birth time goes as soon as it is clean. A forget that arrives while handles are
-//! still open (the kernel may send FORGET before the last RELEASE is handled) is carried out
-//! at the last release, leaving dirty blocks to the flusher (a close does not wait for
-//! write-back); without a birth time it drops the clean blocks at once. A forget may also come
-//! late: node ids are inode numbers, so the kernel can look the inode up and open it again
-//! before the forget of its previous node is carried out. An open that comes while `forget`
-//! writes back makes `forget` stop there and leave the state to the handle; one that came
-//! before is the open-handles case above (never the state of an open handle).
+//! Inode reuse and FORGET: see `forget`.
 
 use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
@@ -50,7 +28,6 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Instant, SystemTime};
@@ -547,173 +524,6 @@ impl Inner {
         };
         f.ra = ReadAhead::default();
         eng.drop_file_blocks(file, false).0
-    }
-
-    /// The kernel forgot `file`, whose id may name another file from now on: writes its dirty
-    /// blocks back (synchronously; not for an unlinked inode, whose data nobody can reach any
-    /// more) and drops all its blocks and its state. If the write-back fails, the state stays
-    /// forgotten (see the module docs). With handles still open, clean blocks go now and the
-    /// rest at the last release. Returns the blocks dropped.
-    pub(crate) fn forget(&self, file: FileId) -> usize {
-        let Ok(shared) = self.shared(file) else {
-            return 0;
-        };
-        let _io = crate::cache::lock(&shared.io);
-        let _op = crate::cache::write_lock(&shared.op);
-        let fd = {
-            let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
-                return 0;
-            };
-            if !Arc::ptr_eq(&f.shared, &shared) {
-                return 0; // opened anew meanwhile: not the file that was forgotten
-            }
-            f.ra = ReadAhead::default();
-            if f.handles > 0 {
-                f.forget_at_release = true;
-                if f.born.is_some() {
-                    return 0;
-                }
-                return eng.drop_file_blocks(file, false).0;
-            }
-            if f.dirty.is_empty() && f.lower_dirty.is_empty() {
-                None
-            } else {
-                f.backing.clone()
-            }
-        };
-        let unlinked = fd
-            .as_deref()
-            .is_some_and(|fd| fd.metadata().is_ok_and(|m| m.nlink() == 0));
-        let written = match fd {
-            Some(_) if !unlinked => self
-                .flush_locked(file, crate::flusher::Why::Forget)
-                .map(|_| ()),
-            _ => Ok(()),
-        };
-        let (dropped, fd) = {
-            let mut eng = self.lock();
-            if !eng
-                .files
-                .get(&file)
-                .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared))
-            {
-                return 0;
-            }
-            if eng.files.get(&file).is_some_and(|f| f.handles > 0) {
-                // Opened again during the write-back (a new lookup of the same inode: the
-                // kernel knows it again, so this forget is stale): the state belongs to the
-                // open handle and must stay. Its dirty blocks are on BACKING already.
-                return 0;
-            }
-            let keep_clean = !unlinked
-                && eng
-                    .files
-                    .get(&file)
-                    .is_some_and(|f| f.born.is_some() && written.is_ok());
-            if keep_clean {
-                // The kernel dropped its inode (memory pressure, drop_caches), not the file:
-                // the clean blocks stay, forgotten, and the next open reuses them only for the
-                // same inode (same stamp and birth time); eviction takes them otherwise.
-                if let Some(f) = eng.files.get_mut(&file) {
-                    f.forgotten = true;
-                }
-                // Logical times were the old node's; BACKING's are the file's from now on.
-                eng.ctimes.remove(file);
-                let fd = eng.gc_file(file);
-                drop(eng);
-                drop(fd);
-                return 0;
-            }
-            if let Some(f) = eng.files.get_mut(&file) {
-                if unlinked {
-                    f.lower_dirty.clear(); // its data is meaningless now
-                }
-                if let (Some(lower), Some(fk), true) =
-                    (&self.lower, f.fkey, f.lower_dirty.is_empty())
-                {
-                    // Without a birth time (or once unlinked) the identity may be reused.
-                    lower.invalidate_file(fk, 0);
-                }
-            }
-            let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
-            if dirty > 0 {
-                log::debug!(
-                    "file {}: forgotten after unlink; {dirty} dirty blocks not written",
-                    file.0
-                );
-            }
-            match eng.files.get_mut(&file) {
-                Some(f) if f.blocks.is_empty() && f.lower_dirty.is_empty() => {
-                    let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
-                    eng.ctimes.remove(file);
-                    (clean + dirty, fd)
-                }
-                Some(f) => {
-                    f.forgotten = true;
-                    let left = f.dirty.len();
-                    let why = match &written {
-                        Err(e) => e.to_string(),
-                        Ok(()) => "blocks busy".to_string(),
-                    };
-                    log::warn!(
-                        "file {}: forgotten with {left} dirty blocks not written back ({why}); \
-                         they are kept and retried",
-                        file.0
-                    );
-                    (clean, None)
-                }
-                None => (clean + dirty, None),
-            }
-        };
-        drop(fd);
-        dropped
-    }
-
-    /// For `open`, which holds the file's `io` and `op` locks: writes a forgotten state's dirty
-    /// blocks back through its own handle once more, then drops the state whatever the outcome
-    /// (the id names a different file now). Returns the old handle and the blocks dropped, or
-    /// `None` when blocks were busy and the state was kept.
-    fn drop_forgotten_state(
-        &self,
-        file: FileId,
-        shared: &Arc<FileShared>,
-    ) -> Option<(Option<Arc<File>>, usize)> {
-        // Errors are logged and counted by the write-back itself.
-        let _ = self.flush_locked(file, crate::flusher::Why::Forget);
-        let mut eng = self.lock();
-        if !eng
-            .files
-            .get(&file)
-            .is_some_and(|f| Arc::ptr_eq(&f.shared, shared))
-        {
-            return Some((None, 0)); // written back and gone already
-        }
-        let (clean, mut dirty) = eng.drop_file_blocks(file, true);
-        if let Some(f) = eng.files.get_mut(&file) {
-            dirty += f.lower_dirty.len();
-            f.lower_dirty.clear();
-            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
-                lower.invalidate_file(fk, 0);
-            }
-        }
-        if dirty > 0 {
-            log::error!(
-                "file {}: discarding {dirty} dirty blocks of a forgotten file that could not be \
-                 written back; the id names a different file now",
-                file.0
-            );
-        }
-        if eng.files.get(&file).is_some_and(|f| !f.blocks.is_empty()) {
-            log::error!(
-                "file {}: blocks busy while replacing a forgotten file",
-                file.0
-            );
-            return None;
-        }
-        let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
-        eng.ctimes.remove(file);
-        Some((fd, clean + dirty))
     }
 
     pub(crate) fn logical_size(&self, file: FileId) -> Option<u64> {

@@ -25,7 +25,7 @@
 //! `tiercache_core::placement::Planner`, the simulator's own code.
 //!
 //! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
-//! `files` (per-file state), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
+//! `files` (per-file state), `forget` (FORGET and inode reuse), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
 //! `lower` (the tier stack: lookups, transit, demotions, fills), `lower_wb` (write-back into
 //! and cleaning of a lower tier), `owner` (times set as a file's owner on root-squashed
 //! BACKING), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
@@ -39,6 +39,7 @@ mod engine;
 mod error;
 mod files;
 mod flusher;
+mod forget;
 mod lower;
 mod lower_wb;
 mod owner;

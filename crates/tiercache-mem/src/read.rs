@@ -63,6 +63,15 @@ struct ReadPlan {
     change: u64,
 }
 
+/// Zeroes the bytes of `buf` (file bytes from `start` on) at or past the logical size `size`:
+/// cached bytes beyond EOF read as zero, whichever tier they came from.
+pub(crate) fn zero_past_eof(buf: &mut [u8], start: u64, size: u64) {
+    let keep = usize::try_from(size.saturating_sub(start))
+        .unwrap_or(usize::MAX)
+        .min(buf.len());
+    buf[keep..].fill(0);
+}
+
 impl Inner {
     pub(crate) fn read_into(&self, file: FileId, offset: u64, out: &mut [u8]) -> io::Result<usize> {
         if out.is_empty() {
@@ -189,7 +198,7 @@ impl Inner {
 
     /// Reads `buf.len()` bytes of BACKING at `start`, zero-filling past BACKING's end and past
     /// the logical size `size` (cached bytes beyond EOF must be zero).
-    fn read_backing(
+    pub(crate) fn read_backing(
         &self,
         file: FileId,
         fd: &File,
@@ -198,9 +207,8 @@ impl Inner {
         size: u64,
     ) -> io::Result<()> {
         let n = self.dev_read(file, fd, buf, start)?;
-        let in_file = usize::try_from(size.saturating_sub(start)).unwrap_or(usize::MAX);
-        let keep = n.min(in_file).min(buf.len());
-        buf[keep..].fill(0);
+        buf[n..].fill(0);
+        zero_past_eof(buf, start, size);
         Ok(())
     }
 
@@ -283,13 +291,7 @@ impl Inner {
                 _ => false,
             };
             match below {
-                true => {
-                    let bstart = step.block << self.shift;
-                    let keep = usize::try_from(plan.size.saturating_sub(bstart))
-                        .unwrap_or(usize::MAX)
-                        .min(bs);
-                    buf[keep..].fill(0);
-                }
+                true => zero_past_eof(&mut buf, step.block << self.shift, plan.size),
                 false => self.read_backing(
                     file,
                     &plan.fd,
@@ -335,21 +337,12 @@ impl Inner {
                 let b = &mut buf[(k + x) * bs..(k + x + 1) * bs];
                 from[x] = match lower.read(key, plan.version, take, b) {
                     Some(t) => {
-                        // Bytes at or past EOF read as zero, as from BACKING.
-                        let bstart = step.block << self.shift;
-                        let keep = usize::try_from(plan.size.saturating_sub(bstart))
-                            .unwrap_or(usize::MAX)
-                            .min(bs);
-                        b[keep..].fill(0);
+                        zero_past_eof(b, step.block << self.shift, plan.size);
                         t
                     }
                     None if step.lower_dirty => {
                         if self.read_lower_dirty(file, fk, plan.version, step.block, b)? {
-                            let bstart = step.block << self.shift;
-                            let keep = usize::try_from(plan.size.saturating_sub(bstart))
-                                .unwrap_or(usize::MAX)
-                                .min(bs);
-                            b[keep..].fill(0);
+                            zero_past_eof(b, step.block << self.shift, plan.size);
                             1
                         } else {
                             depth // on BACKING by now

@@ -314,12 +314,8 @@ impl Inner {
                 _ => false,
             };
             match below {
-                true => {}
-                false => {
-                    let n = self.dev_read(file, &plan.fd, &mut buf, bstart)?;
-                    let in_file = usize::try_from(plan.size.saturating_sub(bstart)).unwrap_or(bs);
-                    buf[n.min(in_file).min(bs)..].fill(0);
-                }
+                true => crate::read::zero_past_eof(&mut buf, bstart, plan.size),
+                false => self.read_backing(file, &plan.fd, &mut buf, bstart, plan.size)?,
             }
             old = Some(buf);
         };

@@ -13,7 +13,6 @@ mod squash;
 mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::Command;
 
 use support::{s, tc, OwnBacking};
 
@@ -22,21 +21,7 @@ const B: u32 = 2002;
 
 /// Runs `script` with `sh -c` as `uid:uid` without supplementary groups.
 fn run_as(uid: u32, script: &str) -> (bool, String) {
-    let out = Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
-        .args(["--", "sh", "-c", script])
-        .env("LC_ALL", "C")
-        .current_dir("/")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run setpriv (util-linux) to act as uid {uid}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    squash::run_as(uid, uid, &[], script)
 }
 
 /// The daemon's log so far (shown with a failure).

@@ -741,3 +741,29 @@ impl Drop for SquashMount {
         }
     }
 }
+
+/// Runs `script` with `sh -c` as `uid:gid` with supplementary `groups`; returns whether it
+/// succeeded and its output.
+pub fn run_as(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"));
+    if groups.is_empty() {
+        cmd.arg("--clear-groups");
+    } else {
+        let g: Vec<String> = groups.iter().map(u32::to_string).collect();
+        cmd.arg(format!("--groups={}", g.join(",")));
+    }
+    let out = cmd
+        .args(["--", "sh", "-c", script])
+        .env("LC_ALL", "C")
+        .current_dir("/")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run setpriv (util-linux) to act as uid {uid}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
