@@ -11,6 +11,7 @@
 //! - [`index`]: the [`index::TierIndex`] trait a tier's index implements (`Tier` today);
 //! - [`placement`]: the planner deciding where a block goes on an access and an eviction
 //!   (inclusive, exclusive, pinned), shared by the simulator and the live cache;
+//! - [`seqrun`]: sequential-run bypass of a tier (paper 002's threshold `n`, fixed or `auto`);
 //! - [`hierarchy`]: an ordered list of tiers applying the planner's decisions to metadata;
 //! - [`stats`]: counters per tier, pool and class.
 //!
@@ -26,6 +27,7 @@ mod keymap;
 pub mod partition;
 pub mod placement;
 pub mod policy;
+pub mod seqrun;
 pub mod stats;
 pub mod tier;
 

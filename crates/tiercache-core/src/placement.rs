@@ -146,6 +146,14 @@ impl Planner {
     /// serves it). Fills run bottom-up so a demotion cascading down meets filled tiers.
     #[inline]
     pub fn on_access(&self, hit: Option<usize>) -> Actions {
+        self.on_access_skipping(hit, 0)
+    }
+
+    /// Like [`Planner::on_access`] for an access that bypasses the tiers in `skip` (bit `i` =
+    /// tier `i`; e.g. a remote tier that sequential runs skip, see [`crate::seqrun`]): they are
+    /// neither read (the caller did not look them up) nor filled.
+    #[inline]
+    pub fn on_access_skipping(&self, hit: Option<usize>, skip: u32) -> Actions {
         let n = self.placement.len();
         let mut a = Actions::new();
         let from = hit.unwrap_or(n);
@@ -154,6 +162,9 @@ impl Planner {
             a.push(Action::TakeFrom(from));
         }
         for i in (0..from).rev() {
+            if skip & (1 << i) != 0 {
+                continue;
+            }
             match self.placement[i] {
                 Placement::Inclusive => a.push(Action::Fill(i)),
                 Placement::Exclusive => {}
@@ -213,6 +224,24 @@ mod tests {
             ]
         );
         assert_eq!(Planner::new(&p).unwrap().on_evict(0), None);
+    }
+
+    #[test]
+    fn a_skipped_tier_is_not_filled() {
+        let p = [
+            Placement::Inclusive,
+            Placement::Inclusive,
+            Placement::Inclusive,
+        ];
+        let pl = Planner::new(&p).unwrap();
+        assert_eq!(
+            pl.on_access_skipping(None, 0b100).as_slice(),
+            &[Action::ReadFrom(3), Action::Fill(1), Action::Fill(0)]
+        );
+        assert_eq!(
+            pl.on_access_skipping(Some(1), 0b100).as_slice(),
+            &[Action::ReadFrom(1), Action::Fill(0)]
+        );
     }
 
     #[test]
