@@ -68,6 +68,8 @@ pub(crate) struct ReadAhead {
     pub next: u64,
     /// Current window in blocks (0 = not sequential).
     pub window: u32,
+    /// The sequential run in blocks, for tiers that long runs bypass (tracked only then).
+    pub run: tiercache_core::seqrun::SeqRun,
 }
 
 impl ReadAhead {

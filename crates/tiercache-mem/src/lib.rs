@@ -27,7 +27,7 @@
 //! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
 //! `files` (per-file state), `forget` (FORGET and inode reuse), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
 //! `lower` (the tier stack: lookups, transit, demotions, fills), `lower_wb` (write-back into
-//! and cleaning of a lower tier), `owner` (times set as a file's owner on root-squashed
+//! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `owner` (times set as a file's owner on root-squashed
 //! BACKING), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
 //! `error`.
 
@@ -41,6 +41,7 @@ mod files;
 mod flusher;
 mod forget;
 mod lower;
+mod lower_bypass;
 mod lower_wb;
 mod owner;
 mod read;
@@ -57,7 +58,7 @@ pub use cache::MemCache;
 pub use config::MemConfig;
 pub use error::MemError;
 pub use files::{FileStamp, OpenOutcome};
-pub use lower::{LowerStats, LowerTier};
+pub use lower::{LowerStats, LowerTier, SeqBypassStats};
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
 pub use times::LogicalTimes;
 pub use trace::TRACE_HEADER;

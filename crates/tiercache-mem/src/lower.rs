@@ -25,10 +25,13 @@
 
 use crate::cache::lock;
 use crate::files::FileShared;
+use crate::lower_bypass::Bypass;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Instant;
 use tiercache_core::placement::{Action, Placement, Planner};
+use tiercache_core::seqrun::Threshold;
 use tiercache_core::Class;
 use tiercache_tier::{Admit, DataTier, FileKey, Lookup, TierKey, TierSnapshot};
 
@@ -40,6 +43,25 @@ const TRANSIT_MAX: usize = 1024;
 pub struct LowerTier {
     pub tier: Arc<dyn DataTier>,
     pub placement: Placement,
+    /// Reads within a sequential run of at least this many blocks skip the tier (paper 002;
+    /// see `lower_bypass`). `None`: never skipped.
+    pub seq_bypass: Option<Threshold>,
+}
+
+impl LowerTier {
+    pub fn new(tier: Arc<dyn DataTier>, placement: Placement) -> Self {
+        Self {
+            tier,
+            placement,
+            seq_bypass: None,
+        }
+    }
+
+    #[must_use]
+    pub fn with_seq_bypass(mut self, threshold: Threshold) -> Self {
+        self.seq_bypass = Some(threshold);
+        self
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +117,21 @@ pub struct LowerStats {
     pub demotions_dropped: u64,
     pub fills_dropped: u64,
     pub errors: u64,
+    /// Tiers that sequential runs bypass: their current threshold and what bypassed them.
+    pub seq_bypass: Vec<SeqBypassStats>,
+}
+
+/// One lower tier's sequential-run bypass (paper 002's `n`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SeqBypassStats {
+    /// Position in the lower stack (0 = right below memory).
+    pub tier: usize,
+    pub name: String,
+    /// Current `n` in blocks (chosen from measurements in `auto` mode).
+    pub threshold: u64,
+    pub auto: bool,
+    /// Blocks read while the tier was bypassed.
+    pub bypassed_blocks: u64,
 }
 
 /// The stack below memory.
@@ -110,6 +147,8 @@ pub(crate) struct Lower {
     any_inclusive: bool,
     /// Index (in `tiers`) of the first tier that takes dirty data: write-back goes there.
     dirty_target: Option<usize>,
+    /// Sequential-run thresholds and their measurements.
+    pub bypass: Bypass,
 }
 
 impl Lower {
@@ -133,6 +172,17 @@ impl Lower {
         }
         let planner = Planner::new(&placement)?;
         let any_inclusive = tiers.iter().any(|t| t.placement == Placement::Inclusive);
+        let tiers_bypass: Vec<_> = tiers.iter().map(|t| t.seq_bypass).collect();
+        if let Some(t) = tiers
+            .iter()
+            .find(|t| t.seq_bypass.is_some() && t.tier.info().accepts_dirty)
+        {
+            // Dirty blocks live there: a read must never skip it.
+            return Err(format!(
+                "tier {}: a sequential-run threshold needs a tier without dirty data",
+                t.tier.info().name
+            ));
+        }
         let dirty_target = tiers.iter().position(|t| t.tier.info().accepts_dirty);
         Ok(Self {
             planner,
@@ -143,6 +193,7 @@ impl Lower {
             counters: LowerCounters::default(),
             any_inclusive,
             dirty_target,
+            bypass: Bypass::new(&tiers_bypass),
         })
     }
 
@@ -213,8 +264,16 @@ impl Lower {
 
     /// Looks for `key` (with `version`) below memory: transit buffers first, then each tier.
     /// On a hit `buf` holds the block and the planner tier index is returned. `take`: the block
-    /// goes up into memory, so an exclusive tier gives it up.
-    pub fn read(&self, key: TierKey, version: u64, take: bool, buf: &mut [u8]) -> Option<usize> {
+    /// goes up into memory, so an exclusive tier gives it up. Tiers in `skip` (planner bits)
+    /// are not asked.
+    pub fn read(
+        &self,
+        key: TierKey,
+        version: u64,
+        take: bool,
+        skip: u32,
+        buf: &mut [u8],
+    ) -> Option<usize> {
         {
             let mut t = lock(&self.transit);
             if let Some(&(v, seq)) = t.demoting.get(&key) {
@@ -233,9 +292,10 @@ impl Lower {
             }
         }
         for (k, lt) in self.tiers.iter().enumerate() {
-            if !lt.tier.contains(&key) {
+            if skip & (1 << (k + 1)) != 0 || !lt.tier.contains(&key) {
                 continue;
             }
+            let t0 = self.bypass.measuring().then(Instant::now);
             let r = if take && lt.placement == Placement::Exclusive {
                 lt.tier.take(&key, version, buf)
             } else {
@@ -243,6 +303,9 @@ impl Lower {
             };
             match r {
                 Ok(Lookup::Hit { .. }) => {
+                    if let Some(t0) = t0 {
+                        self.bypass.tier_sample(k, t0.elapsed());
+                    }
                     self.counters.hits.fetch_add(1, Relaxed);
                     return Some(k + 1);
                 }
@@ -258,7 +321,8 @@ impl Lower {
     }
 
     /// After a block came from planner tier `from` (the stack's depth for BACKING): queues the
-    /// fills the planner asks for below memory, with a copy of `data`.
+    /// fills the planner asks for below memory (none in the tiers of `skip`), with a copy of
+    /// `data`.
     #[allow(clippy::too_many_arguments)]
     pub fn after_read(
         &self,
@@ -269,12 +333,13 @@ impl Lower {
         data: &[u8],
         file: &Arc<FileShared>,
         change: u64,
+        skip: u32,
     ) {
         if !self.any_inclusive {
             return;
         }
         let hit = (from < self.planner.len()).then_some(from);
-        for action in self.planner.on_access(hit).as_slice() {
+        for action in self.planner.on_access_skipping(hit, skip).as_slice() {
             let Action::Fill(i) = *action else { continue };
             if i == 0 {
                 continue; // memory: the read path fills it
@@ -418,6 +483,20 @@ impl Lower {
             demotions_dropped: c.demotions_dropped.load(Relaxed),
             fills_dropped: c.fills_dropped.load(Relaxed),
             errors: c.errors.load(Relaxed),
+            seq_bypass: self
+                .tiers
+                .iter()
+                .enumerate()
+                .filter_map(|(k, t)| {
+                    Some(SeqBypassStats {
+                        tier: k,
+                        name: t.tier.info().name.clone(),
+                        threshold: self.bypass.threshold(k)?,
+                        auto: t.seq_bypass == Some(Threshold::Auto),
+                        bypassed_blocks: self.bypass.bypassed(k),
+                    })
+                })
+                .collect(),
         };
         (s, self.tiers.iter().map(|t| t.tier.stats()).collect())
     }

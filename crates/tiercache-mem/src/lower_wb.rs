@@ -294,7 +294,7 @@ impl Inner {
         // block has left `lower_dirty` first... after reaching BACKING. Look twice.
         for _ in 0..2 {
             if lower
-                .read(TierKey::new(fkey, block), version, false, buf)
+                .read(TierKey::new(fkey, block), version, false, 0, buf)
                 .is_some()
             {
                 return Ok(true);

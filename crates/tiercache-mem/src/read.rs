@@ -22,6 +22,7 @@ use crate::stats::Counters;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 use tiercache_core::{BlockKey, Class, FileId, SlotId};
 use tiercache_tier::{FileKey, TierKey};
 
@@ -61,6 +62,10 @@ struct ReadPlan {
     /// locks and its change counter when planned (see `lower`).
     shared: Option<Arc<FileShared>>,
     change: u64,
+    /// Length in blocks of the sequential run this read belongs to (0: not tracked), and the
+    /// lower tiers it therefore skips (planner bits; see `lower_bypass`).
+    run: u64,
+    skip: u32,
 }
 
 /// Zeroes the bytes of `buf` (file bytes from `start` on) at or past the logical size `size`:
@@ -112,10 +117,17 @@ impl Inner {
         }
         let end = offset.saturating_add(len as u64).min(size);
         let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
+        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        let (run, skip) = match &self.lower {
+            Some(l) if l.bypass.any() => {
+                let run = f.ra.run.advance(b0, b1 - b0 + 1);
+                (run, l.bypass.skip_mask(run, b1 - b0 + 1))
+            }
+            _ => (0, 0),
+        };
         let class = f.class;
         let (fkey, version) = (f.fkey, f.version);
         let any_lower_dirty = !f.lower_dirty.is_empty();
-        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         let last = (size - 1) >> self.shift;
         for block in b0..=b1 {
             let key = Self::key(file, block);
@@ -180,6 +192,8 @@ impl Inner {
                 Some(_) => shared.change.load(std::sync::atomic::Ordering::SeqCst),
                 None => 0,
             },
+            run,
+            skip,
         }))
     }
 
@@ -335,7 +349,7 @@ impl Inner {
                 let key = TierKey::new(fk, step.block);
                 let take = matches!(step.plan, Plan::Fill(_));
                 let b = &mut buf[(k + x) * bs..(k + x + 1) * bs];
-                from[x] = match lower.read(key, plan.version, take, b) {
+                from[x] = match lower.read(key, plan.version, take, plan.skip, b) {
                     Some(t) => {
                         zero_past_eof(b, step.block << self.shift, plan.size);
                         t
@@ -363,9 +377,18 @@ impl Inner {
                 }
                 let off = run[k + x].block << self.shift;
                 let part = &mut buf[(k + x) * bs..(k + y) * bs];
+                let t0 = lower.bypass.measuring().then(Instant::now);
                 if let Err(e) = self.read_backing(file, &plan.fd, part, off, plan.size) {
                     log::warn!("file {}: backing read at {off} failed: {e}", file.0);
                     return Err(e);
+                }
+                if let Some(t0) = t0 {
+                    // Positioned: the run began before this part (the head is there).
+                    let before = run[k + x].block - plan.steps[0].block;
+                    let positioned = plan.run > plan.steps.len() as u64 || before > 0;
+                    lower
+                        .bypass
+                        .backing_sample((y - x) as u64, t0.elapsed(), positioned);
                 }
                 x = y;
             }
@@ -380,6 +403,7 @@ impl Inner {
                     b,
                     shared,
                     plan.change,
+                    plan.skip,
                 );
             }
             k += n;

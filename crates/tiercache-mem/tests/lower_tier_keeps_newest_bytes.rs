@@ -13,10 +13,7 @@ use tiercache_tier::{DataTier, TestTier, TestTierConfig};
 fn reopen_after_forget_keeps_appended_data_that_was_only_below() {
     let dir = tempfile::tempdir().unwrap();
     let t = dirty_tier(64);
-    let lower = vec![LowerTier {
-        tier: t.clone(),
-        placement: Placement::Exclusive,
-    }];
+    let lower = vec![LowerTier::new(t.clone(), Placement::Exclusive)];
     let mut cfg = small_config(8);
     cfg.dirty_ratio = 0.25;
     cfg.dirty_background_ratio = 0.1;
@@ -77,10 +74,7 @@ fn a_fill_queued_by_a_dropped_state_never_lands_over_a_later_write() {
     let mut tc = TestTierConfig::new("incl", 64, 512);
     tc.write_latency = std::time::Duration::from_millis(300);
     let t = Arc::new(TestTier::new(tc).unwrap());
-    let lower = vec![LowerTier {
-        tier: t.clone(),
-        placement: Placement::Inclusive,
-    }];
+    let lower = vec![LowerTier::new(t.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
     let old = pattern(0, 1024, 1);
     let path = make_file(dir.path(), "g", &old);

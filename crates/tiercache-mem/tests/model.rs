@@ -269,10 +269,7 @@ fn random_ops_match_shadow_model_over_an_exclusive_lower_tier() {
     let (mut hits, mut demoted) = (0, 0);
     for seed in 200..230 {
         let t = test_tier(24);
-        let lower = vec![LowerTier {
-            tier: t.clone(),
-            placement: Placement::Exclusive,
-        }];
+        let lower = vec![LowerTier::new(t.clone(), Placement::Exclusive)];
         let s = run_over(seed, small_config(6), lower, 300, true);
         t.check_invariants().unwrap();
         hits += s.lower.as_ref().unwrap().hits;
@@ -290,10 +287,7 @@ fn random_ops_match_shadow_model_over_an_inclusive_lower_tier() {
     let mut fills = 0;
     for seed in 300..330 {
         let t = test_tier(24);
-        let lower = vec![LowerTier {
-            tier: t.clone(),
-            placement: Placement::Inclusive,
-        }];
+        let lower = vec![LowerTier::new(t.clone(), Placement::Inclusive)];
         run_over(seed, small_config(6), lower, 300, true);
         t.check_invariants().unwrap();
         fills += t.stats().fills;
@@ -307,10 +301,7 @@ fn a_failing_lower_tier_costs_speed_never_bytes() {
         let t = test_tier(24);
         t.fail_reads(seed % 2 == 0);
         t.fail_writes(seed % 2 == 1);
-        let lower = vec![LowerTier {
-            tier: t.clone(),
-            placement: Placement::Exclusive,
-        }];
+        let lower = vec![LowerTier::new(t.clone(), Placement::Exclusive)];
         let s = run_over(seed, small_config(6), lower, 200, true);
         // Every failure was met (and the bytes were still right: `run_over` checks them).
         let errors = s.lower.unwrap().errors;
@@ -326,10 +317,7 @@ fn random_ops_match_shadow_model_writing_back_into_a_lower_tier() {
     let (mut stored, mut cleaned, mut hits) = (0, 0, 0);
     for seed in 500..540 {
         let t = dirty_tier(32);
-        let lower = vec![LowerTier {
-            tier: t.clone(),
-            placement: Placement::Exclusive,
-        }];
+        let lower = vec![LowerTier::new(t.clone(), Placement::Exclusive)];
         let mut cfg = small_config(8);
         cfg.dirty_ratio = 0.25;
         cfg.dirty_background_ratio = 0.1;
@@ -355,10 +343,7 @@ fn random_ops_match_writing_back_into_a_lower_tier_with_background_flusher() {
     let mut stored = 0;
     for seed in 600..610 {
         let t = dirty_tier(32);
-        let lower = vec![LowerTier {
-            tier: t.clone(),
-            placement: Placement::Exclusive,
-        }];
+        let lower = vec![LowerTier::new(t.clone(), Placement::Exclusive)];
         let mut cfg = small_config(12);
         cfg.flusher_threads = 2;
         cfg.flush_interval = Duration::from_millis(2);

@@ -578,10 +578,7 @@ fn build_lower_tiers(specs: &[LowerTierSpec], block_size: usize) -> Result<Vec<L
                     Arc::new(tiercache_tier::TestTier::new(cfg)?)
                 }
             };
-            Ok(LowerTier {
-                tier,
-                placement: spec.placement,
-            })
+            Ok(LowerTier::new(tier, spec.placement))
         })
         .collect()
 }

@@ -1,0 +1,203 @@
+//! Sequential-run bypass of lower tiers (paper 002): reads within a sequential run of at least
+//! `n` blocks skip a tier that has a threshold (a remote tier) — BACKING streams them faster —
+//! and are not stored there either. The decision is `tiercache_core::seqrun`'s, shared with the
+//! simulator; this module holds the live thresholds and, for `auto`, measures the costs it
+//! needs: BACKING's positioning time and per-block streaming time, and each tier's per-block
+//! read time (moving averages), and re-chooses `n` every [`RECHOOSE_EVERY`] samples.
+//!
+//! Cost: one relaxed load per tier with a threshold per read request; the meter (a mutex) is
+//! touched only when some tier is `auto`.
+
+use crate::cache::lock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+use tiercache_core::seqrun::{choose_threshold, Costs, Threshold};
+
+/// Samples between two choices of `n` in `auto` mode.
+const RECHOOSE_EVERY: u64 = 32;
+/// Weight of a new sample in the moving averages.
+const ALPHA: f64 = 0.1;
+/// No threshold: the tier is never bypassed.
+const NEVER: u64 = u64::MAX;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Avg(Option<f64>);
+
+impl Avg {
+    fn add(&mut self, x: f64) {
+        self.0 = Some(match self.0 {
+            None => x,
+            Some(a) => a + ALPHA * (x - a),
+        });
+    }
+}
+
+#[derive(Debug, Default)]
+struct Meter {
+    seek: Avg,
+    block: Avg,
+    tiers: Vec<Avg>,
+    samples: u64,
+}
+
+/// Thresholds of the lower tiers (index = position in the lower stack, top first).
+#[derive(Debug)]
+pub(crate) struct Bypass {
+    n: Vec<AtomicU64>,
+    auto: Vec<bool>,
+    any: bool,
+    any_auto: bool,
+    /// Blocks read while a tier was bypassed (per tier).
+    bypassed: Vec<AtomicU64>,
+    meter: Mutex<Meter>,
+}
+
+impl Bypass {
+    pub fn new(thresholds: &[Option<Threshold>]) -> Self {
+        let n = thresholds
+            .iter()
+            .map(|t| {
+                AtomicU64::new(match t {
+                    None => NEVER,
+                    Some(Threshold::Fixed(n)) => *n,
+                    Some(Threshold::Auto) => Threshold::DEFAULT,
+                })
+            })
+            .collect();
+        let auto: Vec<bool> = thresholds
+            .iter()
+            .map(|t| matches!(t, Some(Threshold::Auto)))
+            .collect();
+        Self {
+            n,
+            any: thresholds.iter().any(Option::is_some),
+            any_auto: auto.iter().any(|a| *a),
+            bypassed: thresholds.iter().map(|_| AtomicU64::new(0)).collect(),
+            meter: Mutex::new(Meter {
+                tiers: vec![Avg::default(); thresholds.len()],
+                ..Meter::default()
+            }),
+            auto,
+        }
+    }
+
+    /// Whether any tier has a threshold (else the run need not be tracked).
+    pub fn any(&self) -> bool {
+        self.any
+    }
+
+    /// Whether the costs must be measured.
+    pub fn measuring(&self) -> bool {
+        self.any_auto
+    }
+
+    /// Planner skip mask for a read of `blocks` blocks in a run of `run`: bit `k + 1` for lower
+    /// tier `k` bypassed (bit 0 is memory, never skipped).
+    pub fn skip_mask(&self, run: u64, blocks: u64) -> u32 {
+        if !self.any {
+            return 0;
+        }
+        let mut mask = 0;
+        for (k, n) in self.n.iter().enumerate() {
+            if Threshold::bypasses(n.load(Relaxed), run) {
+                mask |= 1 << (k + 1);
+                self.bypassed[k].fetch_add(blocks, Relaxed);
+            }
+        }
+        mask
+    }
+
+    /// Current threshold of lower tier `k` (`None`: never bypassed).
+    pub fn threshold(&self, k: usize) -> Option<u64> {
+        self.n
+            .get(k)
+            .map(|n| n.load(Relaxed))
+            .filter(|&n| n != NEVER)
+    }
+
+    pub fn bypassed(&self, k: usize) -> u64 {
+        self.bypassed.get(k).map_or(0, |b| b.load(Relaxed))
+    }
+
+    /// A BACKING read of `blocks` blocks took `took`; `positioned`: it continued a sequential
+    /// run (the disk head was already there), so it measures streaming only.
+    pub fn backing_sample(&self, blocks: u64, took: Duration, positioned: bool) {
+        if !self.any_auto || blocks == 0 {
+            return;
+        }
+        let t = took.as_secs_f64();
+        let mut m = lock(&self.meter);
+        if positioned {
+            m.block.add(t / blocks as f64);
+        } else {
+            let streaming = m.block.0.unwrap_or(0.0) * blocks as f64;
+            m.seek.add((t - streaming).max(0.0));
+        }
+        self.sampled(&mut m);
+    }
+
+    /// Lower tier `k` served one block in `took`.
+    pub fn tier_sample(&self, k: usize, took: Duration) {
+        if !self.any_auto || !self.auto.get(k).copied().unwrap_or(false) {
+            return;
+        }
+        let mut m = lock(&self.meter);
+        if let Some(a) = m.tiers.get_mut(k) {
+            a.add(took.as_secs_f64());
+        }
+        self.sampled(&mut m);
+    }
+
+    fn sampled(&self, m: &mut Meter) {
+        m.samples += 1;
+        if !m.samples.is_multiple_of(RECHOOSE_EVERY) {
+            return;
+        }
+        let (Some(seek), Some(block)) = (m.seek.0, m.block.0.or(Some(0.0))) else {
+            return;
+        };
+        for (k, auto) in self.auto.iter().enumerate() {
+            let Some(tier_block) = m.tiers.get(k).and_then(|a| a.0) else {
+                continue;
+            };
+            if *auto {
+                let n = choose_threshold(&Costs {
+                    backing_seek: seek,
+                    backing_block: block,
+                    tier_block,
+                });
+                self.n[k].store(n, Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_thresholds_skip_long_runs_only() {
+        let b = Bypass::new(&[None, Some(Threshold::Fixed(32))]);
+        assert_eq!(b.skip_mask(31, 1), 0);
+        assert_eq!(b.skip_mask(32, 4), 0b100);
+        assert_eq!(b.bypassed(1), 4);
+        assert_eq!(b.threshold(0), None);
+        assert_eq!(b.threshold(1), Some(32));
+    }
+
+    #[test]
+    fn auto_rechooses_from_measured_costs() {
+        let b = Bypass::new(&[Some(Threshold::Auto)]);
+        assert_eq!(b.threshold(0), Some(Threshold::DEFAULT));
+        // Streaming 30 µs per block, 12 ms positioning, tier 130 µs per block: n = 120.
+        for _ in 0..20 {
+            b.backing_sample(8, Duration::from_micros(240), true);
+            b.backing_sample(1, Duration::from_micros(12_030), false);
+            b.tier_sample(0, Duration::from_micros(130));
+        }
+        let n = b.threshold(0).unwrap();
+        assert!((100..=140).contains(&n), "{n}");
+    }
+}
