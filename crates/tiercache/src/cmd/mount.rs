@@ -5,6 +5,7 @@ use super::partition_flags::PartitionFlags;
 use crate::live::config::{
     self, ConfigFile, MountOptions, RespawnArgs, SizeOrPercent, SizeValue, TierTable,
 };
+use crate::live::config_remote::{apply_remote_flags, RemoteFlags};
 use crate::live::daemon::{self, Settings};
 use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
 use crate::live::size::parse_size;
@@ -83,6 +84,31 @@ pub struct MountArgs {
     /// replace the config file's lower `[[tier]]`s.
     #[arg(long = "tier", value_name = "KIND:SIZE[:PLACEMENT]")]
     pub tier: Vec<String>,
+    /// A remote-memory tier on memcached servers, below all others (clean data only,
+    /// encrypted): memcached://HOST:PORT[,HOST:PORT...]. Needs --remote-key.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+    /// Key file of the remote tier (`tiercache keygen FILE`; must be mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub remote_key: Option<PathBuf>,
+    /// Isolates clients sharing a memcached pool [default: tiercache].
+    #[arg(long, value_name = "NAME")]
+    pub remote_namespace: Option<String>,
+    /// Reads within a sequential run of at least N blocks go to BACKING, not the remote tier
+    /// [default: 32]; `auto` chooses N from measured BACKING and remote costs.
+    #[arg(long, value_name = "N|auto")]
+    pub remote_threshold: Option<String>,
+    /// inclusive (store blocks read from BACKING) | exclusive (store blocks evicted from
+    /// memory) [default: inclusive].
+    #[arg(long, value_name = "PLACEMENT")]
+    pub remote_placement: Option<String>,
+    /// Per-request timeout of a memcached server, in ms [default: 50]; a server that times
+    /// out is skipped (reads go to BACKING) and probed again later.
+    #[arg(long, value_name = "MS")]
+    pub remote_timeout: Option<u64>,
+    /// Blocks the remote tier may hold, e.g. 4G [default: the servers' memory limits].
+    #[arg(long, value_name = "SIZE")]
+    pub remote_size: Option<String>,
     /// Stay attached to the terminal instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
@@ -169,6 +195,19 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
             )
         },
     })
+}
+
+/// The `--remote*` flags.
+fn remote_flags(args: &MountArgs) -> RemoteFlags {
+    RemoteFlags {
+        url: args.remote.clone(),
+        key_file: args.remote_key.clone(),
+        namespace: args.remote_namespace.clone(),
+        threshold: args.remote_threshold.clone(),
+        placement: args.remote_placement.clone(),
+        timeout_ms: args.remote_timeout,
+        size: args.remote_size.clone(),
+    }
 }
 
 /// The partitioner settings of `o`; a value that does not parse is reported by `src`.
@@ -273,8 +312,9 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             .map_err(|e| format!("{}: {e}", src("policy", flags.policy.is_some())))?,
         None => PolicyKind::Lru,
     };
+    let tiers = apply_remote_flags(o.tiers.clone(), &remote_flags(args))?;
     let lower_tiers = file.lower_tiers(
-        o.tiers.as_deref().unwrap_or_default(),
+        tiers.as_deref().unwrap_or_default(),
         block_size.bytes(),
         &memory_name,
     )?;

@@ -10,6 +10,7 @@
 //! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
+use super::config_remote::{remote_only_key, RemoteSpec};
 use super::size::parse_size;
 use serde::{Deserialize, Deserializer};
 use std::ffi::OsString;
@@ -191,6 +192,13 @@ pub struct TierTable {
     pub read_latency_us: Option<At<u64>>,
     pub write_latency_us: Option<At<u64>>,
     pub accepts_dirty: Option<At<bool>>,
+    /// Remote tier only (see `config_remote`): `memcached://HOST:PORT[,HOST:PORT...]`.
+    pub servers: Option<At<String>>,
+    pub key_file: Option<At<PathBuf>>,
+    pub namespace: Option<At<String>>,
+    /// Sequential-run threshold in blocks, or `"auto"`.
+    pub threshold: Option<At<SizeValue>>,
+    pub timeout_ms: Option<At<u64>>,
     /// The `--tier` argument this came from; `None` for a `[[tier]]` table.
     #[serde(skip)]
     pub flag: Option<String>,
@@ -218,23 +226,30 @@ impl TierTable {
             read_latency_us: None,
             write_latency_us: None,
             accepts_dirty: None,
+            servers: None,
+            key_file: None,
+            namespace: None,
+            threshold: None,
+            timeout_ms: None,
             flag: Some(arg.to_string()),
         })
     }
 }
 
-/// A tier below the memory tier, checked. Only the `test` kind exists so far; SSD and remote
-/// tiers come with their own kinds.
+/// A tier below the memory tier, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LowerTierSpec {
     pub name: String,
     pub kind: LowerTierKind,
+    /// 0 for a remote tier without `size`: sized from the servers' memory limits.
     pub capacity_bytes: u64,
     pub policy: PolicyKind,
     pub placement: Placement,
     pub read_latency: Duration,
     pub write_latency: Duration,
     pub accepts_dirty: bool,
+    /// Kind `remote` only.
+    pub remote: Option<RemoteSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +257,8 @@ pub struct LowerTierSpec {
 pub enum LowerTierKind {
     /// In memory, volatile: for tests and experiments.
     Test,
+    /// memcached servers (clean data only, encrypted).
+    Remote,
 }
 
 /// A config file's path and text (for `FILE:LINE` in errors) and what it says.
@@ -254,11 +271,11 @@ pub struct ConfigFile {
 
 impl ConfigFile {
     /// `FILE:LINE` of a value from this file, or `--tier ARG` for one from a flag.
-    fn place<T>(&self, table: &TierTable, at: &At<T>) -> String {
+    pub(super) fn place<T>(&self, table: &TierTable, at: &At<T>) -> String {
         self.place_span(table, &at.span)
     }
 
-    fn place_span(&self, table: &TierTable, span: &Option<Range<usize>>) -> String {
+    pub(super) fn place_span(&self, table: &TierTable, span: &Option<Range<usize>>) -> String {
         match (span, &self.path, &table.flag) {
             (_, _, Some(arg)) => format!("--tier {arg}"),
             (Some(span), Some(path), None) => {
@@ -297,6 +314,12 @@ impl ConfigFile {
             if let Some((span, key)) = test_only_key(&t) {
                 return Err(format!(
                     "{}: `{key}` is only for kind = \"test\", not \"memory\"",
+                    self.place_span(&t, span)
+                ));
+            }
+            if let Some((span, key)) = remote_only_key(&t) {
+                return Err(format!(
+                    "{}: `{key}` is only for kind = \"remote\", not \"memory\"",
                     self.place_span(&t, span)
                 ));
             }
@@ -346,6 +369,7 @@ impl ConfigFile {
             let here = |at| self.place(t, at);
             let kind = match t.kind.value.as_str() {
                 "test" => LowerTierKind::Test,
+                "remote" => LowerTierKind::Remote,
                 "memory" => {
                     return Err(format!(
                         "{}: the memory tier is set with --memory and --policy (or a first \
@@ -355,24 +379,39 @@ impl ConfigFile {
                 }
                 other => {
                     return Err(format!(
-                        "{}: unknown tier kind `{other}` (expected memory|test; SSD and remote \
-                         tiers are not implemented yet)",
+                        "{}: unknown tier kind `{other}` (expected memory|test|remote; the SSD \
+                         tier is not implemented yet)",
                         here(&t.kind)
                     ))
                 }
             };
-            let Some(size) = &t.size else {
-                return Err(format!(
-                    "{}: a {} tier needs `size`",
-                    here(&t.kind),
-                    t.kind.value
-                ));
+            let remote = match kind {
+                LowerTierKind::Remote => Some(self.remote_spec(t)?),
+                LowerTierKind::Test => {
+                    if let Some((span, key)) = remote_only_key(t) {
+                        return Err(format!(
+                            "{}: `{key}` is only for kind = \"remote\"",
+                            self.place_span(t, span)
+                        ));
+                    }
+                    None
+                }
             };
-            let capacity_bytes = size
-                .value
-                .bytes()
-                .map_err(|e| format!("{}: size: {e}", self.place(t, size)))?;
-            if capacity_bytes < block_size {
+            let capacity_bytes = match (&t.size, kind) {
+                (Some(size), _) => size
+                    .value
+                    .bytes()
+                    .map_err(|e| format!("{}: size: {e}", self.place(t, size)))?,
+                (None, LowerTierKind::Remote) => 0,
+                (None, _) => {
+                    return Err(format!(
+                        "{}: a {} tier needs `size`",
+                        here(&t.kind),
+                        t.kind.value
+                    ))
+                }
+            };
+            if let (Some(size), true) = (&t.size, capacity_bytes < block_size) {
                 return Err(format!(
                     "{}: size: {capacity_bytes} bytes is less than one block of {block_size}",
                     self.place(t, size)
@@ -386,6 +425,8 @@ impl ConfigFile {
                 None => PolicyKind::Lru,
             };
             let placement = match &t.placement {
+                // Paper 002 stores on a miss; a test tier demotes by default.
+                None if kind == LowerTierKind::Remote => Placement::Inclusive,
                 None => Placement::Exclusive,
                 Some(p) => match p.value.parse::<Placement>() {
                     Ok(Placement::Pinned { .. }) => {
@@ -433,6 +474,7 @@ impl ConfigFile {
                 read_latency: us(&t.read_latency_us),
                 write_latency: us(&t.write_latency_us),
                 accepts_dirty: t.accepts_dirty.as_ref().is_some_and(|a| a.value),
+                remote,
             });
         }
         Ok(specs)
@@ -440,7 +482,7 @@ impl ConfigFile {
 }
 
 /// The first key given that only a `test` tier takes, and where.
-fn test_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'static str)> {
+pub(super) fn test_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'static str)> {
     let spans = [
         (
             t.read_latency_us.as_ref().map(|a| &a.span),
@@ -471,13 +513,20 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Reads and parses `path`; errors are one line: `FILE:LINE: message`.
 pub fn load(path: &Path) -> Result<ConfigFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let options =
-        parse(&text).map_err(|(line, msg)| format!("{}:{line}: {msg}", path.display()))?;
-    Ok(ConfigFile {
-        path: Some(path.to_path_buf()),
-        text,
-        options,
-    })
+    ConfigFile::from_text(path, text)
+}
+
+impl ConfigFile {
+    /// Parses `text` read from `path`.
+    pub fn from_text(path: &Path, text: String) -> Result<ConfigFile, String> {
+        let options =
+            parse(&text).map_err(|(line, msg)| format!("{}:{line}: {msg}", path.display()))?;
+        Ok(ConfigFile {
+            path: Some(path.to_path_buf()),
+            text,
+            options,
+        })
+    }
 }
 
 /// Parses TOML text; the error carries the 1-based line.
@@ -584,6 +633,7 @@ mod tests {
                     read_latency: Duration::ZERO,
                     write_latency: Duration::ZERO,
                     accepts_dirty: false,
+                    remote: None,
                 },
                 LowerTierSpec {
                     name: "slow".into(),
@@ -594,6 +644,7 @@ mod tests {
                     read_latency: Duration::from_micros(100),
                     write_latency: Duration::from_micros(200),
                     accepts_dirty: true,
+                    remote: None,
                 },
             ]
         );

@@ -577,6 +577,7 @@ fn build_lower_tiers(specs: &[LowerTierSpec], block_size: usize) -> Result<Vec<L
                     cfg.accepts_dirty = spec.accepts_dirty;
                     Arc::new(tiercache_tier::TestTier::new(cfg)?)
                 }
+                LowerTierKind::Remote => return Err("remote tier: TODO(merge)".to_string()),
             };
             Ok(LowerTier::new(tier, spec.placement))
         })

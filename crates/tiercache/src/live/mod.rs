@@ -3,6 +3,7 @@
 
 pub mod adapter;
 pub mod config;
+pub mod config_remote;
 pub mod control;
 pub mod daemon;
 pub mod logging;

@@ -1,0 +1,373 @@
+//! The remote tier's settings: the keys of a `[[tier]] kind = "remote"` table and the
+//! `--remote*` flags of `tiercache mount`, checked into a [`RemoteSpec`].
+//!
+//! Keys: `servers` (`memcached://HOST:PORT[,HOST:PORT...]`, required), `key_file` (required:
+//! values are encrypted and authenticated; `tiercache keygen FILE` makes one), `namespace`
+//! (default `tiercache`), `threshold` (sequential-run length in blocks from which reads go to
+//! BACKING, or `"auto"`; default 32), `timeout_ms` (default 50), plus the common `name`, `size`
+//! (default: the servers' memory limits), `policy`, `placement` (default inclusive).
+
+use super::config::{test_only_key, At, ConfigFile, SizeValue, TierTable};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+use tiercache_core::seqrun::Threshold;
+
+/// Default namespace: clients sharing a pool need distinct ones only if they must not share.
+pub const DEFAULT_NAMESPACE: &str = "tiercache";
+/// Default per-request timeout of a memcached server.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// A remote tier, checked (the URL is parsed and the key read when the mount starts).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteSpec {
+    /// `HOST:PORT` of each server.
+    pub servers: Vec<String>,
+    pub key_file: PathBuf,
+    pub namespace: String,
+    pub threshold: Threshold,
+    pub timeout: Duration,
+}
+
+/// The `--remote*` flags of `tiercache mount`.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteFlags {
+    pub url: Option<String>,
+    pub key_file: Option<PathBuf>,
+    pub namespace: Option<String>,
+    pub threshold: Option<String>,
+    pub placement: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub size: Option<String>,
+}
+
+impl RemoteFlags {
+    fn any(&self) -> bool {
+        self.url.is_some()
+            || self.key_file.is_some()
+            || self.namespace.is_some()
+            || self.threshold.is_some()
+            || self.placement.is_some()
+            || self.timeout_ms.is_some()
+            || self.size.is_some()
+    }
+}
+
+/// Applies the `--remote*` flags to the lower tiers (from `--tier` flags or the file):
+/// `--remote URL` replaces any remote tier and goes last (memory → … → remote → BACKING); the
+/// other flags without `--remote` change the one remote tier there is.
+pub fn apply_remote_flags(
+    tiers: Option<Vec<TierTable>>,
+    f: &RemoteFlags,
+) -> Result<Option<Vec<TierTable>>, String> {
+    if !f.any() {
+        return Ok(tiers);
+    }
+    let mut tiers = tiers.unwrap_or_default();
+    let table = if let Some(url) = &f.url {
+        tiers.retain(|t| t.kind.value != "remote");
+        tiers.push(TierTable {
+            kind: At::flag("remote".to_string()),
+            name: None,
+            size: None,
+            policy: None,
+            placement: None,
+            read_latency_us: None,
+            write_latency_us: None,
+            accepts_dirty: None,
+            servers: Some(At::flag(url.clone())),
+            key_file: None,
+            namespace: None,
+            threshold: None,
+            timeout_ms: None,
+            flag: None,
+        });
+        tiers.last_mut()
+    } else {
+        let mut remote = tiers.iter_mut().filter(|t| t.kind.value == "remote");
+        match (remote.next(), remote.next()) {
+            (Some(t), None) => Some(t),
+            (None, _) => {
+                return Err(
+                    "--remote-*: no remote tier to apply it to (give --remote URL, or a \
+                     [[tier]] kind = \"remote\" in the config file)"
+                        .to_string(),
+                )
+            }
+            (Some(_), Some(_)) => {
+                return Err(
+                    "--remote-*: the config file has several remote tiers; set them there"
+                        .to_string(),
+                )
+            }
+        }
+    };
+    let Some(t) = table else {
+        return Err("--remote: internal error: no tier".to_string());
+    };
+    if let Some(k) = &f.key_file {
+        t.key_file = Some(At::flag(k.clone()));
+    }
+    if let Some(n) = &f.namespace {
+        t.namespace = Some(At::flag(n.clone()));
+    }
+    if let Some(n) = &f.threshold {
+        t.threshold = Some(At::flag(SizeValue::Text(n.clone())));
+    }
+    if let Some(p) = &f.placement {
+        t.placement = Some(At::flag(p.clone()));
+    }
+    if let Some(ms) = f.timeout_ms {
+        t.timeout_ms = Some(At::flag(ms));
+    }
+    if let Some(s) = &f.size {
+        t.size = Some(At::flag(SizeValue::Text(s.clone())));
+    }
+    Ok(Some(tiers))
+}
+
+/// Where a remote key came from: `FILE:LINE`, or the flag that set it.
+fn place<T>(cf: &ConfigFile, t: &TierTable, at: &At<T>, flag: &str) -> String {
+    match at.span {
+        None => format!("--{flag}"),
+        Some(_) => cf.place(t, at),
+    }
+}
+
+impl ConfigFile {
+    /// Checks the remote keys of `t` (kind `remote`).
+    pub(super) fn remote_spec(&self, t: &TierTable) -> Result<RemoteSpec, String> {
+        if let Some((span, key)) = test_only_key(t) {
+            return Err(format!(
+                "{}: `{key}` is only for kind = \"test\", not \"remote\"",
+                self.place_span(t, span)
+            ));
+        }
+        let Some(servers) = &t.servers else {
+            return Err(format!(
+                "{}: a remote tier needs `servers` (memcached://HOST:PORT[,HOST:PORT...])",
+                self.place(t, &t.kind)
+            ));
+        };
+        let servers_at = place(self, t, servers, "remote");
+        let list = parse_servers(&servers.value).map_err(|e| format!("{servers_at}: {e}"))?;
+        let Some(key) = &t.key_file else {
+            return Err(format!(
+                "{servers_at}: a remote tier needs a key file (--remote-key FILE or `key_file`; \
+                 create one with `tiercache keygen FILE`): values on the servers are encrypted \
+                 and authenticated with it"
+            ));
+        };
+        let namespace = match &t.namespace {
+            None => DEFAULT_NAMESPACE.to_string(),
+            Some(n) => {
+                let v = n.value.trim();
+                if v.is_empty() || v.len() > 64 || v.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "{}: namespace `{}`: 1 to 64 characters, no spaces",
+                        place(self, t, n, "remote-namespace"),
+                        n.value
+                    ));
+                }
+                v.to_string()
+            }
+        };
+        let threshold = match &t.threshold {
+            None => Threshold::default(),
+            Some(at) => {
+                let parsed = match &at.value {
+                    SizeValue::Bytes(0) => Err("`0`: expected a run length ≥ 1 or `auto`".into()),
+                    SizeValue::Bytes(n) => Ok(Threshold::Fixed(*n)),
+                    SizeValue::Text(s) => s.trim().parse::<Threshold>(),
+                };
+                parsed.map_err(|e| {
+                    format!("{}: threshold: {e}", place(self, t, at, "remote-threshold"))
+                })?
+            }
+        };
+        let timeout = match &t.timeout_ms {
+            None => DEFAULT_TIMEOUT,
+            Some(at) if at.value == 0 || at.value > 60_000 => {
+                return Err(format!(
+                    "{}: timeout {} ms: expected 1 to 60000",
+                    place(self, t, at, "remote-timeout"),
+                    at.value
+                ))
+            }
+            Some(at) => Duration::from_millis(at.value),
+        };
+        Ok(RemoteSpec {
+            servers: list,
+            key_file: key.value.clone(),
+            namespace,
+            threshold,
+            timeout,
+        })
+    }
+}
+
+/// `memcached://HOST:PORT[,HOST:PORT...]` → `HOST:PORT` list (`[v6]:PORT` allowed).
+pub fn parse_servers(url: &str) -> Result<Vec<String>, String> {
+    let Some(rest) = url.trim().strip_prefix("memcached://") else {
+        return Err(format!(
+            "`{url}`: expected memcached://HOST:PORT[,HOST:PORT...]"
+        ));
+    };
+    let mut out = Vec::new();
+    for part in rest.split(',') {
+        let part = part.trim().trim_end_matches('/');
+        let (host, port) = match part.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() => (h, p),
+            _ => return Err(format!("`{part}`: expected HOST:PORT")),
+        };
+        if port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(format!("`{part}`: bad port `{port}`"));
+        }
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if bare.is_empty() || bare.contains(char::is_whitespace) || bare.contains('/') {
+            return Err(format!("`{part}`: bad host `{host}`"));
+        }
+        if out.iter().any(|s: &String| s == part) {
+            return Err(format!("`{part}` is listed twice"));
+        }
+        out.push(part.to_string());
+    }
+    Ok(out)
+}
+
+/// The first key given that only a `remote` tier takes, and where.
+pub fn remote_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'static str)> {
+    let spans = [
+        (t.servers.as_ref().map(|a| &a.span), "servers"),
+        (t.key_file.as_ref().map(|a| &a.span), "key_file"),
+        (t.namespace.as_ref().map(|a| &a.span), "namespace"),
+        (t.threshold.as_ref().map(|a| &a.span), "threshold"),
+        (t.timeout_ms.as_ref().map(|a| &a.span), "timeout_ms"),
+    ];
+    spans.into_iter().find_map(|(s, key)| s.map(|s| (s, key)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn server_lists_parse_and_bad_parts_are_named() {
+        assert_eq!(
+            parse_servers("memcached://10.0.0.5:11211,10.0.0.6:11211").unwrap(),
+            vec!["10.0.0.5:11211", "10.0.0.6:11211"]
+        );
+        assert_eq!(
+            parse_servers("memcached://[::1]:11211").unwrap(),
+            vec!["[::1]:11211"]
+        );
+        for (bad, says) in [
+            ("http://x:1", "expected memcached://"),
+            ("memcached://host", "`host`: expected HOST:PORT"),
+            ("memcached://h:0", "bad port"),
+            ("memcached://h:1,h:1", "twice"),
+        ] {
+            let e = parse_servers(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    fn file(text: &str) -> ConfigFile {
+        ConfigFile::from_text(std::path::Path::new("tc.toml"), text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_remote_table_is_checked_with_file_and_line() {
+        let text = "[[tier]]\nkind = \"remote\"\nservers = \"memcached://127.0.0.1:11211\"\n\
+                    key_file = \"/etc/tc.key\"\nthreshold = \"auto\"\n";
+        let mut f = file(text);
+        let mem = f.fold_memory_tier().unwrap();
+        let tiers = f.options.tiers.clone().unwrap();
+        let specs = f.lower_tiers(&tiers, 4096, &mem).unwrap();
+        let r = specs[0].remote.clone().unwrap();
+        assert_eq!(r.servers, vec!["127.0.0.1:11211"]);
+        assert_eq!(r.threshold, Threshold::Auto);
+        assert_eq!(r.namespace, DEFAULT_NAMESPACE);
+        assert_eq!(specs[0].capacity_bytes, 0);
+        assert_eq!(
+            specs[0].placement,
+            tiercache_core::hierarchy::Placement::Inclusive
+        );
+        for (text, at, says) in [
+            (
+                "[[tier]]\nkind = \"remote\"\nkey_file = \"k\"\n",
+                "tc.toml:2:",
+                "needs `servers`",
+            ),
+            (
+                "[[tier]]\nkind = \"remote\"\nservers = \"memcached://h:1\"\n",
+                "tc.toml:3:",
+                "needs a key file",
+            ),
+            (
+                "[[tier]]\nkind = \"remote\"\nservers = \"memcached://h:1\"\nkey_file = \"k\"\n\
+                 threshold = 0\n",
+                "tc.toml:5:",
+                "threshold",
+            ),
+            (
+                "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nthreshold = 4\n",
+                "tc.toml:4:",
+                "only for kind = \"remote\"",
+            ),
+            (
+                "[[tier]]\nkind = \"remote\"\nservers = \"memcached://h:1\"\nkey_file = \"k\"\n\
+                 accepts_dirty = true\n",
+                "tc.toml:5:",
+                "only for kind = \"test\"",
+            ),
+        ] {
+            let mut f = file(text);
+            let mem = f.fold_memory_tier().unwrap();
+            let tiers = f.options.tiers.clone().unwrap();
+            let e = f.lower_tiers(&tiers, 4096, &mem).unwrap_err();
+            assert!(e.starts_with(at) && e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn remote_flags_add_a_last_tier_or_change_the_files() {
+        let flags = RemoteFlags {
+            url: Some("memcached://127.0.0.1:1".into()),
+            key_file: Some("/k".into()),
+            threshold: Some("7".into()),
+            ..RemoteFlags::default()
+        };
+        let test = TierTable::from_flag("test:1M").unwrap();
+        let tiers = apply_remote_flags(Some(vec![test]), &flags)
+            .unwrap()
+            .unwrap();
+        assert_eq!(tiers.len(), 2);
+        let f = ConfigFile::default();
+        let specs = f.lower_tiers(&tiers, 4096, "memory").unwrap();
+        assert_eq!(
+            specs[1].remote.as_ref().unwrap().threshold,
+            Threshold::Fixed(7)
+        );
+        // Without --remote and without a remote tier: an error naming the flags.
+        let e = apply_remote_flags(
+            None,
+            &RemoteFlags {
+                namespace: Some("x".into()),
+                ..RemoteFlags::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("--remote"), "{e}");
+        let bad = RemoteFlags {
+            url: Some("memcached://h:1".into()),
+            key_file: Some("/k".into()),
+            threshold: Some("zero".into()),
+            ..RemoteFlags::default()
+        };
+        let tiers = apply_remote_flags(None, &bad).unwrap().unwrap();
+        let e = f.lower_tiers(&tiers, 4096, "memory").unwrap_err();
+        assert!(e.starts_with("--remote-threshold: threshold"), "{e}");
+    }
+}
