@@ -127,8 +127,9 @@ impl FromStr for CostModel {
     }
 }
 
-/// Slots of [`RunTable`]: files beyond this many interleaved streams may evict each other's
-/// runs (a run then restarts, which only makes a bypass later, never wrong).
+/// log2 of the slots of [`RunTable`]. Two files sharing a slot evict each other's runs: a run
+/// then restarts, which only delays a bypass; the file id tag means a run is never credited to
+/// the wrong file.
 const RUN_BITS: u32 = 12;
 
 /// Sequential runs per file, direct-mapped by file id: fixed size, no allocation per request.
