@@ -112,10 +112,28 @@ impl Hierarchy {
     /// Serves one access; returns the index of the tier that hit, if any.
     #[inline]
     pub fn access(&mut self, a: Access) -> Option<usize> {
+        self.serve(a, 0)
+    }
+
+    /// Like [`Hierarchy::access`] for an access that bypasses the tiers in `skip` (bit `i` =
+    /// tier `i`, e.g. a remote tier a sequential run skips, see [`crate::seqrun`]): they are
+    /// neither looked up (their counters do not move) nor filled. Evictions above may still
+    /// demote into them, as on any access.
+    #[inline]
+    pub fn access_skipping(&mut self, a: Access, skip: u32) -> Option<usize> {
+        self.serve(a, skip)
+    }
+
+    // `access` passes a constant 0, so the skip tests fold away on its path.
+    #[inline(always)]
+    fn serve(&mut self, a: Access, skip: u32) -> Option<usize> {
         self.requests += 1;
         let n = self.tiers.len();
         let mut hit = None;
         for (i, t) in self.tiers.iter_mut().enumerate() {
+            if skip & (1 << i) != 0 {
+                continue;
+            }
             if t.lookup(a.key, a.class).is_some() {
                 hit = Some(i);
                 break;
@@ -125,7 +143,7 @@ impl Hierarchy {
         if hit.is_some() {
             self.hits += 1;
         }
-        for action in self.planner.on_access(hit).as_slice() {
+        for action in self.planner.on_access_skipping(hit, skip).as_slice() {
             match *action {
                 Action::ReadFrom(_) => {}
                 Action::TakeFrom(j) => {

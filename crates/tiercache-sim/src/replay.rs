@@ -2,7 +2,10 @@
 //!
 //! The same engine (`tiercache_core::hierarchy`) the live cache is built on; metadata only.
 //! `requests_per_second` times the replay loop alone: generation and parsing happen before.
+//! Stacks with `remote` tiers route each request through [`crate::remote`]'s sequential-run
+//! bypass; stacks without take the plain path, untouched by it.
 
+use crate::remote::{RemoteCounts, SeqBypass, TierKind};
 use crate::report::{ClassReport, Report, TierReport};
 use crate::timeseries::WindowRow;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,10 +20,12 @@ use tiercache_core::stats::HitCounts;
 use tiercache_core::tier::TierConfig;
 use tiercache_core::{Access, Class, CoreError};
 
-/// `NAME:BLOCKS:POLICY[:PLACEMENT]`, one `--tier`.
+/// `NAME:BLOCKS:POLICY[:PLACEMENT]`, one `--tier`. The name gives the kind: `remote` (or
+/// `remote2`, …) is a remote tier, anything else a local one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TierSpec {
     pub name: String,
+    pub kind: TierKind,
     pub blocks: usize,
     pub policy: PolicyKind,
     pub placement: Placement,
@@ -52,6 +57,7 @@ impl FromStr for TierSpec {
         };
         Ok(TierSpec {
             name: parts[0].to_string(),
+            kind: TierKind::of_name(parts[0]),
             blocks,
             policy,
             placement,
@@ -75,9 +81,21 @@ pub struct Setup {
     pub label: String,
     pub tiers: Vec<TierSpec>,
     pub partition: PartitionConfig,
+    /// Paper 002's `n` for the remote tiers: reads in a sequential run of at least this many
+    /// blocks bypass them (resolved: `auto` was already turned into a number).
+    pub remote_threshold: u64,
 }
 
 impl Setup {
+    /// Bit i set: tier i is remote.
+    pub fn remote_mask(&self) -> u32 {
+        self.tiers
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.kind == TierKind::Remote)
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
     pub fn levels(&self) -> Vec<LevelConfig> {
         self.tiers
             .iter()
@@ -118,7 +136,17 @@ pub fn replay(
     requests: &[Access],
     opts: ReplayOptions,
 ) -> Result<Outcome, CoreError> {
+    let mask = setup.remote_mask();
+    if mask & 1 != 0 {
+        return Err(CoreError::config(
+            "tier",
+            "a remote tier cannot be the top tier (put a local tier above it)",
+        ));
+    }
     let mut h = Hierarchy::new(&setup.levels())?;
+    // Only a stack with remote tiers pays for run tracking.
+    let mut seq =
+        (mask != 0).then(|| SeqBypass::new(mask, setup.remote_threshold, setup.tiers.len()));
     let bar = opts.progress.then(|| {
         let b = ProgressBar::new(requests.len() as u64);
         b.set_style(
@@ -140,28 +168,10 @@ pub fn replay(
     let mut done = 0;
     let prefetch = h.tiers().iter().any(|t| t.wants_prefetch());
     for part in requests.chunks(chunk) {
-        if prefetch {
-            for (i, &a) in part.iter().enumerate() {
-                // Replay knows what comes next: fetch each big tier's index bucket of the
-                // request AHEAD positions on and the slot entry of the one AHEAD / 2 on (whose
-                // bucket came in meanwhile), so that memory latency overlaps the requests in
-                // between. Tiers too small to gain from it ignore the hints.
-                let ahead = requests.get(done + i + AHEAD);
-                let half = requests.get(done + i + AHEAD / 2);
-                for t in h.tiers() {
-                    if let Some(f) = ahead {
-                        t.prefetch(&f.key);
-                    }
-                    if let Some(f) = half {
-                        t.prefetch_resident(&f.key);
-                    }
-                }
-                h.access(a);
-            }
-        } else {
-            for &a in part {
-                h.access(a);
-            }
+        let rest = &requests[done..];
+        match &mut seq {
+            Some(s) => serve_part(&mut h, s, part, rest, prefetch),
+            None => serve_part(&mut h, &mut Direct, part, rest, prefetch),
         }
         done += part.len();
         in_window += part.len();
@@ -180,9 +190,58 @@ pub fn replay(
         b.finish_and_clear();
     }
     Ok(Outcome {
-        report: report(setup, &h, secs),
+        report: report(setup, &h, secs, seq.map(|s| s.counts)),
         series,
     })
+}
+
+/// How one request goes through the hierarchy.
+pub(crate) trait Route {
+    fn serve(&mut self, h: &mut Hierarchy, a: Access);
+}
+
+/// Straight through: no remote tiers.
+struct Direct;
+
+impl Route for Direct {
+    #[inline(always)]
+    fn serve(&mut self, h: &mut Hierarchy, a: Access) {
+        h.access(a);
+    }
+}
+
+/// Serves `part`, the first requests of `rest`.
+#[inline(always)]
+fn serve_part<R: Route>(
+    h: &mut Hierarchy,
+    r: &mut R,
+    part: &[Access],
+    rest: &[Access],
+    prefetch: bool,
+) {
+    if prefetch {
+        for (i, &a) in part.iter().enumerate() {
+            // Replay knows what comes next: fetch each big tier's index bucket of the request
+            // AHEAD positions on and the slot entry of the one AHEAD / 2 on (whose bucket came
+            // in meanwhile), so that memory latency overlaps the requests in between. Tiers
+            // too small to gain from it ignore the hints.
+            let ahead = rest.get(i + AHEAD);
+            let half = rest.get(i + AHEAD / 2);
+            for t in h.tiers() {
+                if let Some(f) = ahead {
+                    t.prefetch(&f.key);
+                }
+                if let Some(f) = half {
+                    t.prefetch_resident(&f.key);
+                }
+            }
+            r.serve(h, a);
+        }
+    } else {
+        for &a in part {
+            r.serve(h, a);
+        }
+    }
 }
 
 /// How many requests ahead the replay loop prefetches (see [`replay`]).
@@ -231,7 +290,7 @@ impl Snapshot {
     }
 }
 
-fn report(setup: &Setup, h: &Hierarchy, secs: f64) -> Report {
+fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>) -> Report {
     let tiers = h
         .tiers()
         .iter()
@@ -240,8 +299,13 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64) -> Report {
             let s = t.stats();
             let partitioned =
                 i == 0 && t.partitioner().kind() != tiercache_core::partition::PartitionKind::None;
+            let is_remote = setup.tiers[i].kind == TierKind::Remote;
+            let count = |v: Option<&Vec<u64>>| {
+                is_remote.then(|| v.and_then(|v| v.get(i).copied()).unwrap_or(0))
+            };
             TierReport {
                 name: t.name().to_string(),
+                kind: setup.tiers[i].kind.to_string(),
                 capacity_blocks: t.capacity() as u64,
                 policy: t.policy().to_string(),
                 placement: h.placement(i).to_string(),
@@ -254,6 +318,9 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64) -> Report {
                 partition: (i == 0).then(|| t.partitioner().kind().to_string()),
                 s_target: if partitioned { t.s_target() } else { None },
                 s_cur: partitioned.then(|| t.s_cur()),
+                threshold: is_remote.then_some(setup.remote_threshold),
+                bypassed: count(remote.as_ref().map(|r| &r.bypassed)),
+                invalidations: count(remote.as_ref().map(|r| &r.invalidations)),
             }
         })
         .collect();

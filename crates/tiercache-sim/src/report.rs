@@ -22,6 +22,8 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TierReport {
     pub name: String,
+    /// `local` or `remote`.
+    pub kind: String,
     pub capacity_blocks: u64,
     pub policy: String,
     pub placement: String,
@@ -38,6 +40,15 @@ pub struct TierReport {
     pub s_target: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub s_cur: Option<u64>,
+    /// Remote tiers: paper 002's `n` (runs of at least `n` blocks bypass the tier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<u64>,
+    /// Remote tiers: reads in such a run that missed every tier above and skipped this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bypassed: Option<u64>,
+    /// Remote tiers: writes that removed this tier's (now stale) copy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalidations: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -98,6 +109,13 @@ pub fn single_table(r: &Report) -> String {
         );
         if let (Some(p), Some(st), Some(sc)) = (&t.partition, t.s_target, t.s_cur) {
             let _ = writeln!(s, "{:<10} partition {p}: s_target {st}, s_cur {sc}", "");
+        }
+        if let (Some(n), Some(b), Some(inv)) = (t.threshold, t.bypassed, t.invalidations) {
+            let _ = writeln!(
+                s,
+                "{:<10} remote: threshold {n} blocks, bypassed {b}, invalidated {inv}",
+                ""
+            );
         }
     }
     for (name, c) in &r.classes {

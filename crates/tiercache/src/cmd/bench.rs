@@ -7,6 +7,7 @@ use super::progress;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tiercache_core::partition::{DirprioParams, PartitionConfig, PartitionKind};
+use tiercache_core::seqrun::Threshold;
 use tiercache_sim::replay::{replay, ReplayOptions, Setup, TierSpec};
 use tiercache_sim::workload::{generate, StreamSpec};
 
@@ -86,11 +87,13 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
             label: "lru".into(),
             tiers: vec![tier("mem", a.cache_blocks, "inclusive")?],
             partition: none,
+            remote_threshold: Threshold::DEFAULT,
         },
         Setup {
             label: "dirprio".into(),
             tiers: vec![tier("mem", a.cache_blocks, "inclusive")?],
             partition: dirprio,
+            remote_threshold: Threshold::DEFAULT,
         },
         Setup {
             label: "two-tier".into(),
@@ -99,6 +102,7 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
                 tier("lower", a.cache_blocks * 4, "exclusive")?,
             ],
             partition: none,
+            remote_threshold: Threshold::DEFAULT,
         },
     ];
     let mut rps = Vec::new();

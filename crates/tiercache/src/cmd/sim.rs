@@ -7,7 +7,9 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use tiercache_core::partition::PartitionKind;
 use tiercache_core::policy::PolicyKind;
+use tiercache_core::seqrun::Threshold;
 use tiercache_core::{Access, BlockSize};
+use tiercache_sim::remote::{CostModel, TierKind};
 use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
 use tiercache_sim::report::{compare_table, single_table};
 use tiercache_sim::timeseries::write_csv;
@@ -37,9 +39,20 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// A tier, top first (policy lru|fifo|clock|sieve|s3fifo|arc,
-    /// placement inclusive|exclusive|pinned[=FIRST]). Default: one tier mem:1000:lru.
+    /// placement inclusive|exclusive|pinned[=FIRST]). Default: one tier mem:1000:lru. The name
+    /// `remote` (`remote2`, …) makes a remote tier (paper 002): not the top tier; sequential
+    /// runs and writes bypass it.
     #[arg(long = "tier", value_name = "NAME:BLOCKS:POLICY[:PLACEMENT]")]
     pub tiers: Vec<TierSpec>,
+    /// Remote tiers: reads in a sequential run of at least N blocks bypass them [default: 32];
+    /// `auto` chooses N from --remote-model.
+    #[arg(long, value_name = "N|auto")]
+    pub remote_threshold: Option<Threshold>,
+    /// The cost model --remote-threshold auto minimises over (a model, nothing is measured):
+    /// BACKING positioning in ms, BACKING streaming in MB/s, remote time per block in ms
+    /// [default: 12,150,0.25: `--emulate hdd`'s disk, a 0.25 ms remote round trip].
+    #[arg(long, value_name = "SEEK_MS,MB_PER_S,REMOTE_MS")]
+    pub remote_model: Option<CostModel>,
     /// Partitioner of the top tier and its parameters.
     #[command(flatten)]
     pub part: PartitionFlags,
@@ -64,8 +77,9 @@ pub struct SimArgs {
 const DEFAULT_REQUESTS: usize = 1_000_000;
 
 pub fn run(args: SimArgs) -> Result<(), String> {
-    let requests = load_requests(&args)?;
+    // Setups first: a bad --tier fails before a big trace is read.
     let setups = setups(&args)?;
+    let requests = load_requests(&args)?;
     let top_capacity = setups[0].tiers[0].blocks as u64;
     let want_series = args.timeseries.is_some() || args.plot.is_some();
     let window = args
@@ -191,6 +205,7 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Err("--tier: tier names must be distinct".into());
     }
+    let remote_threshold = remote_threshold(args, &tiers)?;
     let partition = args.part.resolve(
         &PartitionFlags::default(),
         PartitionKind::None,
@@ -200,6 +215,7 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
         label: partition.kind.to_string(),
         tiers,
         partition,
+        remote_threshold,
     };
     if args.compare.is_empty() {
         return Ok(vec![base]);
@@ -223,6 +239,38 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
             Ok(s)
         })
         .collect()
+}
+
+/// Paper 002's `n` for the remote tiers; refuses a remote top tier and remote flags without a
+/// remote tier.
+fn remote_threshold(args: &SimArgs, tiers: &[TierSpec]) -> Result<u64, String> {
+    let any_remote = tiers.iter().any(|t| t.kind == TierKind::Remote);
+    if tiers.first().is_some_and(|t| t.kind == TierKind::Remote) {
+        return Err(format!(
+            "--tier {}: a remote tier cannot be the top tier (put a local tier such as mem:1000:lru first)",
+            tiers[0]
+        ));
+    }
+    if !any_remote && (args.remote_threshold.is_some() || args.remote_model.is_some()) {
+        return Err(
+            "--remote-threshold/--remote-model: apply to a remote tier (--tier remote:BLOCKS:POLICY)"
+                .into(),
+        );
+    }
+    let threshold = args.remote_threshold.unwrap_or_default();
+    if args.remote_model.is_some() && threshold != Threshold::Auto {
+        return Err("--remote-model: only used with --remote-threshold auto".into());
+    }
+    let model = args.remote_model.unwrap_or_default();
+    let n = model.resolve(threshold, args.block_size);
+    if threshold == Threshold::Auto {
+        // On stderr: stdout may be the JSON document (which carries `threshold`).
+        eprintln!(
+            "tiercache: --remote-threshold auto: n = {n} blocks, from the cost model {model} \
+             (BACKING positioning ms, MB/s, remote ms per block; a model, not a measurement)"
+        );
+    }
+    Ok(n)
 }
 
 /// `dir/name.ext` → `dir/name-label.ext` when several setups share one flag.
