@@ -9,6 +9,8 @@ command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v git >/dev/null || need+=(git)
 command -v python3 >/dev/null || need+=(python3)
 command -v setfacl >/dev/null || need+=(acl)
+# the remote tier's tests and `bench remote` start their own memcached on loopback.
+command -v memcached >/dev/null || need+=(memcached)
 # mkfs.ext4 and chattr: the inode-reuse test's ext4 loop image, the immutable-file test.
 { command -v mkfs.ext4 && command -v chattr; } >/dev/null || need+=(e2fsprogs)
 if ((${#need[@]})); then

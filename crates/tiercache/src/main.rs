@@ -1,5 +1,5 @@
 //! The `tiercache` command: `mount` serves a slow directory through the cache, `stats`,
-//! `priority`, `flush` and `unmount` control a running mount, `sim` replays workloads and traces
+//! `priority`, `flush` and `unmount` control a running mount, `keygen` makes a remote-tier key, `sim` replays workloads and traces
 //! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
 //! file or line at fault; argument errors keep clap's message (usage and tips).
 
@@ -35,6 +35,8 @@ enum Command {
     Unmount(cmd::ctl::UnmountArgs),
     /// Replay a synthetic workload or a block trace against cache configurations.
     Sim(Box<cmd::sim::SimArgs>),
+    /// Create a key file for the remote tier: 32 random bytes, mode 0600 (never overwrites).
+    Keygen { file: std::path::PathBuf },
     /// Run the benchmarks whose figures README quotes.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -53,6 +55,9 @@ fn main() -> ExitCode {
         Command::Unmount(a) => cmd::ctl::unmount_cmd(a),
         Command::Sim(args) => cmd::sim::run(*args),
         Command::Bench(b) => cmd::bench::run(b),
+        Command::Keygen { file } => tiercache_remote::keyfile::generate(&file)
+            .map(|_| println!("wrote a new remote-tier key to {} (mode 0600)", file.display()))
+            .map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,6 +19,9 @@ pub enum BenchCommand {
     Fuse(super::bench_fuse::FuseBenchArgs),
     /// Walk of a big tree (list + stat) through tiercache vs bindfs vs native, cold and warm.
     Meta(super::bench_meta::MetaBenchArgs),
+    /// Paper 002: random and sequential reads behind the HDD model, with and without a
+    /// remote-memory tier on loopback memcached (needs memcached, root).
+    Remote(super::bench_remote::RemoteBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -55,6 +58,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Sim(a) => sim(a),
         BenchCommand::Fuse(a) => super::bench_fuse::run(a),
         BenchCommand::Meta(a) => super::bench_meta::run(a),
+        BenchCommand::Remote(a) => super::bench_remote::run(a),
     }
 }
 

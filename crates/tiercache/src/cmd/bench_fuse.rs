@@ -145,6 +145,28 @@ pub(crate) fn start_tiercache(
     Ok(child)
 }
 
+/// Writes `size` bytes of pseudo-random data (xorshift; incompressible) to `path`.
+pub(crate) fn write_random_file(path: &Path, size: u64) -> Result<(), String> {
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
+    );
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ size;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        for w in chunk.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+        }
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n]).map_err(|e| e.to_string())?;
+        left -= n as u64;
+    }
+    f.flush().map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Runs fio for `runtime` seconds (or, with `runtime` 0, one pass over the file); returns
 /// (IOPS, MB/s).
 fn fio(file: &Path, rw: &str, bs: &str, runtime: u64) -> Result<(f64, f64), String> {
@@ -241,23 +263,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     let bar = progress::steps(13, a.json);
     progress::step(&bar, format!("writing a {} MiB test file", size >> 20));
     let data = backing.join("data.bin");
-    {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(&data).map_err(|e| format!("{}: {e}", data.display()))?,
-        );
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut chunk = vec![0u8; 1 << 20];
-        for _ in 0..size.div_ceil(1 << 20) {
-            for w in chunk.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
-            }
-            f.write_all(&chunk).map_err(|e| e.to_string())?;
-        }
-        f.flush().map_err(|e| e.to_string())?;
-    }
+    write_random_file(&data, size)?;
     progress::done(&bar);
     progress::step(&bar, "mounting tiercache and bindfs");
     let mut mounts = Mounts {

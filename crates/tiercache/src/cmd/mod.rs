@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_fuse;
 pub mod bench_meta;
+pub mod bench_remote;
 pub mod ctl;
 pub mod mount;
 pub mod mounts;

@@ -6,6 +6,7 @@ use super::adapter::CacheDataPath;
 use super::config::{LowerTierKind, LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
+use super::remote::{self, MountedRemote};
 use super::{logging, metrics, stats};
 use std::fs::OpenOptions;
 use std::io::{BufWriter, Read, Seek, SeekFrom};
@@ -59,20 +60,27 @@ struct Live {
     stops: Mutex<mpsc::Sender<StopRequest>>,
     emulation: Option<String>,
     inodes: tiercache_fuse::InodeStatsReader,
+    remotes: Vec<MountedRemote>,
 }
 
 impl Handler for Live {
     fn handle(&self, req: Request) -> Result<serde_json::Value, String> {
         match req {
             Request::Stats => {
+                let ms = self.data.mem().stats();
                 let mut v = stats::json(
-                    &self.data.mem().stats(),
+                    &ms,
                     &self.mountpoint,
                     &self.backing,
                     self.emulation.as_deref(),
                 );
                 v["log_file"] = serde_json::json!(self.log);
                 v["inodes"] = stats::inodes_json(&self.inodes.stats());
+                let (remote, all) = remote::stats_json(&self.remotes, ms.lower.as_ref());
+                v["remote"] = remote;
+                if !all.is_null() {
+                    v["remote_tiers"] = all;
+                }
                 Ok(v)
             }
             Request::PriorityAdd { dir, recursive } => {
@@ -169,7 +177,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         }
         None => (real, None),
     };
-    let lower = build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize)?;
+    let (lower, remotes) = build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize)?;
     let mem =
         Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
     if let Some(path) = &s.trace_out {
@@ -229,6 +237,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         stops: Mutex::new(stop_tx),
         emulation: emulation.clone(),
         inodes: handle.inode_stats(),
+        remotes,
     });
     if let Err(e) = control::serve(&files, live.clone()) {
         drop(handle);
@@ -560,11 +569,17 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Builds the tiers below memory from their specs, top first.
-fn build_lower_tiers(specs: &[LowerTierSpec], block_size: usize) -> Result<Vec<LowerTier>, String> {
-    specs
+/// Builds the tiers below memory from their specs, top first; also returns the remote ones
+/// (for their own stats).
+fn build_lower_tiers(
+    specs: &[LowerTierSpec],
+    block_size: usize,
+) -> Result<(Vec<LowerTier>, Vec<MountedRemote>), String> {
+    let mut remotes = Vec::new();
+    let tiers = specs
         .iter()
-        .map(|spec| {
+        .enumerate()
+        .map(|(position, spec)| {
             let tier: Arc<dyn tiercache_tier::DataTier> = match spec.kind {
                 LowerTierKind::Test => {
                     let blocks = usize::try_from(spec.capacity_bytes / block_size as u64)
@@ -577,9 +592,22 @@ fn build_lower_tiers(specs: &[LowerTierSpec], block_size: usize) -> Result<Vec<L
                     cfg.accepts_dirty = spec.accepts_dirty;
                     Arc::new(tiercache_tier::TestTier::new(cfg)?)
                 }
-                LowerTierKind::Remote => return Err("remote tier: TODO(merge)".to_string()),
+                LowerTierKind::Remote => {
+                    let r = spec
+                        .remote
+                        .as_ref()
+                        .ok_or_else(|| format!("tier {}: no remote settings", spec.name))?;
+                    let t = remote::build(spec, r, block_size)?;
+                    remotes.push(MountedRemote {
+                        tier: Arc::clone(&t),
+                        position,
+                    });
+                    let lt = LowerTier::new(t, spec.placement).with_seq_bypass(r.threshold);
+                    return Ok(lt);
+                }
             };
             Ok(LowerTier::new(tier, spec.placement))
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((tiers, remotes))
 }

@@ -9,5 +9,6 @@ pub mod daemon;
 pub mod logging;
 pub mod metrics;
 pub mod priority;
+pub mod remote;
 pub mod size;
 pub mod stats;

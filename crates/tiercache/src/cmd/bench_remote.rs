@@ -1,0 +1,375 @@
+//! `tiercache bench remote`: paper 002's random-read table as ratios, in one run. BACKING is
+//! behind the HDD device MODEL (`--emulate hdd`: modelled seek and transfer times, not a real
+//! disk); memcached servers run on loopback.
+//!
+//! - Random: a file twice the memory tier, read in 4 KiB blocks in a random order (every block
+//!   once per pass), two passes; without a remote tier, then with 1, 2 and 4 servers. The first
+//!   pass stores what it reads in the remote tier (in the background); the second finds there
+//!   what memory could not keep. `rand_second_pass_speedup` = second pass without ÷ with
+//!   (1 server).
+//! - Sequential: a larger file read in 128 KiB requests, two passes, with and without the
+//!   remote tier (these runs reach the threshold, so they go to BACKING):
+//!   `seq_with_remote_over_without` = throughput with ÷ without.
+
+use super::bench_fuse::{need, start_tiercache, write_random_file, Mounts};
+use crate::cmd::progress;
+use clap::Args;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct RemoteBenchArgs {
+    /// Memory tier size; the random-read file is twice this.
+    #[arg(long, default_value = "2M")]
+    pub memory: String,
+    /// Size of the sequential-read file.
+    #[arg(long, default_value = "64M")]
+    pub seq_size: String,
+    /// Server counts to measure, comma-separated.
+    #[arg(long, default_value = "1,2,4")]
+    pub servers: String,
+    /// Work directory (default: a new directory under /tmp). Must not be on a FUSE mount.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One random-read configuration: both passes' times and what the remote tier did.
+#[derive(Serialize, Debug, Clone)]
+struct RandRun {
+    servers: usize,
+    first_pass_secs: f64,
+    second_pass_secs: f64,
+    /// Remote hits during the second pass.
+    second_pass_remote_hits: u64,
+}
+
+#[derive(Serialize, Debug)]
+struct RemoteBench {
+    device_model: &'static str,
+    memory_bytes: u64,
+    rand_file_bytes: u64,
+    seq_file_bytes: u64,
+    rand_without: RandRun,
+    rand_with: Vec<RandRun>,
+    /// Second random pass without the remote tier ÷ with it (1 server).
+    rand_second_pass_speedup: f64,
+    /// The same for each server count.
+    rand_second_pass_speedup_by_servers: BTreeMap<usize, f64>,
+    seq_without_mbps: f64,
+    seq_with_mbps: f64,
+    seq_with_remote_over_without: f64,
+    /// Sequential run length (blocks) from which reads bypass the remote tier.
+    threshold: u64,
+}
+
+/// memcached processes on loopback, killed on drop.
+struct Servers {
+    procs: Vec<(Child, u16)>,
+}
+
+impl Servers {
+    fn start(n: usize) -> Result<Servers, String> {
+        let mut s = Servers { procs: Vec::new() };
+        for _ in 0..n {
+            // A free port: bind, read it, release (memcached binds it right after).
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| format!("no free loopback port: {e}"))?
+                .port();
+            let child = Command::new("memcached")
+                .args(["-l", "127.0.0.1", "-U", "0", "-m", "256", "-u", "root", "-p"])
+                .arg(port.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("memcached: {e} (apt-get install -y memcached)"))?;
+            s.procs.push((child, port));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if Instant::now() > deadline {
+                    return Err(format!("memcached on port {port} did not start"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(s)
+    }
+
+    fn url(&self, n: usize) -> String {
+        let list: Vec<String> = self.procs[..n]
+            .iter()
+            .map(|(_, p)| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("memcached://{}", list.join(","))
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.procs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `tiercache stats MP --json` of a running mount.
+fn stats(mp: &Path) -> Result<serde_json::Value, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .arg("stats")
+        .arg(mp)
+        .arg("--json")
+        .output()
+        .map_err(|e| format!("stats: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "stats {}: {}",
+            mp.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("stats: {e}"))
+}
+
+fn remote_hits(mp: &Path) -> Result<u64, String> {
+    Ok(stats(mp)?["remote"]["hits"].as_u64().unwrap_or(0))
+}
+
+/// Waits until the background stores into lower tiers are done (at most 30 s).
+fn settle(mp: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let v = stats(mp)?;
+        let transit = v["lower"]["transit_blocks"].as_u64().unwrap_or(0);
+        let pending = v["remote"]["pending_stores"].as_u64().unwrap_or(0);
+        if transit == 0 && pending == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{}: background stores did not finish in 30 s", mp.display()))
+}
+
+/// Reads every 4 KiB block of `file` once, in the order of `order`; returns seconds.
+fn random_pass(file: &Path, order: &[u64]) -> Result<f64, String> {
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut buf = vec![0u8; 4096];
+    let t0 = Instant::now();
+    for &b in order {
+        f.read_exact_at(&mut buf, b * 4096)
+            .map_err(|e| format!("{}: read at {}: {e}", file.display(), b * 4096))?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Reads `file` front to back in 128 KiB requests; returns seconds.
+fn sequential_pass(file: &Path, size: u64) -> Result<f64, String> {
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut buf = vec![0u8; 128 << 10];
+    let t0 = Instant::now();
+    let mut off = 0;
+    while off < size {
+        let n = f
+            .read_at(&mut buf, off)
+            .map_err(|e| format!("{}: read at {off}: {e}", file.display()))?;
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+struct Setup {
+    backing: PathBuf,
+    mp: PathBuf,
+    key: PathBuf,
+    memory: u64,
+}
+
+impl Setup {
+    /// Mounts with the HDD model, and with a remote tier on `url` if given.
+    fn mount(&self, remote: Option<(&str, &str)>) -> Result<Mounts, String> {
+        let key = self.key.display().to_string();
+        let mut args = vec!["--emulate", "hdd"];
+        if let Some((url, ns)) = remote {
+            args.extend(["--remote", url, "--remote-key", &key, "--remote-namespace", ns]);
+        }
+        let child = start_tiercache(&self.backing, &self.mp, self.memory, &args)?;
+        Ok(Mounts {
+            daemons: vec![(child, self.mp.clone())],
+            bindfs: Vec::new(),
+        })
+    }
+
+    fn rand_run(&self, remote: Option<(&str, &str)>, servers: usize, orders: &[Vec<u64>; 2]) -> Result<RandRun, String> {
+        let _m = self.mount(remote)?;
+        let file = self.mp.join("rand.dat");
+        let first = random_pass(&file, &orders[0])?;
+        let hits0 = if remote.is_some() {
+            settle(&self.mp)?;
+            remote_hits(&self.mp)?
+        } else {
+            0
+        };
+        let second = random_pass(&file, &orders[1])?;
+        let hits1 = if remote.is_some() { remote_hits(&self.mp)? } else { 0 };
+        Ok(RandRun {
+            servers,
+            first_pass_secs: first,
+            second_pass_secs: second,
+            second_pass_remote_hits: hits1 - hits0,
+        })
+    }
+}
+
+pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
+    need("memcached", "memcached")?;
+    let memory =
+        crate::live::size::parse_size(&a.memory).map_err(|e| format!("--memory: {e}"))?;
+    let seq_size =
+        crate::live::size::parse_size(&a.seq_size).map_err(|e| format!("--seq-size: {e}"))?;
+    if memory < (256 << 10) {
+        return Err("--memory: at least 256K".into());
+    }
+    if seq_size < (1 << 20) {
+        return Err("--seq-size: at least 1M".into());
+    }
+    let counts: Vec<usize> = a
+        .servers
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().ok().filter(|n| (1..=16).contains(n)))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("--servers `{}`: expected counts 1..16, e.g. 1,2,4", a.servers))?;
+    let root = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tiercache-bench-remote-{}", std::process::id()))
+    });
+    let backing = root.join("backing");
+    let mp = root.join("mnt");
+    for d in [&backing, &mp] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    let steps = 3 + 2 + 2 * counts.len() as u64;
+    let bar = progress::steps(steps, a.json);
+    progress::step(&bar, "writing test files and a key, starting memcached");
+    let rand_size = 2 * memory;
+    write_random_file(&backing.join("rand.dat"), rand_size)?;
+    write_random_file(&backing.join("seq.dat"), seq_size)?;
+    let key = root.join("remote.key");
+    let _ = std::fs::remove_file(&key);
+    tiercache_remote::keyfile::generate(&key).map_err(|e| e.to_string())?;
+    let max = counts.iter().copied().max().unwrap_or(1);
+    let servers = Servers::start(max)?;
+    progress::done(&bar);
+    let setup = Setup {
+        backing,
+        mp,
+        key,
+        memory,
+    };
+    let blocks = rand_size / 4096;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    let orders: [Vec<u64>; 2] = std::array::from_fn(|_| {
+        let mut o: Vec<u64> = (0..blocks).collect();
+        o.shuffle(&mut rng);
+        o
+    });
+    progress::step(&bar, "random reads, two passes, without remote tier");
+    let without = setup.rand_run(None, 0, &orders)?;
+    progress::done(&bar);
+    let mut with = Vec::new();
+    let mut threshold = 0;
+    for &n in &counts {
+        progress::step(&bar, format!("random reads, two passes, {n} memcached server(s)"));
+        // A fresh namespace per run: nothing stored by an earlier run is found.
+        let ns = format!("bench-{}-{n}", std::process::id());
+        with.push(setup.rand_run(Some((&servers.url(n), &ns)), n, &orders)?);
+        progress::done(&bar);
+    }
+    let mut seq = [0.0f64; 2];
+    for (i, remote) in [false, true].into_iter().enumerate() {
+        progress::step(
+            &bar,
+            format!("sequential reads, two passes, {} remote tier", if remote { "with" } else { "without" }),
+        );
+        let ns = format!("bench-{}-seq", std::process::id());
+        let url = servers.url(1);
+        let _m = setup.mount(remote.then_some((url.as_str(), ns.as_str())))?;
+        let file = setup.mp.join("seq.dat");
+        seq[i] = sequential_pass(&file, seq_size)? + sequential_pass(&file, seq_size)?;
+        if remote {
+            threshold = stats(&setup.mp)?["remote"]["threshold"].as_u64().unwrap_or(0);
+        }
+        progress::done(&bar);
+    }
+    progress::finish(bar);
+    drop(servers);
+    if a.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    let speedup = |r: &RandRun| without.second_pass_secs / r.second_pass_secs.max(1e-9);
+    let by: BTreeMap<usize, f64> = with.iter().map(|r| (r.servers, speedup(r))).collect();
+    let mbps = |secs: f64| 2.0 * seq_size as f64 / 1e6 / secs.max(1e-9);
+    let r = RemoteBench {
+        device_model: "hdd (emulated: modelled seek and transfer times)",
+        memory_bytes: memory,
+        rand_file_bytes: rand_size,
+        seq_file_bytes: seq_size,
+        rand_second_pass_speedup: with.first().map_or(0.0, speedup),
+        rand_second_pass_speedup_by_servers: by,
+        rand_without: without.clone(),
+        rand_with: with.clone(),
+        seq_without_mbps: mbps(seq[0]),
+        seq_with_mbps: mbps(seq[1]),
+        seq_with_remote_over_without: seq[0] / seq[1].max(1e-9),
+        threshold,
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "BACKING behind the HDD device MODEL; memory tier {} KiB; random file {} KiB, 4 KiB reads",
+        memory >> 10,
+        rand_size >> 10
+    );
+    println!("{:<24} {:>12} {:>12} {:>12} {:>10}", "", "pass 1 (s)", "pass 2 (s)", "remote hits", "speedup");
+    println!(
+        "{:<24} {:>12.2} {:>12.2} {:>12} {:>10}",
+        "without remote tier", without.first_pass_secs, without.second_pass_secs, "-", "1.00"
+    );
+    for w in &with {
+        println!(
+            "{:<24} {:>12.2} {:>12.2} {:>12} {:>10.1}",
+            format!("{} memcached server(s)", w.servers),
+            w.first_pass_secs,
+            w.second_pass_secs,
+            w.second_pass_remote_hits,
+            speedup(w)
+        );
+    }
+    println!(
+        "sequential 128 KiB reads of {} MiB, two passes: {:.0} MB/s without, {:.0} MB/s with \
+         the remote tier (ratio {:.2}; threshold {} blocks)",
+        seq_size >> 20,
+        r.seq_without_mbps,
+        r.seq_with_mbps,
+        r.seq_with_remote_over_without,
+        r.threshold
+    );
+    Ok(())
+}

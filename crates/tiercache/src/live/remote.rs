@@ -1,0 +1,54 @@
+//! The remote tier of a mount: built from its [`RemoteSpec`], and its `stats --json` `remote`
+//! object (the tier's own counters plus the sequential-run threshold the manager applies).
+
+use super::config::LowerTierSpec;
+use super::config_remote::RemoteSpec;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tiercache_mem::LowerStats;
+use tiercache_remote::{RemoteConfig, RemoteTier};
+
+/// A remote tier of the mount, and its position in the lower stack (for its threshold).
+#[derive(Debug, Clone)]
+pub struct MountedRemote {
+    pub tier: Arc<RemoteTier>,
+    pub position: usize,
+}
+
+/// Reads the key and connects (servers that are down are probed later, not an error).
+pub fn build(
+    spec: &LowerTierSpec,
+    r: &RemoteSpec,
+    block_size: usize,
+) -> Result<Arc<RemoteTier>, String> {
+    let key = tiercache_remote::keyfile::load(&r.key_file).map_err(|e| e.to_string())?;
+    let mut cfg = RemoteConfig::new(spec.name.clone(), r.servers.clone(), key);
+    cfg.namespace = r.namespace.clone();
+    cfg.block_size = block_size;
+    cfg.timeout = r.timeout;
+    cfg.capacity_blocks = (spec.capacity_bytes > 0).then(|| spec.capacity_bytes / block_size as u64);
+    let tier = RemoteTier::connect(cfg).map_err(|e| format!("tier {}: {e}", spec.name))?;
+    Ok(Arc::new(tier))
+}
+
+/// `stats --json` `remote`: the first remote tier's counters and current threshold (null
+/// without one); `remote_tiers` lists them all when there are several.
+pub fn stats_json(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> (Value, Value) {
+    let one = |m: &MountedRemote| {
+        let s = m.tier.remote_stats();
+        let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
+        let b = lower.and_then(|l| l.seq_bypass.iter().find(|b| b.tier == m.position));
+        v["threshold"] = json!(b.map(|b| b.threshold));
+        v["threshold_auto"] = json!(b.map(|b| b.auto));
+        v["seq_bypassed_blocks"] = json!(b.map_or(0, |b| b.bypassed_blocks));
+        v["name"] = json!(m.tier.info_name());
+        v
+    };
+    let first = remotes.first().map_or(Value::Null, one);
+    let all = if remotes.len() > 1 {
+        Value::Array(remotes.iter().map(one).collect())
+    } else {
+        Value::Null
+    };
+    (first, all)
+}

@@ -1,0 +1,149 @@
+//! A mount with a remote tier on real memcached processes (loopback): blocks memory dropped
+//! come back from the remote tier with the right bytes; a write is never answered with the
+//! old remote copy; a server killed mid-run costs speed, not errors or bytes; and the key file
+//! is enforced before anything is mounted.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use support::{mounted, s, tc, Mount};
+use tiercache_remote::local::LocalMemcached;
+
+fn keyfile(dir: &std::path::Path) -> std::path::PathBuf {
+    let key = dir.join("remote.key");
+    let out = tc(&["keygen", s(&key)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    key
+}
+
+fn block(i: u64, version: u8) -> Vec<u8> {
+    (0..4096u64)
+        .map(|j| (i.wrapping_mul(31) ^ j.wrapping_mul(7)) as u8 ^ version)
+        .collect()
+}
+
+/// 64 blocks through a 64 KiB memory tier (16 blocks): the second random pass finds most of
+/// them in the remote tier.
+#[test]
+fn blocks_memory_dropped_come_back_from_the_remote_tier() {
+    let mc = LocalMemcached::start().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keyfile(keys.path());
+    let url = format!("memcached://{}", mc.addr());
+    let m = Mount::new(&[
+        "--memory",
+        "64K",
+        "--remote",
+        &url,
+        "--remote-key",
+        s(&key),
+    ]);
+    let data: Vec<u8> = (0..64).flat_map(|i| block(i, 0)).collect();
+    std::fs::write(m.backing.join("f"), &data).unwrap();
+    let f = std::fs::File::open(m.mnt.join("f")).unwrap();
+    let order: Vec<u64> = (0..64).map(|i| (i * 37) % 64).collect();
+    let mut buf = vec![0u8; 4096];
+    for &b in &order {
+        f.read_exact_at(&mut buf, b * 4096).unwrap();
+        assert_eq!(buf, block(b, 0), "block {b}, first pass");
+    }
+    // Stores are asynchronous: wait until they landed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while m.stats()["remote"]["stores"].as_u64().unwrap() < 48 {
+        assert!(std::time::Instant::now() < deadline, "{}", m.stats()["remote"]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for &b in order.iter().rev() {
+        f.read_exact_at(&mut buf, b * 4096).unwrap();
+        assert_eq!(buf, block(b, 0), "block {b}, second pass");
+    }
+    let st = m.stats();
+    let r = &st["remote"];
+    assert!(r["hits"].as_u64().unwrap() >= 40, "{r}");
+    assert_eq!(r["auth_failures"].as_u64().unwrap(), 0, "{r}");
+    assert_eq!(r["threshold"].as_u64().unwrap(), 32, "{r}");
+    let tiers = st["tiers"].as_array().unwrap();
+    assert!(tiers.iter().any(|t| t["kind"] == "remote"), "{st}");
+
+    // A write through the mount: later reads never see the remote copy of the old bytes.
+    let g = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.mnt.join("f"))
+        .unwrap();
+    for b in 0..64u64 {
+        g.write_all_at(&block(b, 1), b * 4096).unwrap();
+    }
+    drop(g);
+    for &b in &order {
+        f.read_exact_at(&mut buf, b * 4096).unwrap();
+        assert_eq!(buf, block(b, 1), "block {b} after the write");
+    }
+}
+
+#[test]
+fn a_server_killed_mid_run_costs_no_errors_and_no_bytes() {
+    let mut mc = LocalMemcached::start().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keyfile(keys.path());
+    let url = format!("memcached://{}", mc.addr());
+    let m = Mount::new(&[
+        "--memory",
+        "64K",
+        "--remote",
+        &url,
+        "--remote-key",
+        s(&key),
+    ]);
+    let data: Vec<u8> = (0..64).flat_map(|i| block(i, 3)).collect();
+    std::fs::write(m.backing.join("f"), &data).unwrap();
+    let f = std::fs::File::open(m.mnt.join("f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for pass in 0..4u64 {
+        if pass == 2 {
+            mc.kill();
+        }
+        for i in 0..64u64 {
+            let b = (i * 37 + pass) % 64;
+            f.read_exact_at(&mut buf, b * 4096).unwrap();
+            assert_eq!(buf, block(b, 3), "block {b}, pass {pass}");
+        }
+    }
+    let r = m.stats()["remote"].clone();
+    assert_eq!(r["servers_up"].as_u64().unwrap(), 0, "{r}");
+}
+
+#[test]
+fn keygen_makes_an_owner_only_key_and_a_loose_key_mounts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keyfile(dir.path());
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let again = tc(&["keygen", s(&key)]);
+    assert!(!again.status.success(), "keygen overwrote a key");
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (backing, mnt) = (dir.path().join("slow"), dir.path().join("fast"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let out = tc(&[
+        "mount",
+        s(&backing),
+        s(&mnt),
+        "--remote",
+        "memcached://127.0.0.1:9",
+        "--remote-key",
+        s(&key),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(s(&key)), "{err}");
+    assert!(!mounted(&mnt));
+
+    let out = tc(&["mount", s(&backing), s(&mnt), "--remote", "memcached://127.0.0.1:9"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--remote-key"), "{err}");
+    assert!(!mounted(&mnt));
+}
