@@ -129,7 +129,9 @@ impl RemoteTier {
                 "block size, timeout and queue depth must be positive".into(),
             ));
         }
-        let max_value = cfg.block_size + crypt::OVERHEAD;
+        // Values of another length are not ours and fail authentication; only far larger
+        // ones (a misbehaving server) are protocol errors that cost the connection.
+        let max_value = 2 * (cfg.block_size + crypt::OVERHEAD) + 64 * 1024;
         let mut clients = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
             let addr = config::resolve(s)?;

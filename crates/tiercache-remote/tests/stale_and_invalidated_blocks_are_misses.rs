@@ -21,7 +21,10 @@ fn version_mismatch_is_a_miss_and_drops_the_old_copy() {
     // A new version stores and reads back.
     t.fill(&k, 2, Class::Normal, &block(&k, 2), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
-    assert_eq!(t.read(&k, 2, &mut buf).unwrap(), Lookup::Hit { dirty: false });
+    assert_eq!(
+        t.read(&k, 2, &mut buf).unwrap(),
+        Lookup::Hit { dirty: false }
+    );
     assert_eq!(buf, block(&k, 2));
 }
 

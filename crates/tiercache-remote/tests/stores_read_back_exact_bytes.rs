@@ -38,7 +38,10 @@ fn fill_then_read_returns_the_exact_bytes() {
     let s = t.remote_stats();
     assert_eq!((s.hits, s.stores, s.servers_up, s.servers), (64, 64, 1, 1));
     assert_eq!(s.used_blocks, 64);
-    assert!(s.ram_bytes_per_block > 0.0 && s.ram_bytes_per_block < 200.0, "{s:?}");
+    assert!(
+        s.ram_bytes_per_block > 0.0 && s.ram_bytes_per_block < 200.0,
+        "{s:?}"
+    );
     let snap = t.stats();
     assert_eq!(snap.kind, "remote");
     assert_eq!((snap.fills, snap.demotions_in), (32, 32));
@@ -77,7 +80,10 @@ fn take_removes_the_block_and_dirty_data_is_refused() {
     t.sync().unwrap();
     t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
-    assert_eq!(t.take(&k, 1, &mut buf).unwrap(), Lookup::Hit { dirty: false });
+    assert_eq!(
+        t.take(&k, 1, &mut buf).unwrap(),
+        Lookup::Hit { dirty: false }
+    );
     assert_eq!(buf, block(&k, 1));
     assert!(!t.contains(&k));
     assert_eq!(t.read(&k, 1, &mut buf).unwrap(), Lookup::Miss);

@@ -35,12 +35,27 @@ pub struct Memcached {
 }
 
 impl Memcached {
+    /// Starts memcached on a free loopback port (retrying when another test took it).
     pub fn start() -> Self {
-        Self::start_on(free_port())
+        for _ in 0..20 {
+            if let Some(m) = Self::try_start_on(free_port()) {
+                return m;
+            }
+        }
+        panic!("could not start memcached on a free port");
     }
 
-    /// Starts memcached on `port` (UDP off, 64 MiB) and waits until it accepts connections.
+    /// Starts memcached on `port` (UDP off, 64 MiB) and waits until it serves.
     pub fn start_on(port: u16) -> Self {
+        Self::try_start_on(port)
+            .unwrap_or_else(|| panic!("memcached could not listen on port {port}"))
+    }
+
+    /// `None` when the process exits at once (the port is taken).
+    fn try_start_on(port: u16) -> Option<Self> {
+        // Serialises start-ups within this test binary so two never race for one port.
+        static START: Mutex<()> = Mutex::new(());
+        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
         let child = Command::new(memcached_bin())
             .args(["-U", "0", "-l", "127.0.0.1", "-m", "64", "-u", "root", "-p"])
             .arg(port.to_string())
@@ -50,7 +65,7 @@ impl Memcached {
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
-                    "cannot run {:?}: {e} — install memcached (≥ 1.6, e.g. `apt-get install \
+                    "cannot run {:?}: {e} — install memcached (>= 1.6, e.g. `apt-get install \
                      memcached`); these tests need a real server",
                     memcached_bin()
                 )
@@ -60,14 +75,31 @@ impl Memcached {
             port,
         };
         let until = Instant::now() + Duration::from_secs(5);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("memcached on port {port} exited: {status}");
+        loop {
+            if m.exited() {
+                return None;
             }
-            assert!(Instant::now() < until, "memcached on port {port} did not start");
-            std::thread::sleep(Duration::from_millis(10));
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Another process may own the port: ours exits at once when its bind fails.
+                std::thread::sleep(Duration::from_millis(30));
+                return if m.exited() { None } else { Some(m) };
+            }
+            assert!(
+                Instant::now() < until,
+                "memcached on port {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
         }
-        m
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     pub fn addr(&self) -> String {
@@ -121,7 +153,11 @@ impl SlowProxy {
                         list.push(client.try_clone().unwrap());
                         list.push(server.try_clone().unwrap());
                         drop(list);
-                        pipe(client.try_clone().unwrap(), server.try_clone().unwrap(), None);
+                        pipe(
+                            client.try_clone().unwrap(),
+                            server.try_clone().unwrap(),
+                            None,
+                        );
                         pipe(server, client, Some(d.clone()));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -209,7 +245,8 @@ pub fn key(ino: u64, block: u64) -> TierKey {
 
 /// Deterministic content of (key, version): every byte depends on both.
 pub fn block(key: &TierKey, version: u64) -> Vec<u8> {
-    let mut x = (key.file.ino ^ (key.block.0 << 20) ^ version.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+    let mut x =
+        (key.file.ino ^ (key.block.0 << 20) ^ version.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
     (0..BS)
         .map(|_| {
             x ^= x << 13;
