@@ -1,7 +1,7 @@
 //! [`RemoteTier`]: the [`DataTier`] over a memcached pool.
 //!
 //! - Clean data only: dirty stores are rejected; nothing survives a restart.
-//! - The index of what is remote lives here ([`crate::index`]): a block it lacks is a miss
+//! - The index of what is remote lives here (module `index`): a block it lacks is a miss
 //!   without I/O. `read`/`take` go to the recorded server with the request timeout; any
 //!   remote failure (I/O, timeout, protocol, server down, authentication, wrong `seq`, `EN`)
 //!   is counted and returned as `Ok(Lookup::Miss)` — the caller then reads the next source,
@@ -17,7 +17,7 @@ use crate::crypt::{self, Crypt};
 use crate::error::RemoteError;
 use crate::index::{Entry, Index};
 use crate::pool::Pool;
-use crate::worker::{self, Job};
+use crate::worker::{self, Job, StoreJob};
 use crate::ServerClient;
 use serde::Serialize;
 use std::io;
@@ -456,13 +456,13 @@ impl RemoteTier {
                 ready: false,
             };
             let (old, evicted) = ix.insert(*key, entry);
-            let job = Job::Store {
+            let job = Job::Store(StoreJob {
                 key: *key,
                 seq,
                 server,
                 name: name.text,
                 value,
-            };
+            });
             // Queued under the lock: the entry and its job appear together.
             if !self.enqueue(job) {
                 ix.remove_if_seq(key, seq);

@@ -6,7 +6,7 @@
 //! invalidation, then a refill) thus never removes the refilled value; a delete queued after
 //! one (a fill, then an invalidation) may run first, and the landed store is then deleted in
 //! the last step. Either way visibility is the index's business: a store only becomes
-//! readable by [`Index::mark_ready`](crate::index::Index::mark_ready) with its own `seq`.
+//! readable by `Index::mark_ready` with its own `seq`.
 
 use crate::tier::Shared;
 use std::collections::BTreeMap;
@@ -26,18 +26,22 @@ const DELETE_BATCH: usize = 128;
 /// Work for the background thread.
 #[derive(Debug)]
 pub enum Job {
-    Store {
-        key: TierKey,
-        seq: u64,
-        server: u8,
-        name: String,
-        value: Vec<u8>,
-    },
+    Store(StoreJob),
     Delete {
         server: u8,
         key: TierKey,
         version: u64,
     },
+}
+
+/// A sealed value to land on `server` under `name`, made readable as store `seq` of `key`.
+#[derive(Debug)]
+pub struct StoreJob {
+    pub key: TierKey,
+    pub seq: u64,
+    pub server: u8,
+    pub name: String,
+    pub value: Vec<u8>,
 }
 
 /// Runs until the tier stops or drops the queue's sender.
@@ -66,20 +70,11 @@ pub fn run(shared: Arc<Shared>, rx: Receiver<Job>) {
 }
 
 fn process(shared: &Shared, jobs: Vec<Job>) {
-    let mut stores: BTreeMap<u8, Vec<(TierKey, u64, String, Vec<u8>)>> = BTreeMap::new();
+    let mut stores: BTreeMap<u8, Vec<StoreJob>> = BTreeMap::new();
     let mut deletes: BTreeMap<u8, Vec<String>> = BTreeMap::new();
     for job in jobs {
         match job {
-            Job::Store {
-                key,
-                seq,
-                server,
-                name,
-                value,
-            } => stores
-                .entry(server)
-                .or_default()
-                .push((key, seq, name, value)),
+            Job::Store(j) => stores.entry(j.server).or_default().push(j),
             Job::Delete {
                 server,
                 key,
@@ -103,7 +98,7 @@ fn process(shared: &Shared, jobs: Vec<Job>) {
 fn store_chunk(
     shared: &Shared,
     server: u8,
-    chunk: &[(TierKey, u64, String, Vec<u8>)],
+    chunk: &[StoreJob],
     late: &mut BTreeMap<u8, Vec<String>>,
 ) {
     let i = usize::from(server);
@@ -111,7 +106,7 @@ fn store_chunk(
         Some(s) if shared.pool.is_up(i) && !shared.stop.load(Ordering::Acquire) => {
             let items: Vec<(&str, &[u8])> = chunk
                 .iter()
-                .map(|(_, _, n, v)| (n.as_str(), v.as_slice()))
+                .map(|j| (j.name.as_str(), j.value.as_slice()))
                 .collect();
             let r = s.client.set_batch(&items);
             match &r {
@@ -127,8 +122,9 @@ fn store_chunk(
         _ => None,
     };
     let mut ix = shared.index();
-    for (j, (key, seq, name, _)) in chunk.iter().enumerate() {
-        let landed = result.as_ref().is_some_and(|r| r.get(j) == Some(&true));
+    for (n, job) in chunk.iter().enumerate() {
+        let (key, seq, name) = (&job.key, &job.seq, &job.name);
+        let landed = result.as_ref().is_some_and(|r| r.get(n) == Some(&true));
         if landed {
             shared.c.stores.fetch_add(1, Ordering::Relaxed);
             if !ix.mark_ready(key, *seq) && ix.get(key).is_none() {

@@ -1,6 +1,7 @@
 //! Several threads fill, read, take and invalidate checksummed blocks while versions change
 //! under them (and one server is killed halfway): a hit always carries exactly the bytes of
 //! the version asked for.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use common::*;

@@ -1,5 +1,6 @@
 //! The key file is created 0600, never overwritten, and refused when group/other may access
 //! it, missing or malformed — each with an error naming the path.
+#![allow(clippy::unwrap_used)]
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use tiercache_remote::{keyfile, RemoteError};

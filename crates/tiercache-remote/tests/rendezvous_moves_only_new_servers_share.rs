@@ -1,5 +1,6 @@
 //! Rendezvous hashing: adding a server to N moves about 1/(N+1) of the keys, all of them to
 //! the new server; removing one moves only its keys.
+#![allow(clippy::unwrap_used)]
 use tiercache_remote::rendezvous_owner;
 
 fn addrs(n: usize) -> Vec<String> {

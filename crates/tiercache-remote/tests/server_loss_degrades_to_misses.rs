@@ -1,5 +1,6 @@
 //! A server killed mid-run costs hits, never an error or a wrong byte; restarted on the same
 //! port it is probed and used again.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use common::*;

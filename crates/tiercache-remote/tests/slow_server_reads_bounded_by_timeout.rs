@@ -1,5 +1,6 @@
 //! A server that answers slowly (a proxy delaying its replies by 500 ms) costs at most about
 //! the timeout per read, then is ejected so later reads do not wait at all.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use common::*;

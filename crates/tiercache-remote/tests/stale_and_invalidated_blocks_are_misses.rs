@@ -1,5 +1,6 @@
 //! Another version, an invalidated block, a truncated file's tail, a store whose `current`
 //! check fails: all misses, never old bytes.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use common::*;

@@ -1,4 +1,5 @@
 //! A stored block reads back byte for byte; `take` removes it; dirty data is refused.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use common::*;

@@ -1,6 +1,6 @@
 //! Test helpers: real memcached processes on loopback ports, a delaying TCP proxy, tier
 //! builders and checksummed blocks.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
