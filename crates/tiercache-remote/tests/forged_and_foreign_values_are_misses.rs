@@ -62,9 +62,10 @@ fn a_flipped_bit_in_a_real_value_fails_authentication() {
     stored(&t, &k, 1);
     let name = t.key_name(&k, 1);
     let mut v = c.get(&name).unwrap().expect("value stored");
+    let plain = block(&k, 1);
     assert!(
         !v.windows(64)
-            .any(|w| block(&k, 1).windows(64).any(|b| b == w)),
+            .any(|w| w == &plain[..64] || w == &plain[2048..2112]),
         "the stored value does not contain the plaintext"
     );
     let at = v.len() / 2;
