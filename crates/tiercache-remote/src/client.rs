@@ -104,6 +104,17 @@ impl Conn {
     }
 }
 
+/// Whether `e` says the peer had closed the connection (not a timeout or a bad reply).
+fn closed_under_us(e: &RemoteError) -> bool {
+    matches!(e, RemoteError::Io { source, .. } if matches!(
+        source.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    ))
+}
+
 /// Read/write timeouts surface as `WouldBlock` on Linux; call them what they are.
 fn timeout_kind(e: io::Error) -> io::Error {
     if e.kind() == io::ErrorKind::WouldBlock {
@@ -226,9 +237,12 @@ impl ServerClient {
     }
 
     /// Runs one request on an idle or new connection; the connection is kept only on success.
+    /// A reused idle connection that turns out closed (the server restarted since) is not a
+    /// server failure: the idle pool is emptied and the request retried once on a new
+    /// connection within the same deadline.
     fn request<T>(
         &self,
-        f: impl FnOnce(&mut Req<'_>) -> Result<T, RemoteError>,
+        mut f: impl FnMut(&mut Req<'_>) -> Result<T, RemoteError>,
     ) -> Result<T, RemoteError> {
         let deadline = Instant::now() + self.timeout;
         let idle = self
@@ -236,7 +250,23 @@ impl ServerClient {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        let conn = match idle {
+        let reused = idle.is_some();
+        match self.attempt(idle, deadline, &mut f) {
+            Err(e) if reused && closed_under_us(&e) => {
+                self.clear_idle();
+                self.attempt(None, deadline, &mut f)
+            }
+            other => other,
+        }
+    }
+
+    fn attempt<T>(
+        &self,
+        conn: Option<Conn>,
+        deadline: Instant,
+        f: &mut impl FnMut(&mut Req<'_>) -> Result<T, RemoteError>,
+    ) -> Result<T, RemoteError> {
+        let conn = match conn {
             Some(c) => c,
             None => Conn::connect(&self.addr, deadline).map_err(|e| RemoteError::Io {
                 server: self.name.clone(),

@@ -143,3 +143,55 @@ fn a_malformed_address_is_an_error_naming_it() {
     let e = tiercache_remote::RemoteTier::connect(cfg).unwrap_err();
     assert!(e.to_string().contains("nonsense"), "{e}");
 }
+
+#[test]
+fn a_quick_restart_between_requests_is_not_a_failure() {
+    let mut a = Memcached::start();
+    let t = tier(vec![a.addr()]);
+    let mut buf = vec![0u8; BS];
+    for i in 0..8 {
+        let k = key(9, i);
+        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    }
+    assert!(t.flush(Duration::from_secs(5)));
+    for i in 0..8 {
+        assert_eq!(
+            t.read(&key(9, i), 1, &mut buf).unwrap(),
+            Lookup::Hit { dirty: false }
+        );
+    }
+    // Restart on the same port while the tier holds idle connections to the old process.
+    let port = a.port;
+    a.kill();
+    let _a2 = Memcached::start_on(port);
+    for i in 0..8 {
+        // The values went with the old process: plain misses.
+        assert_eq!(t.read(&key(9, i), 1, &mut buf).unwrap(), Lookup::Miss);
+    }
+    let k = key(9, 100);
+    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    assert!(t.flush(Duration::from_secs(5)));
+    assert_eq!(
+        t.read(&k, 1, &mut buf).unwrap(),
+        Lookup::Hit { dirty: false }
+    );
+    let s = t.remote_stats();
+    assert_eq!((s.servers_up, s.errors), (1, 0), "{s:?}");
+}
+
+#[test]
+fn capacity_defaults_to_the_servers_memory() {
+    let a = Memcached::start();
+    let b = Memcached::start();
+    let mut cfg = config(
+        vec![a.addr(), b.addr()],
+        "t",
+        tiercache_remote::RemoteKey::random(),
+    );
+    cfg.capacity_blocks = None;
+    let t = tiercache_remote::RemoteTier::connect(cfg).unwrap();
+    let cap = t.info().capacity_blocks;
+    // Two servers of 64 MiB, 4 KiB blocks plus value and item overheads.
+    assert!((20_000..32_768).contains(&cap), "capacity {cap}");
+    assert_eq!(t.remote_stats().capacity_blocks, cap);
+}
