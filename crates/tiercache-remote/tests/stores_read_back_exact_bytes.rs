@@ -119,6 +119,9 @@ fn loopback_read_latency_per_4k_block() {
         );
     }
     let per = start.elapsed() / n as u32;
-    eprintln!("loopback remote read: {per:?} per 4 KiB block (this build profile)");
+    eprintln!(
+        "loopback remote read: {per:?} per 4 KiB block (this build profile); index RAM {:.1} B/block",
+        t.remote_stats().ram_bytes_per_block
+    );
     assert!(per < Duration::from_millis(5));
 }
