@@ -31,6 +31,8 @@ pub enum TierKind {
     Memory,
     /// In-memory test tier (volatile; injectable latency and faults).
     Test,
+    /// Memory of other machines (a memcached pool; clean data only, volatile).
+    Remote,
 }
 
 impl fmt::Display for TierKind {
@@ -38,6 +40,7 @@ impl fmt::Display for TierKind {
         f.write_str(match self {
             TierKind::Memory => "memory",
             TierKind::Test => "test",
+            TierKind::Remote => "remote",
         })
     }
 }

@@ -1,0 +1,44 @@
+//! tiercache-remote: a cache tier in the memory of other machines — a pool of memcached
+//! (≥ 1.6) servers — below the local tiers (paper 002, "memory of other machines as a disk
+//! cache"), made safe for shared networks.
+//!
+//! It holds clean blocks only (BACKING or a local tier always has the truth), so losing a
+//! server costs speed, never data. The index of which blocks are remote lives on the client:
+//! a remote miss costs no round trip. Every value is encrypted and authenticated, and every
+//! key carries the block's version, so a stale, forged or foreign value is never served.
+//!
+//! Parts:
+//! - [`tier`]: [`RemoteTier`], the [`tiercache_tier::DataTier`] implementation, and
+//!   [`RemoteStats`];
+//! - [`config`]: [`RemoteConfig`] (defaults) and [`parse_url`] for `memcached://…`;
+//! - [`keyfile`]: [`RemoteKey`], key file [`keyfile::generate`] / [`keyfile::load`] (mode 0600
+//!   enforced);
+//! - `crypt` (private): subkey derivation, key naming, XChaCha20-Poly1305 sealing;
+//! - `index` (private): the client-side index (per-file B-trees, FIFO eviction);
+//! - `pool` (private) and [`rendezvous_owner`]: rendezvous hashing, ejection, probing;
+//! - [`client`] and [`proto`]: a small blocking meta-protocol client (mg/ms/md/mn, quiet
+//!   pipelined batches, deadlines, idle-connection pool) — see `docs/remote-client-choice.md`
+//!   for why it is written here rather than taken from a crate;
+//! - `worker` (private): the background thread that lands stores and deletes in pipelined
+//!   batches and probes ejected servers.
+
+pub mod client;
+pub mod config;
+mod crypt;
+pub mod error;
+mod index;
+pub mod keyfile;
+mod pool;
+pub mod proto;
+pub mod tier;
+mod worker;
+
+pub use client::ServerClient;
+pub use config::{parse_url, RemoteConfig};
+pub use error::RemoteError;
+pub use keyfile::RemoteKey;
+pub use pool::rendezvous_owner;
+pub use tier::{RemoteStats, RemoteTier};
+
+/// Bytes a stored value adds to a block (nonce, sequence number, authentication tag).
+pub const VALUE_OVERHEAD: usize = crypt::OVERHEAD;

@@ -1,0 +1,276 @@
+//! Test helpers: real memcached processes on loopback ports, a delaying TCP proxy, tier
+//! builders and checksummed blocks.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tiercache_remote::{RemoteConfig, RemoteKey, RemoteTier};
+use tiercache_tier::{FileKey, TierKey};
+
+pub const BS: usize = 4096;
+
+/// The memcached binary: `$MEMCACHED` or `memcached` on the PATH.
+fn memcached_bin() -> String {
+    std::env::var("MEMCACHED").unwrap_or_else(|_| "memcached".to_string())
+}
+
+/// A free loopback port (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}
+
+/// A memcached process on a loopback port, killed on drop.
+#[derive(Debug)]
+pub struct Memcached {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl Memcached {
+    /// Starts memcached on a free loopback port (retrying when another test took it).
+    pub fn start() -> Self {
+        for _ in 0..20 {
+            if let Some(m) = Self::try_start_on(free_port()) {
+                return m;
+            }
+        }
+        panic!("could not start memcached on a free port");
+    }
+
+    /// Starts memcached on `port` (UDP off, 64 MiB) and waits until it serves.
+    pub fn start_on(port: u16) -> Self {
+        Self::try_start_on(port)
+            .unwrap_or_else(|| panic!("memcached could not listen on port {port}"))
+    }
+
+    /// `None` when the process exits at once (the port is taken).
+    fn try_start_on(port: u16) -> Option<Self> {
+        // Serialises start-ups within this test binary so two never race for one port.
+        static START: Mutex<()> = Mutex::new(());
+        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
+        let child = Command::new(memcached_bin())
+            .args(["-U", "0", "-l", "127.0.0.1", "-m", "64", "-u", "root", "-p"])
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run {:?}: {e} — install memcached (>= 1.6, e.g. `apt-get install \
+                     memcached`); these tests need a real server",
+                    memcached_bin()
+                )
+            });
+        let mut m = Memcached {
+            child: Some(child),
+            port,
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            if m.exited() {
+                return None;
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Another process may own the port: ours exits at once when its bind fails.
+                std::thread::sleep(Duration::from_millis(30));
+                return if m.exited() { None } else { Some(m) };
+            }
+            assert!(
+                Instant::now() < until,
+                "memcached on port {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A TCP proxy to `target` that delays every chunk of the server's replies by `delay_ms`
+/// (changeable while running).
+#[derive(Debug)]
+pub struct SlowProxy {
+    pub port: u16,
+    pub delay_ms: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl SlowProxy {
+    pub fn start(target: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (d, s, cs) = (delay_ms.clone(), stop.clone(), conns.clone());
+        let accept = std::thread::spawn(move || {
+            while !s.load(Ordering::Acquire) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).unwrap();
+                        let Ok(server) = TcpStream::connect(&target) else {
+                            continue;
+                        };
+                        let mut list = cs.lock().unwrap();
+                        list.push(client.try_clone().unwrap());
+                        list.push(server.try_clone().unwrap());
+                        drop(list);
+                        pipe(
+                            client.try_clone().unwrap(),
+                            server.try_clone().unwrap(),
+                            None,
+                        );
+                        pipe(server, client, Some(d.clone()));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        SlowProxy {
+            port,
+            delay_ms,
+            stop,
+            accept: Some(accept),
+            conns,
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn set_delay(&self, d: Duration) {
+        self.delay_ms.store(d.as_millis() as u64, Ordering::Release);
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream, delay: Option<Arc<AtomicU64>>) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if let Some(d) = &delay {
+                let ms = d.load(Ordering::Acquire);
+                if ms > 0 {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// A config for `servers` with test-friendly timings (50 ms timeout, 200 ms retry).
+pub fn config(servers: Vec<String>, namespace: &str, key: RemoteKey) -> RemoteConfig {
+    let mut cfg = RemoteConfig::new("remote", servers, key);
+    cfg.namespace = namespace.to_string();
+    cfg.block_size = BS;
+    cfg.capacity_blocks = Some(100_000);
+    cfg.retry_after = Duration::from_millis(200);
+    cfg
+}
+
+pub fn tier(servers: Vec<String>) -> RemoteTier {
+    RemoteTier::connect(config(servers, "t", RemoteKey::random())).unwrap()
+}
+
+pub fn file(ino: u64) -> FileKey {
+    FileKey {
+        dev: 7,
+        ino,
+        birth: 1_700_000_000,
+    }
+}
+
+pub fn key(ino: u64, block: u64) -> TierKey {
+    TierKey::new(file(ino), block)
+}
+
+/// Deterministic content of (key, version): every byte depends on both.
+pub fn block(key: &TierKey, version: u64) -> Vec<u8> {
+    let mut x =
+        (key.file.ino ^ (key.block.0 << 20) ^ version.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+    (0..BS)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn yes() -> bool {
+    true
+}
+
+/// Polls `f` until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
