@@ -19,6 +19,7 @@
 //! - [`client`] and [`proto`]: a small blocking meta-protocol client (mg/ms/md/mn, quiet
 //!   pipelined batches, deadlines, idle-connection pool) — see `docs/remote-client-choice.md`
 //!   for why it is written here rather than taken from a crate;
+//! - [`local`]: memcached processes on loopback, for tests and `tiercache bench remote`;
 //! - `worker` (private): the background thread that lands stores and deletes in pipelined
 //!   batches and probes ejected servers.
 
@@ -28,6 +29,7 @@ mod crypt;
 pub mod error;
 mod index;
 pub mod keyfile;
+pub mod local;
 mod pool;
 pub mod proto;
 pub mod tier;

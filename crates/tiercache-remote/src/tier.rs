@@ -99,6 +99,8 @@ pub struct RemoteStats {
     pub ram_bytes_per_block: f64,
     pub used_blocks: u64,
     pub capacity_blocks: u64,
+    /// Stores and deletes queued for the background worker, not yet sent.
+    pub pending_stores: u64,
 }
 
 /// A cache tier on a pool of memcached servers; see the module docs.
@@ -232,6 +234,7 @@ impl RemoteTier {
             ram_bytes_per_block: ram,
             used_blocks: used,
             capacity_blocks: self.info.capacity_blocks,
+            pending_stores: self.shared.pending.load(Ordering::Acquire),
         }
     }
 

@@ -56,7 +56,12 @@ fn main() -> ExitCode {
         Command::Sim(args) => cmd::sim::run(*args),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Keygen { file } => tiercache_remote::keyfile::generate(&file)
-            .map(|_| println!("wrote a new remote-tier key to {} (mode 0600)", file.display()))
+            .map(|_| {
+                println!(
+                    "wrote a new remote-tier key to {} (mode 0600)",
+                    file.display()
+                )
+            })
             .map_err(|e| e.to_string()),
     };
     match result {

@@ -4,120 +4,45 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tiercache_remote::local::LocalMemcached;
 use tiercache_remote::{RemoteConfig, RemoteKey, RemoteTier};
 use tiercache_tier::{FileKey, TierKey};
 
 pub const BS: usize = 4096;
 
-/// The memcached binary: `$MEMCACHED` or `memcached` on the PATH.
-fn memcached_bin() -> String {
-    std::env::var("MEMCACHED").unwrap_or_else(|_| "memcached".to_string())
-}
-
-/// A free loopback port (bound and released; good enough for tests).
+/// A free loopback port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a loopback port")
-        .port()
+    tiercache_remote::local::free_port().unwrap()
 }
 
-/// A memcached process on a loopback port, killed on drop.
+/// A memcached on a loopback port (see [`tiercache_remote::local`]); panics when it cannot
+/// start, saying what to install.
 #[derive(Debug)]
-pub struct Memcached {
-    child: Option<Child>,
-    pub port: u16,
-}
+pub struct Memcached(pub LocalMemcached);
 
 impl Memcached {
-    /// Starts memcached on a free loopback port (retrying when another test took it).
     pub fn start() -> Self {
-        for _ in 0..20 {
-            if let Some(m) = Self::try_start_on(free_port()) {
-                return m;
-            }
-        }
-        panic!("could not start memcached on a free port");
+        Memcached(LocalMemcached::start().unwrap_or_else(|e| panic!("{e}")))
     }
-
-    /// Starts memcached on `port` (UDP off, 64 MiB) and waits until it serves.
     pub fn start_on(port: u16) -> Self {
-        Self::try_start_on(port)
-            .unwrap_or_else(|| panic!("memcached could not listen on port {port}"))
-    }
-
-    /// `None` when the process exits at once (the port is taken).
-    fn try_start_on(port: u16) -> Option<Self> {
-        // Serialises start-ups within this test binary so two never race for one port.
-        static START: Mutex<()> = Mutex::new(());
-        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
-        let child = Command::new(memcached_bin())
-            .args(["-U", "0", "-l", "127.0.0.1", "-m", "64", "-u", "root", "-p"])
-            .arg(port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run {:?}: {e} — install memcached (>= 1.6, e.g. `apt-get install \
-                     memcached`); these tests need a real server",
-                    memcached_bin()
-                )
-            });
-        let mut m = Memcached {
-            child: Some(child),
-            port,
-        };
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            if m.exited() {
-                return None;
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                // Another process may own the port: ours exits at once when its bind fails.
-                std::thread::sleep(Duration::from_millis(30));
-                return if m.exited() { None } else { Some(m) };
-            }
-            assert!(
-                Instant::now() < until,
-                "memcached on port {port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn exited(&mut self) -> bool {
-        match self.child.as_mut().map(|c| c.try_wait()) {
-            Some(Ok(Some(_))) => {
-                self.child = None;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the process (SIGKILL) and reaps it.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        Memcached(LocalMemcached::start_on(port).unwrap_or_else(|e| panic!("{e}")))
     }
 }
 
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        self.kill();
+impl std::ops::Deref for Memcached {
+    type Target = LocalMemcached;
+    fn deref(&self) -> &LocalMemcached {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Memcached {
+    fn deref_mut(&mut self) -> &mut LocalMemcached {
+        &mut self.0
     }
 }
 

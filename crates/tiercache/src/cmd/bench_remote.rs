@@ -8,7 +8,8 @@
 //!   what memory could not keep. `rand_second_pass_speedup` = second pass without ÷ with
 //!   (1 server).
 //! - Sequential: a larger file read in 128 KiB requests, two passes, with and without the
-//!   remote tier (these runs reach the threshold, so they go to BACKING):
+//!   remote tier, in two alternating rounds (these runs reach the threshold, so they go to
+//!   BACKING):
 //!   `seq_with_remote_over_without` = throughput with ÷ without.
 
 use super::bench_fuse::{need, start_tiercache, write_random_file, Mounts};
@@ -18,11 +19,11 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use tiercache_remote::local::LocalMemcached;
 
 #[derive(Args, Debug)]
 pub struct RemoteBenchArgs {
@@ -72,54 +73,22 @@ struct RemoteBench {
     threshold: u64,
 }
 
-/// memcached processes on loopback, killed on drop.
+/// memcached servers on loopback, killed on drop.
 struct Servers {
-    procs: Vec<(Child, u16)>,
+    procs: Vec<LocalMemcached>,
 }
 
 impl Servers {
     fn start(n: usize) -> Result<Servers, String> {
-        let mut s = Servers { procs: Vec::new() };
-        for _ in 0..n {
-            // A free port: bind, read it, release (memcached binds it right after).
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| format!("no free loopback port: {e}"))?
-                .port();
-            let child = Command::new("memcached")
-                .args(["-l", "127.0.0.1", "-U", "0", "-m", "256", "-u", "root", "-p"])
-                .arg(port.to_string())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("memcached: {e} (apt-get install -y memcached)"))?;
-            s.procs.push((child, port));
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                if Instant::now() > deadline {
-                    return Err(format!("memcached on port {port} did not start"));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Ok(s)
+        let procs = (0..n)
+            .map(|_| LocalMemcached::start_with(256))
+            .collect::<Result<_, _>>()?;
+        Ok(Servers { procs })
     }
 
     fn url(&self, n: usize) -> String {
-        let list: Vec<String> = self.procs[..n]
-            .iter()
-            .map(|(_, p)| format!("127.0.0.1:{p}"))
-            .collect();
+        let list: Vec<String> = self.procs[..n].iter().map(LocalMemcached::addr).collect();
         format!("memcached://{}", list.join(","))
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        for (c, _) in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -158,7 +127,10 @@ fn settle(mp: &Path) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!("{}: background stores did not finish in 30 s", mp.display()))
+    Err(format!(
+        "{}: background stores did not finish in 30 s",
+        mp.display()
+    ))
 }
 
 /// Reads every 4 KiB block of `file` once, in the order of `order`; returns seconds.
@@ -191,6 +163,9 @@ fn sequential_pass(file: &Path, size: u64) -> Result<f64, String> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
+/// Rounds of the sequential comparison (each: two passes without, then two with).
+const SEQ_ROUNDS: u64 = 2;
+
 struct Setup {
     backing: PathBuf,
     mp: PathBuf,
@@ -204,7 +179,14 @@ impl Setup {
         let key = self.key.display().to_string();
         let mut args = vec!["--emulate", "hdd"];
         if let Some((url, ns)) = remote {
-            args.extend(["--remote", url, "--remote-key", &key, "--remote-namespace", ns]);
+            args.extend([
+                "--remote",
+                url,
+                "--remote-key",
+                &key,
+                "--remote-namespace",
+                ns,
+            ]);
         }
         let child = start_tiercache(&self.backing, &self.mp, self.memory, &args)?;
         Ok(Mounts {
@@ -213,7 +195,12 @@ impl Setup {
         })
     }
 
-    fn rand_run(&self, remote: Option<(&str, &str)>, servers: usize, orders: &[Vec<u64>; 2]) -> Result<RandRun, String> {
+    fn rand_run(
+        &self,
+        remote: Option<(&str, &str)>,
+        servers: usize,
+        orders: &[Vec<u64>; 2],
+    ) -> Result<RandRun, String> {
         let _m = self.mount(remote)?;
         let file = self.mp.join("rand.dat");
         let first = random_pass(&file, &orders[0])?;
@@ -224,7 +211,11 @@ impl Setup {
             0
         };
         let second = random_pass(&file, &orders[1])?;
-        let hits1 = if remote.is_some() { remote_hits(&self.mp)? } else { 0 };
+        let hits1 = if remote.is_some() {
+            remote_hits(&self.mp)?
+        } else {
+            0
+        };
         Ok(RandRun {
             servers,
             first_pass_secs: first,
@@ -236,8 +227,7 @@ impl Setup {
 
 pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     need("memcached", "memcached")?;
-    let memory =
-        crate::live::size::parse_size(&a.memory).map_err(|e| format!("--memory: {e}"))?;
+    let memory = crate::live::size::parse_size(&a.memory).map_err(|e| format!("--memory: {e}"))?;
     let seq_size =
         crate::live::size::parse_size(&a.seq_size).map_err(|e| format!("--seq-size: {e}"))?;
     if memory < (256 << 10) {
@@ -249,9 +239,19 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     let counts: Vec<usize> = a
         .servers
         .split(',')
-        .map(|s| s.trim().parse::<usize>().ok().filter(|n| (1..=16).contains(n)))
+        .map(|s| {
+            s.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=16).contains(n))
+        })
         .collect::<Option<_>>()
-        .ok_or_else(|| format!("--servers `{}`: expected counts 1..16, e.g. 1,2,4", a.servers))?;
+        .ok_or_else(|| {
+            format!(
+                "--servers `{}`: expected counts 1..16, e.g. 1,2,4",
+                a.servers
+            )
+        })?;
     let root = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tiercache-bench-remote-{}", std::process::id()))
     });
@@ -260,7 +260,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     for d in [&backing, &mp] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    let steps = 3 + 2 + 2 * counts.len() as u64;
+    let steps = 2 + 2 * SEQ_ROUNDS + counts.len() as u64;
     let bar = progress::steps(steps, a.json);
     progress::step(&bar, "writing test files and a key, starting memcached");
     let rand_size = 2 * memory;
@@ -291,27 +291,40 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     let mut with = Vec::new();
     let mut threshold = 0;
     for &n in &counts {
-        progress::step(&bar, format!("random reads, two passes, {n} memcached server(s)"));
+        progress::step(
+            &bar,
+            format!("random reads, two passes, {n} memcached server(s)"),
+        );
         // A fresh namespace per run: nothing stored by an earlier run is found.
         let ns = format!("bench-{}-{n}", std::process::id());
         with.push(setup.rand_run(Some((&servers.url(n), &ns)), n, &orders)?);
         progress::done(&bar);
     }
+    // Alternating rounds (without, with, without, with) so drift on a shared machine hits
+    // both sides alike.
     let mut seq = [0.0f64; 2];
-    for (i, remote) in [false, true].into_iter().enumerate() {
-        progress::step(
-            &bar,
-            format!("sequential reads, two passes, {} remote tier", if remote { "with" } else { "without" }),
-        );
-        let ns = format!("bench-{}-seq", std::process::id());
-        let url = servers.url(1);
-        let _m = setup.mount(remote.then_some((url.as_str(), ns.as_str())))?;
-        let file = setup.mp.join("seq.dat");
-        seq[i] = sequential_pass(&file, seq_size)? + sequential_pass(&file, seq_size)?;
-        if remote {
-            threshold = stats(&setup.mp)?["remote"]["threshold"].as_u64().unwrap_or(0);
+    for round in 0..SEQ_ROUNDS {
+        for (i, remote) in [false, true].into_iter().enumerate() {
+            progress::step(
+                &bar,
+                format!(
+                    "sequential reads, two passes, {} remote tier (round {})",
+                    if remote { "with" } else { "without" },
+                    round + 1
+                ),
+            );
+            let ns = format!("bench-{}-seq", std::process::id());
+            let url = servers.url(1);
+            let _m = setup.mount(remote.then_some((url.as_str(), ns.as_str())))?;
+            let file = setup.mp.join("seq.dat");
+            seq[i] += sequential_pass(&file, seq_size)? + sequential_pass(&file, seq_size)?;
+            if remote {
+                threshold = stats(&setup.mp)?["remote"]["threshold"]
+                    .as_u64()
+                    .unwrap_or(0);
+            }
+            progress::done(&bar);
         }
-        progress::done(&bar);
     }
     progress::finish(bar);
     drop(servers);
@@ -320,7 +333,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     }
     let speedup = |r: &RandRun| without.second_pass_secs / r.second_pass_secs.max(1e-9);
     let by: BTreeMap<usize, f64> = with.iter().map(|r| (r.servers, speedup(r))).collect();
-    let mbps = |secs: f64| 2.0 * seq_size as f64 / 1e6 / secs.max(1e-9);
+    let mbps = |secs: f64| (2 * SEQ_ROUNDS) as f64 * seq_size as f64 / 1e6 / secs.max(1e-9);
     let r = RemoteBench {
         device_model: "hdd (emulated: modelled seek and transfer times)",
         memory_bytes: memory,
@@ -347,7 +360,10 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
         memory >> 10,
         rand_size >> 10
     );
-    println!("{:<24} {:>12} {:>12} {:>12} {:>10}", "", "pass 1 (s)", "pass 2 (s)", "remote hits", "speedup");
+    println!(
+        "{:<24} {:>12} {:>12} {:>12} {:>10}",
+        "", "pass 1 (s)", "pass 2 (s)", "remote hits", "speedup"
+    );
     println!(
         "{:<24} {:>12.2} {:>12.2} {:>12} {:>10}",
         "without remote tier", without.first_pass_secs, without.second_pass_secs, "-", "1.00"
@@ -363,7 +379,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
         );
     }
     println!(
-        "sequential 128 KiB reads of {} MiB, two passes: {:.0} MB/s without, {:.0} MB/s with \
+        "sequential 128 KiB reads of {} MiB, two passes × 2 rounds: {:.0} MB/s without, {:.0} MB/s with \
          the remote tier (ratio {:.2}; threshold {} blocks)",
         seq_size >> 20,
         r.seq_without_mbps,

@@ -150,7 +150,8 @@ impl ConfigFile {
             ));
         };
         let servers_at = place(self, t, servers, "remote");
-        let list = parse_servers(&servers.value).map_err(|e| format!("{servers_at}: {e}"))?;
+        let list = tiercache_remote::parse_url(servers.value.trim())
+            .map_err(|e| format!("{servers_at}: {e}"))?;
         let Some(key) = &t.key_file else {
             return Err(format!(
                 "{servers_at}: a remote tier needs a key file (--remote-key FILE or `key_file`; \
@@ -206,35 +207,6 @@ impl ConfigFile {
     }
 }
 
-/// `memcached://HOST:PORT[,HOST:PORT...]` → `HOST:PORT` list (`[v6]:PORT` allowed).
-pub fn parse_servers(url: &str) -> Result<Vec<String>, String> {
-    let Some(rest) = url.trim().strip_prefix("memcached://") else {
-        return Err(format!(
-            "`{url}`: expected memcached://HOST:PORT[,HOST:PORT...]"
-        ));
-    };
-    let mut out = Vec::new();
-    for part in rest.split(',') {
-        let part = part.trim().trim_end_matches('/');
-        let (host, port) = match part.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() => (h, p),
-            _ => return Err(format!("`{part}`: expected HOST:PORT")),
-        };
-        if port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(format!("`{part}`: bad port `{port}`"));
-        }
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        if bare.is_empty() || bare.contains(char::is_whitespace) || bare.contains('/') {
-            return Err(format!("`{part}`: bad host `{host}`"));
-        }
-        if out.iter().any(|s: &String| s == part) {
-            return Err(format!("`{part}` is listed twice"));
-        }
-        out.push(part.to_string());
-    }
-    Ok(out)
-}
-
 /// The first key given that only a `remote` tier takes, and where.
 pub fn remote_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'static str)> {
     let spans = [
@@ -251,27 +223,6 @@ pub fn remote_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'static
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn server_lists_parse_and_bad_parts_are_named() {
-        assert_eq!(
-            parse_servers("memcached://10.0.0.5:11211,10.0.0.6:11211").unwrap(),
-            vec!["10.0.0.5:11211", "10.0.0.6:11211"]
-        );
-        assert_eq!(
-            parse_servers("memcached://[::1]:11211").unwrap(),
-            vec!["[::1]:11211"]
-        );
-        for (bad, says) in [
-            ("http://x:1", "expected memcached://"),
-            ("memcached://host", "`host`: expected HOST:PORT"),
-            ("memcached://h:0", "bad port"),
-            ("memcached://h:1,h:1", "twice"),
-        ] {
-            let e = parse_servers(bad).unwrap_err();
-            assert!(e.contains(says), "{bad}: {e}");
-        }
-    }
 
     fn file(text: &str) -> ConfigFile {
         ConfigFile::from_text(std::path::Path::new("tc.toml"), text.to_string()).unwrap()
@@ -299,6 +250,16 @@ mod tests {
                 "[[tier]]\nkind = \"remote\"\nkey_file = \"k\"\n",
                 "tc.toml:2:",
                 "needs `servers`",
+            ),
+            (
+                "[[tier]]\nkind = \"remote\"\nkey_file = \"k\"\nservers = \"http://h:1\"\n",
+                "tc.toml:4:",
+                "http://h:1",
+            ),
+            (
+                "[[tier]]\nkind = \"remote\"\nkey_file = \"k\"\nservers = \"memcached://h:1,hx\"\n",
+                "tc.toml:4:",
+                "hx",
             ),
             (
                 "[[tier]]\nkind = \"remote\"\nservers = \"memcached://h:1\"\n",

@@ -26,7 +26,8 @@ pub fn build(
     cfg.namespace = r.namespace.clone();
     cfg.block_size = block_size;
     cfg.timeout = r.timeout;
-    cfg.capacity_blocks = (spec.capacity_bytes > 0).then(|| spec.capacity_bytes / block_size as u64);
+    cfg.capacity_blocks =
+        (spec.capacity_bytes > 0).then(|| spec.capacity_bytes / block_size as u64);
     let tier = RemoteTier::connect(cfg).map_err(|e| format!("tier {}: {e}", spec.name))?;
     Ok(Arc::new(tier))
 }
@@ -41,7 +42,7 @@ pub fn stats_json(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> (Val
         v["threshold"] = json!(b.map(|b| b.threshold));
         v["threshold_auto"] = json!(b.map(|b| b.auto));
         v["seq_bypassed_blocks"] = json!(b.map_or(0, |b| b.bypassed_blocks));
-        v["name"] = json!(m.tier.info_name());
+        v["name"] = json!(tiercache_tier::DataTier::info(&*m.tier).name);
         v
     };
     let first = remotes.first().map_or(Value::Null, one);

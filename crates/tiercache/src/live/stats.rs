@@ -139,6 +139,32 @@ pub fn text(v: &Value) -> String {
         "backing: {} reads ({} B), {} writes ({} B)\n",
         b["reads"], b["bytes_read"], b["writes"], b["bytes_written"]
     );
+    for t in v["tiers"].as_array().into_iter().flatten().skip(1) {
+        out += &format!(
+            "tier {} ({}): {} / {} blocks, {} dirty, {} hits, {} misses, {} errors\n",
+            t["name"].as_str().unwrap_or("?"),
+            t["kind"].as_str().unwrap_or("?"),
+            t["used_blocks"],
+            t["capacity_blocks"],
+            t["dirty_blocks"],
+            t["hits"],
+            t["misses"],
+            t["errors"],
+        );
+    }
+    let r = &v["remote"];
+    if r.is_object() {
+        out += &format!(
+            "remote: {} of {} servers up, {} stores, {} invalidations, {} auth failures, sequential runs of {} blocks{} go to BACKING\n",
+            r["servers_up"],
+            r["servers"],
+            r["stores"],
+            r["invalidations"],
+            r["auth_failures"],
+            r["threshold"],
+            if r["threshold_auto"].as_bool() == Some(true) { " (auto)" } else { "" },
+        );
+    }
     let i = &v["inodes"];
     if i.is_object() {
         out += &format!(

@@ -1,0 +1,134 @@
+//! memcached processes on loopback for tests, benchmarks and demos (`tiercache bench remote`):
+//! a real server, started on a free port and killed on drop. Not used by a mount.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The memcached binary: `$MEMCACHED` or `memcached` on the PATH.
+fn memcached_bin() -> String {
+    std::env::var("MEMCACHED").unwrap_or_else(|_| "memcached".to_string())
+}
+
+/// A free loopback port (bound and released; the caller binds it right after).
+pub fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+/// A memcached process on a loopback port (UDP off, 64 MiB unless said otherwise), killed on
+/// drop.
+#[derive(Debug)]
+pub struct LocalMemcached {
+    child: Option<Child>,
+    pub port: u16,
+    memory_mb: u32,
+}
+
+impl LocalMemcached {
+    /// Starts memcached with 64 MiB on a free loopback port (retrying when another process
+    /// took the port first).
+    pub fn start() -> Result<Self, String> {
+        Self::start_with(64)
+    }
+
+    /// Like [`LocalMemcached::start`] with `memory_mb` MiB (`-m`).
+    pub fn start_with(memory_mb: u32) -> Result<Self, String> {
+        for _ in 0..20 {
+            if let Some(m) = Self::try_start_on(free_port()?, memory_mb)? {
+                return Ok(m);
+            }
+        }
+        Err("could not start memcached on a free loopback port".into())
+    }
+
+    /// Starts memcached on `port` and waits until it serves.
+    pub fn start_on(port: u16) -> Result<Self, String> {
+        Self::try_start_on(port, 64)?
+            .ok_or_else(|| format!("memcached could not listen on port {port}"))
+    }
+
+    /// `Ok(None)` when the process exits at once (the port is taken).
+    fn try_start_on(port: u16, memory_mb: u32) -> Result<Option<Self>, String> {
+        // Serialises start-ups within this process so two never race for one port.
+        static START: Mutex<()> = Mutex::new(());
+        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
+        let child = Command::new(memcached_bin())
+            .args(["-U", "0", "-l", "127.0.0.1", "-u", "root", "-m"])
+            .arg(memory_mb.to_string())
+            .arg("-p")
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot run {:?}: {e} — install memcached (>= 1.6, e.g. `apt-get install \
+                     memcached`)",
+                    memcached_bin()
+                )
+            })?;
+        let mut m = LocalMemcached {
+            child: Some(child),
+            port,
+            memory_mb,
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            if m.exited() {
+                return Ok(None);
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Another process may own the port: ours exits at once when its bind fails.
+                std::thread::sleep(Duration::from_millis(30));
+                return Ok(if m.exited() { None } else { Some(m) });
+            }
+            if Instant::now() >= until {
+                return Err(format!("memcached on port {port} did not start in 5 s"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a fresh (empty) server on the same port after [`LocalMemcached::kill`].
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        let m = Self::try_start_on(self.port, self.memory_mb)?
+            .ok_or_else(|| format!("memcached could not listen on port {} again", self.port))?;
+        *self = m;
+        Ok(())
+    }
+}
+
+impl Drop for LocalMemcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
