@@ -59,6 +59,7 @@ pub use config::MemConfig;
 pub use error::MemError;
 pub use files::{FileStamp, OpenOutcome};
 pub use lower::{LowerStats, LowerTier, SeqBypassStats};
+pub use lower_bypass::MeasuredCosts;
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
 pub use times::LogicalTimes;
 pub use trace::TRACE_HEADER;

@@ -25,7 +25,7 @@
 
 use crate::cache::lock;
 use crate::files::FileShared;
-use crate::lower_bypass::Bypass;
+use crate::lower_bypass::{Bypass, MeasuredCosts};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -108,7 +108,7 @@ struct LowerCounters {
 }
 
 /// What `stats` shows about the stack below memory, besides each tier's own snapshot.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct LowerStats {
     /// Blocks served from a lower tier (or from the transit buffers) instead of BACKING.
     pub hits: u64,
@@ -122,7 +122,7 @@ pub struct LowerStats {
 }
 
 /// One lower tier's sequential-run bypass (paper 002's `n`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct SeqBypassStats {
     /// Position in the lower stack (0 = right below memory).
     pub tier: usize,
@@ -132,6 +132,8 @@ pub struct SeqBypassStats {
     pub auto: bool,
     /// Blocks read while the tier was bypassed.
     pub bypassed_blocks: u64,
+    /// `auto` only: the costs `threshold` is chosen from.
+    pub measured: Option<MeasuredCosts>,
 }
 
 /// The stack below memory.
@@ -165,6 +167,14 @@ impl Lower {
             if matches!(t.placement, Placement::Pinned { .. }) {
                 return Err(format!(
                     "tier {}: pinned placement is not supported on a live mount",
+                    info.name
+                ));
+            }
+            if t.placement == Placement::Exclusive && placement.len() > 1 {
+                // Only memory's evictions are demoted live: one further down would get nothing.
+                return Err(format!(
+                    "tier {}: exclusive placement is supported only right below memory (evictions \
+                     from lower tiers are not passed further down yet); use inclusive",
                     info.name
                 ));
             }
@@ -494,6 +504,7 @@ impl Lower {
                         threshold: self.bypass.threshold(k)?,
                         auto: t.seq_bypass == Some(Threshold::Auto),
                         bypassed_blocks: self.bypass.bypassed(k),
+                        measured: self.bypass.measured(k),
                     })
                 })
                 .collect(),

@@ -24,6 +24,14 @@ const NEVER: u64 = u64::MAX;
 #[derive(Debug, Default, Clone, Copy)]
 struct Avg(Option<f64>);
 
+/// `auto`'s measurements (moving averages), in µs; `None`: no sample yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct MeasuredCosts {
+    pub backing_seek_us: Option<f64>,
+    pub backing_block_us: Option<f64>,
+    pub tier_block_us: Option<f64>,
+}
+
 impl Avg {
     fn add(&mut self, x: f64) {
         self.0 = Some(match self.0 {
@@ -114,6 +122,21 @@ impl Bypass {
             .get(k)
             .map(|n| n.load(Relaxed))
             .filter(|&n| n != NEVER)
+    }
+
+    /// What `auto` has measured so far, in µs: BACKING positioning, BACKING streaming per
+    /// block, lower tier `k` per block (`None` until each has a sample).
+    pub fn measured(&self, k: usize) -> Option<MeasuredCosts> {
+        if !self.auto.get(k).copied().unwrap_or(false) {
+            return None;
+        }
+        let m = lock(&self.meter);
+        let us = |a: Avg| a.0.map(|x| x * 1e6);
+        Some(MeasuredCosts {
+            backing_seek_us: us(m.seek),
+            backing_block_us: us(m.block),
+            tier_block_us: m.tiers.get(k).copied().and_then(us),
+        })
     }
 
     pub fn bypassed(&self, k: usize) -> u64 {

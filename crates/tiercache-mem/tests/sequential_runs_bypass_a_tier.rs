@@ -63,12 +63,3 @@ fn long_sequential_runs_neither_fill_nor_read_the_tier() {
         "a 16-block run must not read the tier"
     );
 }
-
-#[test]
-fn a_threshold_on_a_tier_that_takes_dirty_data_is_refused() {
-    let lower =
-        vec![LowerTier::new(dirty_tier(16), Placement::Exclusive)
-            .with_seq_bypass(Threshold::Fixed(8))];
-    let err = MemCache::with_tiers(config(), Arc::new(RealBacking), lower).unwrap_err();
-    assert!(err.to_string().contains("dirty"), "{err}");
-}

@@ -164,3 +164,155 @@ fn keygen_makes_an_owner_only_key_and_a_loose_key_mounts_nothing() {
     assert!(err.contains("--remote-key"), "{err}");
     assert!(!mounted(&mnt));
 }
+
+/// `--remote-placement exclusive`: blocks memory evicts are stored remotely (demotions), and
+/// come back from there.
+#[test]
+fn exclusive_remote_tier_takes_what_memory_evicts() {
+    let mc = LocalMemcached::start().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keyfile(keys.path());
+    let url = format!("memcached://{}", mc.addr());
+    let m = Mount::new(&[
+        "--memory",
+        "256K",
+        "--remote",
+        &url,
+        "--remote-key",
+        s(&key),
+        "--remote-placement",
+        "exclusive",
+    ]);
+    two_random_passes(&m, 5);
+    let st = m.stats();
+    let remote = tier_of_kind(&st, "remote");
+    assert!(remote["demotions_in"].as_u64().unwrap() > N / 2, "{remote}");
+    assert_eq!(remote["fills"].as_u64().unwrap(), 0, "{remote}");
+    assert!(
+        st["remote"]["hits"].as_u64().unwrap() > N / 4,
+        "{}",
+        st["remote"]
+    );
+}
+
+/// memory → test tier (exclusive) → remote (inclusive) → BACKING: the test tier takes
+/// memory's evictions, the remote tier stores what BACKING served; every byte right.
+#[test]
+fn a_remote_tier_below_another_lower_tier() {
+    let mc = LocalMemcached::start().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keyfile(keys.path());
+    let url = format!("memcached://{}", mc.addr());
+    let m = Mount::new(&[
+        "--memory",
+        "256K",
+        "--tier",
+        "test:256K:exclusive",
+        "--remote",
+        &url,
+        "--remote-key",
+        s(&key),
+    ]);
+    two_random_passes(&m, 6);
+    let st = m.stats();
+    let (test, remote) = (tier_of_kind(&st, "test"), tier_of_kind(&st, "remote"));
+    assert!(test["demotions_in"].as_u64().unwrap() > 0, "{test}");
+    assert!(remote["fills"].as_u64().unwrap() > N / 2, "{remote}");
+    assert!(
+        test["hits"].as_u64().unwrap() + remote["hits"].as_u64().unwrap() > N / 2,
+        "{st}"
+    );
+}
+
+/// Two passes of random 4 KiB reads over an N-block file (checked), waiting for background
+/// stores in between.
+fn two_random_passes(m: &Mount, version: u8) {
+    let data: Vec<u8> = (0..N).flat_map(|i| block(i, version)).collect();
+    std::fs::write(m.backing.join("f"), &data).unwrap();
+    let f = std::fs::File::open(m.mnt.join("f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for pass in 0..2u64 {
+        for i in 0..N {
+            let b = (i * 37 + pass * 11) % N;
+            f.read_exact_at(&mut buf, b * 4096).unwrap();
+            assert_eq!(buf, block(b, version), "block {b}, pass {pass}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while m.stats()["remote"]["pending_stores"].as_u64().unwrap() > 0
+            || m.stats()["lower"]["transit_blocks"].as_u64().unwrap() > 0
+        {
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+fn tier_of_kind(st: &serde_json::Value, kind: &str) -> serde_json::Value {
+    st["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == kind)
+        .unwrap()
+        .clone()
+}
+
+/// `--remote-threshold auto` behind the HDD model: the mount measures seeks, streaming and
+/// remote reads and picks `n` from them (stats show the costs it used).
+#[test]
+fn auto_threshold_is_chosen_from_measured_costs() {
+    let mc = LocalMemcached::start().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keyfile(keys.path());
+    let url = format!("memcached://{}", mc.addr());
+    let m = Mount::new(&[
+        "--memory",
+        "256K",
+        "--emulate",
+        "hdd",
+        "--remote",
+        &url,
+        "--remote-key",
+        s(&key),
+        "--remote-threshold",
+        "auto",
+    ]);
+    let data: Vec<u8> = (0..N).flat_map(|i| block(i, 7)).collect();
+    std::fs::write(m.backing.join("f"), &data).unwrap();
+    std::fs::write(m.backing.join("seq"), vec![1u8; 4 << 20]).unwrap();
+    let f = std::fs::File::open(m.mnt.join("f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // Positioning samples (random reads), streaming samples (a scan), remote hits.
+    for i in 0..96u64 {
+        let b = (i * 37) % N;
+        f.read_exact_at(&mut buf, b * 4096).unwrap();
+    }
+    let g = std::fs::File::open(m.mnt.join("seq")).unwrap();
+    let mut big = vec![0u8; 128 << 10];
+    for i in 0..32u64 {
+        g.read_exact_at(&mut big, i * (128 << 10)).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..96u64 {
+        let b = (i * 37) % N;
+        f.read_exact_at(&mut buf, b * 4096).unwrap();
+        assert_eq!(buf, block(b, 7));
+    }
+    let r = m.stats()["remote"].clone();
+    assert_eq!(r["threshold_auto"], true, "{r}");
+    let n = r["threshold"].as_u64().unwrap();
+    assert!(r["hits"].as_u64().unwrap() > 0, "{r}");
+    // n follows the measured costs (which moved a little since n was last chosen).
+    let c = &r["threshold_costs_us"];
+    let want = tiercache_core::seqrun::choose_threshold(&tiercache_core::seqrun::Costs {
+        backing_seek: c["backing_seek_us"].as_f64().unwrap() / 1e6,
+        backing_block: c["backing_block_us"].as_f64().unwrap() / 1e6,
+        tier_block: c["tier_block_us"].as_f64().unwrap() / 1e6,
+    });
+    assert!(
+        n != 32 && n * 2 >= want && n <= want * 2,
+        "threshold {n}, the measured costs give {want}: {r}"
+    );
+    // The HDD model's positioning (12 ms) was measured, not assumed.
+    assert!(c["backing_seek_us"].as_f64().unwrap() > 6000.0, "{r}");
+}

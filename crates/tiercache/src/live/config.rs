@@ -427,6 +427,8 @@ impl ConfigFile {
             let placement = match &t.placement {
                 // Paper 002 stores on a miss; a test tier demotes by default.
                 None if kind == LowerTierKind::Remote => Placement::Inclusive,
+                // Only the first lower tier can be exclusive (see below).
+                None if !specs.is_empty() => Placement::Inclusive,
                 None => Placement::Exclusive,
                 Some(p) => match p.value.parse::<Placement>() {
                     Ok(Placement::Pinned { .. }) => {
@@ -446,6 +448,13 @@ impl ConfigFile {
                     }
                 },
             };
+            if placement == Placement::Exclusive && !specs.is_empty() {
+                let at = t.placement.as_ref().map_or_else(|| here(&t.kind), |p| self.place(t, p));
+                return Err(format!(
+                    "{at}: only the tier right below memory may be exclusive (evictions from \
+                     lower tiers are not passed further down yet); use inclusive"
+                ));
+            }
             let name = match &t.name {
                 Some(n) => checked_name(n).map_err(|e| format!("{}: {e}", self.place(t, n)))?,
                 // Repeated `--tier` flags cannot name their tiers: test, test2, test3, ...
@@ -733,8 +742,15 @@ mod tests {
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["test", "test2", "test3"]);
         assert_eq!(specs[0].capacity_bytes, 64 << 20);
-        assert_eq!(specs[1].placement, Placement::Exclusive);
+        // Below the first lower tier the default is inclusive (exclusive is refused there).
+        assert_eq!(specs[1].placement, Placement::Inclusive);
         assert_eq!(specs[2].placement, Placement::Inclusive);
+        let two = ["test:1M", "test:1M:exclusive"].map(|a| TierTable::from_flag(a).unwrap());
+        let err = f.lower_tiers(&two, 4096, "memory").unwrap_err();
+        assert!(
+            err.starts_with("--tier test:1M:exclusive: only the tier right below memory"),
+            "{err}"
+        );
         for (arg, needle) in [
             ("test", "expected KIND:SIZE[:PLACEMENT]"),
             ("test:1M:exclusive:x", "expected KIND:SIZE[:PLACEMENT]"),

@@ -42,6 +42,7 @@ pub fn stats_json(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> (Val
         v["threshold"] = json!(b.map(|b| b.threshold));
         v["threshold_auto"] = json!(b.map(|b| b.auto));
         v["seq_bypassed_blocks"] = json!(b.map_or(0, |b| b.bypassed_blocks));
+        v["threshold_costs_us"] = json!(b.and_then(|b| b.measured));
         v["name"] = json!(tiercache_tier::DataTier::info(&*m.tier).name);
         v
     };
