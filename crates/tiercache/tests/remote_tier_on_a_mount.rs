@@ -24,6 +24,26 @@ fn keyfile(dir: &std::path::Path) -> std::path::PathBuf {
     key
 }
 
+/// A memcached server, and a mount with a 256 KiB memory tier over a remote tier on it (plus
+/// `extra` flags); the key lives in the returned temp dir.
+fn remote_mount(extra: &[&str]) -> (LocalMemcached, Mount, tempfile::TempDir) {
+    let mc = LocalMemcached::start().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keyfile(keys.path());
+    let url = format!("memcached://{}", mc.addr());
+    let mut args = vec![
+        "--memory",
+        "256K",
+        "--remote",
+        &url,
+        "--remote-key",
+        s(&key),
+    ];
+    args.extend_from_slice(extra);
+    let m = Mount::new(&args);
+    (mc, m, keys)
+}
+
 fn block(i: u64, version: u8) -> Vec<u8> {
     (0..4096u64)
         .map(|j| (i.wrapping_mul(31) ^ j.wrapping_mul(7)) as u8 ^ version)
@@ -34,18 +54,7 @@ fn block(i: u64, version: u8) -> Vec<u8> {
 /// of them in the remote tier.
 #[test]
 fn blocks_memory_dropped_come_back_from_the_remote_tier() {
-    let mc = LocalMemcached::start().unwrap();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keyfile(keys.path());
-    let url = format!("memcached://{}", mc.addr());
-    let m = Mount::new(&[
-        "--memory",
-        "256K",
-        "--remote",
-        &url,
-        "--remote-key",
-        s(&key),
-    ]);
+    let (_mc, m, _keys) = remote_mount(&[]);
     let data: Vec<u8> = (0..N).flat_map(|i| block(i, 0)).collect();
     std::fs::write(m.backing.join("f"), &data).unwrap();
     let f = std::fs::File::open(m.mnt.join("f")).unwrap();
@@ -94,18 +103,7 @@ fn blocks_memory_dropped_come_back_from_the_remote_tier() {
 
 #[test]
 fn a_server_killed_mid_run_costs_no_errors_and_no_bytes() {
-    let mut mc = LocalMemcached::start().unwrap();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keyfile(keys.path());
-    let url = format!("memcached://{}", mc.addr());
-    let m = Mount::new(&[
-        "--memory",
-        "256K",
-        "--remote",
-        &url,
-        "--remote-key",
-        s(&key),
-    ]);
+    let (mut mc, m, _keys) = remote_mount(&[]);
     let data: Vec<u8> = (0..N).flat_map(|i| block(i, 3)).collect();
     std::fs::write(m.backing.join("f"), &data).unwrap();
     let f = std::fs::File::open(m.mnt.join("f")).unwrap();
@@ -169,20 +167,7 @@ fn keygen_makes_an_owner_only_key_and_a_loose_key_mounts_nothing() {
 /// come back from there.
 #[test]
 fn exclusive_remote_tier_takes_what_memory_evicts() {
-    let mc = LocalMemcached::start().unwrap();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keyfile(keys.path());
-    let url = format!("memcached://{}", mc.addr());
-    let m = Mount::new(&[
-        "--memory",
-        "256K",
-        "--remote",
-        &url,
-        "--remote-key",
-        s(&key),
-        "--remote-placement",
-        "exclusive",
-    ]);
+    let (_mc, m, _keys) = remote_mount(&["--remote-placement", "exclusive"]);
     two_random_passes(&m, 5);
     let st = m.stats();
     let remote = tier_of_kind(&st, "remote");
@@ -199,20 +184,7 @@ fn exclusive_remote_tier_takes_what_memory_evicts() {
 /// memory's evictions, the remote tier stores what BACKING served; every byte right.
 #[test]
 fn a_remote_tier_below_another_lower_tier() {
-    let mc = LocalMemcached::start().unwrap();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keyfile(keys.path());
-    let url = format!("memcached://{}", mc.addr());
-    let m = Mount::new(&[
-        "--memory",
-        "256K",
-        "--tier",
-        "test:256K:exclusive",
-        "--remote",
-        &url,
-        "--remote-key",
-        s(&key),
-    ]);
+    let (_mc, m, _keys) = remote_mount(&["--tier", "test:256K:exclusive"]);
     two_random_passes(&m, 6);
     let st = m.stats();
     let (test, remote) = (tier_of_kind(&st, "test"), tier_of_kind(&st, "remote"));
@@ -261,22 +233,7 @@ fn tier_of_kind(st: &serde_json::Value, kind: &str) -> serde_json::Value {
 /// remote reads and picks `n` from them (stats show the costs it used).
 #[test]
 fn auto_threshold_is_chosen_from_measured_costs() {
-    let mc = LocalMemcached::start().unwrap();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keyfile(keys.path());
-    let url = format!("memcached://{}", mc.addr());
-    let m = Mount::new(&[
-        "--memory",
-        "256K",
-        "--emulate",
-        "hdd",
-        "--remote",
-        &url,
-        "--remote-key",
-        s(&key),
-        "--remote-threshold",
-        "auto",
-    ]);
+    let (_mc, m, _keys) = remote_mount(&["--emulate", "hdd", "--remote-threshold", "auto"]);
     let data: Vec<u8> = (0..N).flat_map(|i| block(i, 7)).collect();
     std::fs::write(m.backing.join("f"), &data).unwrap();
     std::fs::write(m.backing.join("seq"), vec![1u8; 4 << 20]).unwrap();

@@ -449,7 +449,10 @@ impl ConfigFile {
                 },
             };
             if placement == Placement::Exclusive && !specs.is_empty() {
-                let at = t.placement.as_ref().map_or_else(|| here(&t.kind), |p| self.place(t, p));
+                let at = t
+                    .placement
+                    .as_ref()
+                    .map_or_else(|| here(&t.kind), |p| self.place(t, p));
                 return Err(format!(
                     "{at}: only the tier right below memory may be exclusive (evictions from \
                      lower tiers are not passed further down yet); use inclusive"
