@@ -17,7 +17,7 @@
 //! - `index` (private): the client-side index (per-file B-trees, FIFO eviction);
 //! - `pool` (private) and [`rendezvous_owner`]: rendezvous hashing, ejection, probing;
 //! - [`client`] and [`proto`]: a small blocking meta-protocol client (mg/ms/md/mn, quiet
-//!   pipelined batches, deadlines, idle-connection pool) — see `docs/remote-client-choice.md`
+//!   pipelined batches, deadlines, idle-connection pool) — see the repository's `docs/design.md` (§7)
 //!   for why it is written here rather than taken from a crate;
 //! - [`local`]: memcached processes on loopback, for tests and `tiercache bench remote`;
 //! - `worker` (private): the background thread that lands stores and deletes in pipelined
