@@ -17,15 +17,20 @@ pub struct SeqRun {
 
 impl SeqRun {
     /// Notes an access to blocks `[first, first + count)` and returns the length in blocks of
-    /// the sequential run it belongs to (itself included).
+    /// the sequential run it belongs to (itself included). An access that starts in the last
+    /// block of the previous one continues the run: a reader whose request size is not a
+    /// multiple of the block size starts each request inside the block the last one ended in.
     #[inline]
     pub fn advance(&mut self, first: u64, count: u64) -> u64 {
-        self.run = if self.run > 0 && first == self.next {
-            self.run.saturating_add(count)
+        let end = first.saturating_add(count);
+        let continues =
+            self.run > 0 && (first == self.next || first.saturating_add(1) == self.next);
+        self.run = if continues {
+            self.run.saturating_add(end.saturating_sub(self.next))
         } else {
             count
         };
-        self.next = first.saturating_add(count);
+        self.next = if continues { end.max(self.next) } else { end };
         self.run
     }
 }
@@ -127,6 +132,23 @@ mod tests {
         assert_eq!(r.advance(5, 32), 34);
         assert!(Threshold::bypasses(32, 34));
         assert!(!Threshold::bypasses(32, 31));
+    }
+
+    #[test]
+    fn unaligned_sequential_reads_build_a_run() {
+        // 6000-byte reads over 4 KiB blocks: each starts inside the block the last ended in.
+        let mut r = SeqRun::default();
+        let mut longest = 0;
+        for i in 0..1000u64 {
+            let (off, end) = (i * 6000, (i + 1) * 6000);
+            longest = r.advance(off / 4096, (end - 1) / 4096 - off / 4096 + 1);
+        }
+        assert_eq!(longest, (1000 * 6000 - 1) / 4096 + 1);
+        // A re-read of the same block does not grow the run.
+        let mut r = SeqRun::default();
+        assert_eq!(r.advance(7, 1), 1);
+        assert_eq!(r.advance(7, 1), 1);
+        assert_eq!(r.advance(8, 1), 2);
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub(crate) struct FileShared {
     /// Held while blocks only in the tier below are cleaned or patched in place there (a
     /// write-through of such a block); taken after `io` or `op`, before the engine lock.
     pub below: Mutex<()>,
+    /// Where the last BACKING read of this file ended, plus one (0: none yet): a read that
+    /// starts there found the disk positioned (`lower_bypass` cost samples).
+    pub backing_next: AtomicU64,
 }
 
 /// Sequential-stream detector.

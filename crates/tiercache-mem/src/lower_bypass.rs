@@ -5,6 +5,12 @@
 //! needs: BACKING's positioning time and per-block streaming time, and each tier's per-block
 //! read time (moving averages), and re-chooses `n` every [`RECHOOSE_EVERY`] samples.
 //!
+//! A BACKING read counts as *positioned* (a streaming sample) when it starts where the file's
+//! previous BACKING read ended, else as a positioning sample (its time minus the streaming
+//! share). `n` is re-chosen only once both BACKING costs and the tier's cost have samples;
+//! until then it stays at the default. Only hits sample the tier (a miss costs no round trip:
+//! the tier's index answers it).
+//!
 //! Cost: one relaxed load per tier with a threshold per read request; the meter (a mutex) is
 //! touched only when some tier is `auto`.
 
@@ -177,7 +183,8 @@ impl Bypass {
         if !m.samples.is_multiple_of(RECHOOSE_EVERY) {
             return;
         }
-        let (Some(seek), Some(block)) = (m.seek.0, m.block.0.or(Some(0.0))) else {
+        // Both BACKING costs measured first: a missing streaming cost would be taken as 0.
+        let (Some(seek), Some(block)) = (m.seek.0, m.block.0) else {
             return;
         };
         for (k, auto) in self.auto.iter().enumerate() {

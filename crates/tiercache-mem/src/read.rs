@@ -21,6 +21,7 @@ use crate::files::{same_state, FileShared};
 use crate::stats::Counters;
 use std::fs::File;
 use std::io;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::{BlockKey, Class, FileId, SlotId};
@@ -62,9 +63,8 @@ struct ReadPlan {
     /// locks and its change counter when planned (see `lower`).
     shared: Option<Arc<FileShared>>,
     change: u64,
-    /// Length in blocks of the sequential run this read belongs to (0: not tracked), and the
-    /// lower tiers it therefore skips (planner bits; see `lower_bypass`).
-    run: u64,
+    /// The lower tiers this read skips for being in a long sequential run (planner bits; see
+    /// `lower_bypass`).
     skip: u32,
 }
 
@@ -118,12 +118,12 @@ impl Inner {
         let end = offset.saturating_add(len as u64).min(size);
         let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
-        let (run, skip) = match &self.lower {
+        let skip = match &self.lower {
             Some(l) if l.bypass.any() => {
                 let run = f.ra.run.advance(b0, b1 - b0 + 1);
-                (run, l.bypass.skip_mask(run, b1 - b0 + 1))
+                l.bypass.skip_mask(run, b1 - b0 + 1)
             }
-            _ => (0, 0),
+            _ => 0,
         };
         let class = f.class;
         let (fkey, version) = (f.fkey, f.version);
@@ -192,7 +192,6 @@ impl Inner {
                 Some(_) => shared.change.load(std::sync::atomic::Ordering::SeqCst),
                 None => 0,
             },
-            run,
             skip,
         }))
     }
@@ -383,9 +382,9 @@ impl Inner {
                     return Err(e);
                 }
                 if let Some(t0) = t0 {
-                    // Positioned: the run began before this part (the head is there).
-                    let before = run[k + x].block - plan.steps[0].block;
-                    let positioned = plan.run > plan.steps.len() as u64 || before > 0;
+                    // Positioned: the file's last BACKING read ended right here.
+                    let end = off + part.len() as u64;
+                    let positioned = shared.backing_next.swap(end + 1, Relaxed) == off + 1;
                     lower
                         .bypass
                         .backing_sample((y - x) as u64, t0.elapsed(), positioned);

@@ -63,3 +63,29 @@ fn long_sequential_runs_neither_fill_nor_read_the_tier() {
         "a 16-block run must not read the tier"
     );
 }
+
+/// Found in review: a sequential reader whose request size is not a multiple of the block size
+/// starts each request inside the block the last one ended in; that must continue the run.
+#[test]
+fn unaligned_sequential_reads_bypass_the_tier_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = test_tier(256);
+    let lower =
+        vec![LowerTier::new(t.clone(), Placement::Inclusive).with_seq_bypass(Threshold::Fixed(8))];
+    let cache = MemCache::with_tiers(config(), Arc::new(RealBacking), lower).unwrap();
+    let content = pattern(0, 64 * 512, 1);
+    let path = make_file(dir.path(), "f", &content);
+    let id = open(&cache, &path, Class::Normal);
+    let mut off = 0usize;
+    while off + 700 <= content.len() {
+        let got = cache.read(id, off as u64, 700).unwrap();
+        assert_eq!(got, content[off..off + 700]);
+        off += 700;
+    }
+    cache.settle_lower();
+    // Runs reach 8 blocks after 6 requests (4.2 KB): only those first blocks are stored.
+    let fills = t.stats().fills;
+    assert!(fills <= 8, "the scan kept filling the tier: {fills} fills");
+    let ls = cache.stats().lower.unwrap();
+    assert!(ls.seq_bypass[0].bypassed_blocks > 50, "{:?}", ls.seq_bypass);
+}

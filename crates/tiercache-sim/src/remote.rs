@@ -208,7 +208,6 @@ fn bits(mut mask: u32) -> impl Iterator<Item = usize> {
 impl Route for SeqBypass {
     #[inline]
     fn serve(&mut self, h: &mut Hierarchy, a: Access) {
-        let run = self.runs.advance(a.key.file.0, a.key.block.0);
         if a.write {
             // Clean data only: the write's bytes live above (or in BACKING), never remotely.
             for i in bits(self.mask) {
@@ -217,7 +216,8 @@ impl Route for SeqBypass {
                 }
             }
             h.access_skipping(a, self.mask);
-        } else if Threshold::bypasses(self.n, run) {
+        } else if Threshold::bypasses(self.n, self.runs.advance(a.key.file.0, a.key.block.0)) {
+            // Runs are of reads only, as on the live mount.
             // Tiers above the hit were reached (all of them on a miss).
             let reached = h.access_skipping(a, self.mask).unwrap_or(usize::MAX);
             for i in bits(self.mask).take_while(|&i| i < reached) {

@@ -9,8 +9,9 @@
 //!   (1 server).
 //! - Sequential: a larger file read in 128 KiB requests, two passes, with and without the
 //!   remote tier, in two alternating rounds (these runs reach the threshold, so they go to
-//!   BACKING):
-//!   `seq_with_remote_over_without` = throughput with ÷ without.
+//!   BACKING): `seq_with_remote_over_without` = throughput with ÷ without; and with the remote
+//!   tier but no bypass (threshold 4096), to show what the bypass saves:
+//!   `seq_no_bypass_over_without`.
 
 use super::bench_fuse::{need, start_tiercache, write_random_file, Mounts};
 use crate::cmd::progress;
@@ -69,6 +70,11 @@ struct RemoteBench {
     seq_without_mbps: f64,
     seq_with_mbps: f64,
     seq_with_remote_over_without: f64,
+    /// The remote tier without the sequential bypass (threshold 4096 blocks).
+    seq_no_bypass_mbps: f64,
+    seq_no_bypass_over_without: f64,
+    /// Blocks the second passes without bypass read from the remote tier.
+    seq_no_bypass_remote_hits: u64,
     /// Sequential run length (blocks) from which reads bypass the remote tier.
     threshold: u64,
 }
@@ -113,6 +119,14 @@ fn stats(mp: &Path) -> Result<serde_json::Value, String> {
 
 fn remote_hits(mp: &Path) -> Result<u64, String> {
     Ok(stats(mp)?["remote"]["hits"].as_u64().unwrap_or(0))
+}
+
+fn remote_hits_or_zero(mp: &Path, remote: bool) -> Result<u64, String> {
+    if remote {
+        remote_hits(mp)
+    } else {
+        Ok(0)
+    }
 }
 
 /// Waits until the background stores into lower tiers are done (at most 30 s).
@@ -175,9 +189,10 @@ struct Setup {
 
 impl Setup {
     /// Mounts with the HDD model, and with a remote tier on `url` if given.
-    fn mount(&self, remote: Option<(&str, &str)>) -> Result<Mounts, String> {
+    fn mount(&self, remote: Option<(&str, &str)>, extra: &[&str]) -> Result<Mounts, String> {
         let key = self.key.display().to_string();
         let mut args = vec!["--emulate", "hdd"];
+        args.extend_from_slice(extra);
         if let Some((url, ns)) = remote {
             args.extend([
                 "--remote",
@@ -201,7 +216,7 @@ impl Setup {
         servers: usize,
         orders: &[Vec<u64>; 2],
     ) -> Result<RandRun, String> {
-        let _m = self.mount(remote)?;
+        let _m = self.mount(remote, &[])?;
         let file = self.mp.join("rand.dat");
         let first = random_pass(&file, &orders[0])?;
         let hits0 = if remote.is_some() {
@@ -260,7 +275,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     for d in [&backing, &mp] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    let steps = 2 + 2 * SEQ_ROUNDS + counts.len() as u64;
+    let steps = 2 + 3 * SEQ_ROUNDS + counts.len() as u64;
     let bar = progress::steps(steps, a.json);
     progress::step(&bar, "writing test files and a key, starting memcached");
     let rand_size = 2 * memory;
@@ -300,25 +315,47 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
         with.push(setup.rand_run(Some((&servers.url(n), &ns)), n, &orders)?);
         progress::done(&bar);
     }
-    // Alternating rounds (without, with, without, with) so drift on a shared machine hits
-    // both sides alike.
-    let mut seq = [0.0f64; 2];
+    // Alternating rounds (without, with, with but no bypass, ...) so drift on a shared machine
+    // hits every side alike. "No bypass" (threshold 4096 blocks) shows what the bypass saves.
+    let kinds: [(&str, Option<&[&str]>); 3] = [
+        ("without remote tier", None),
+        ("with remote tier", Some(&[])),
+        (
+            "with remote tier, no bypass",
+            Some(&["--remote-threshold", "4096"]),
+        ),
+    ];
+    let mut seq = [0.0f64; 3];
+    let mut no_bypass_hits = 0;
     for round in 0..SEQ_ROUNDS {
-        for (i, remote) in [false, true].into_iter().enumerate() {
+        for (i, (label, remote)) in kinds.iter().enumerate() {
             progress::step(
                 &bar,
                 format!(
-                    "sequential reads, two passes, {} remote tier (round {})",
-                    if remote { "with" } else { "without" },
+                    "sequential reads, two passes, {label} (round {})",
                     round + 1
                 ),
             );
-            let ns = format!("bench-{}-seq", std::process::id());
+            // A fresh namespace per mount: nothing stored by an earlier one is found.
+            let ns = format!("bench-{}-seq-{round}-{i}", std::process::id());
             let url = servers.url(1);
-            let _m = setup.mount(remote.then_some((url.as_str(), ns.as_str())))?;
+            let _m = setup.mount(
+                remote.map(|_| (url.as_str(), ns.as_str())),
+                remote.unwrap_or(&[]),
+            )?;
             let file = setup.mp.join("seq.dat");
-            seq[i] += sequential_pass(&file, seq_size)? + sequential_pass(&file, seq_size)?;
-            if remote {
+            seq[i] += sequential_pass(&file, seq_size)?;
+            if remote.is_some() {
+                // Let the background stores land (not timed): the second pass then finds in
+                // the remote tier whatever the first stored there.
+                settle(&setup.mp)?;
+            }
+            let hits = remote_hits_or_zero(&setup.mp, remote.is_some())?;
+            seq[i] += sequential_pass(&file, seq_size)?;
+            if i == 2 {
+                no_bypass_hits += remote_hits_or_zero(&setup.mp, true)? - hits;
+            }
+            if i == 1 {
                 threshold = stats(&setup.mp)?["remote"]["threshold"]
                     .as_u64()
                     .unwrap_or(0);
@@ -346,6 +383,9 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
         seq_without_mbps: mbps(seq[0]),
         seq_with_mbps: mbps(seq[1]),
         seq_with_remote_over_without: seq[0] / seq[1].max(1e-9),
+        seq_no_bypass_mbps: mbps(seq[2]),
+        seq_no_bypass_over_without: seq[0] / seq[2].max(1e-9),
+        seq_no_bypass_remote_hits: no_bypass_hits,
         threshold,
     };
     if a.json {
@@ -379,13 +419,17 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
         );
     }
     println!(
-        "sequential 128 KiB reads of {} MiB, two passes × 2 rounds: {:.0} MB/s without, {:.0} MB/s with \
-         the remote tier (ratio {:.2}; threshold {} blocks)",
+        "sequential 128 KiB reads of {} MiB, two passes × {SEQ_ROUNDS} rounds: {:.0} MB/s without, \
+         {:.0} MB/s with the remote tier (ratio {:.2}; threshold {} blocks), {:.0} MB/s with it \
+         but no bypass (ratio {:.2}; {} blocks read from the remote tier)",
         seq_size >> 20,
         r.seq_without_mbps,
         r.seq_with_mbps,
         r.seq_with_remote_over_without,
-        r.threshold
+        r.threshold,
+        r.seq_no_bypass_mbps,
+        r.seq_no_bypass_over_without,
+        r.seq_no_bypass_remote_hits
     );
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! `--remote*` flags of `tiercache mount`, checked into a [`RemoteSpec`].
 //!
 //! Keys: `servers` (`memcached://HOST:PORT[,HOST:PORT...]`, required), `key_file` (required:
-//! values are encrypted and authenticated; `tiercache keygen FILE` makes one), `namespace`
+//! values are encrypted and authenticated; `tiercache keygen FILE` makes one; relative to the
+//! config file's directory), `namespace`
 //! (default `tiercache`), `threshold` (sequential-run length in blocks from which reads go to
 //! BACKING, or `"auto"`; default 32), `timeout_ms` (default 50), plus the common `name`, `size`
 //! (default: the servers' memory limits), `policy`, `placement` (default inclusive).
@@ -53,9 +54,9 @@ impl RemoteFlags {
     }
 }
 
-/// Applies the `--remote*` flags to the lower tiers (from `--tier` flags or the file):
-/// `--remote URL` replaces any remote tier and goes last (memory → … → remote → BACKING); the
-/// other flags without `--remote` change the one remote tier there is.
+/// Applies the `--remote*` flags to the lower tiers (from `--tier` flags or the file): with
+/// one remote tier there, the flags change its keys (`--remote URL` its servers); with none,
+/// `--remote URL` adds one, last (memory → … → remote → BACKING).
 pub fn apply_remote_flags(
     tiers: Option<Vec<TierTable>>,
     f: &RemoteFlags,
@@ -64,8 +65,20 @@ pub fn apply_remote_flags(
         return Ok(tiers);
     }
     let mut tiers = tiers.unwrap_or_default();
-    let table = if let Some(url) = &f.url {
-        tiers.retain(|t| t.kind.value != "remote");
+    let remotes = tiers.iter().filter(|t| t.kind.value == "remote").count();
+    if remotes > 1 {
+        return Err(
+            "--remote*: the config file has several remote tiers; set them there".to_string(),
+        );
+    }
+    if remotes == 0 {
+        let Some(url) = &f.url else {
+            return Err(
+                "--remote-*: no remote tier to apply it to (give --remote URL, or a [[tier]] \
+                 kind = \"remote\" in the config file)"
+                    .to_string(),
+            );
+        };
         tiers.push(TierTable {
             kind: At::flag("remote".to_string()),
             name: None,
@@ -82,29 +95,14 @@ pub fn apply_remote_flags(
             timeout_ms: None,
             flag: None,
         });
-        tiers.last_mut()
-    } else {
-        let mut remote = tiers.iter_mut().filter(|t| t.kind.value == "remote");
-        match (remote.next(), remote.next()) {
-            (Some(t), None) => Some(t),
-            (None, _) => {
-                return Err(
-                    "--remote-*: no remote tier to apply it to (give --remote URL, or a \
-                     [[tier]] kind = \"remote\" in the config file)"
-                        .to_string(),
-                )
-            }
-            (Some(_), Some(_)) => {
-                return Err(
-                    "--remote-*: the config file has several remote tiers; set them there"
-                        .to_string(),
-                )
-            }
-        }
-    };
+    }
+    let table = tiers.iter_mut().find(|t| t.kind.value == "remote");
     let Some(t) = table else {
         return Err("--remote: internal error: no tier".to_string());
     };
+    if let Some(url) = &f.url {
+        t.servers = Some(At::flag(url.clone()));
+    }
     if let Some(k) = &f.key_file {
         t.key_file = Some(At::flag(k.clone()));
     }
@@ -197,9 +195,16 @@ impl ConfigFile {
             }
             Some(at) => Duration::from_millis(at.value),
         };
+        // A relative `key_file` in the config file is relative to the file's directory.
+        let key_file = match (&key.span, &self.path) {
+            (Some(_), Some(cfg)) if key.value.is_relative() => cfg
+                .parent()
+                .map_or_else(|| key.value.clone(), |d| d.join(&key.value)),
+            _ => key.value.clone(),
+        };
         Ok(RemoteSpec {
             servers: list,
-            key_file: key.value.clone(),
+            key_file,
             namespace,
             threshold,
             timeout,
@@ -330,5 +335,27 @@ mod tests {
         let tiers = apply_remote_flags(None, &bad).unwrap().unwrap();
         let e = f.lower_tiers(&tiers, 4096, "memory").unwrap_err();
         assert!(e.starts_with("--remote-threshold: threshold"), "{e}");
+    }
+
+    #[test]
+    fn remote_url_flag_keeps_the_files_other_remote_keys() {
+        let text = "[[tier]]\nkind = \"remote\"\nservers = \"memcached://10.0.0.1:11211\"\n\
+                    key_file = \"tc.key\"\nnamespace = \"farm\"\n";
+        let mut f =
+            ConfigFile::from_text(std::path::Path::new("/etc/tc/tc.toml"), text.into()).unwrap();
+        let mem = f.fold_memory_tier().unwrap();
+        let flags = RemoteFlags {
+            url: Some("memcached://127.0.0.1:5".into()),
+            ..RemoteFlags::default()
+        };
+        let tiers = apply_remote_flags(f.options.tiers.clone(), &flags)
+            .unwrap()
+            .unwrap();
+        assert_eq!(tiers.len(), 1);
+        let specs = f.lower_tiers(&tiers, 4096, &mem).unwrap();
+        let r = specs[0].remote.clone().unwrap();
+        assert_eq!(r.servers, vec!["127.0.0.1:5"]);
+        assert_eq!(r.namespace, "farm");
+        assert_eq!(r.key_file, std::path::PathBuf::from("/etc/tc/tc.key"));
     }
 }
