@@ -29,6 +29,8 @@ struct State {
     rng: SmallRng,
     writes: u64,
     syncs: u64,
+    /// Writes torn or dropped since the last crash.
+    lost: u64,
 }
 
 /// Wraps another device; see the module docs.
@@ -73,6 +75,7 @@ impl FaultyDevice {
                 rng: SmallRng::seed_from_u64(seed),
                 writes: 0,
                 syncs: 0,
+                lost: 0,
             }),
         }
     }
@@ -109,6 +112,11 @@ impl FaultyDevice {
     /// Whether a torn write has cut the power (later writes were dropped).
     pub fn is_cut(&self) -> bool {
         self.st().cut
+    }
+    /// Writes torn or silently dropped since the last [`FaultyDevice::crash`]: once it is
+    /// not 0, what the tier acknowledges no longer means anything until the next crash.
+    pub fn lost_writes(&self) -> u64 {
+        self.st().lost
     }
     /// Writes and syncs seen so far.
     pub fn counts(&self) -> (u64, u64) {
@@ -160,6 +168,7 @@ impl FaultyDevice {
         }
         self.inner.sync()?;
         st.cut = false;
+        st.lost = 0;
         st.fail_writes_after = None;
         st.fail_reads_after = None;
         st.drop_writes_after = None;
@@ -193,12 +202,14 @@ impl FlashDevice for FaultyDevice {
         let mut st = self.st();
         st.writes += 1;
         if st.cut {
+            st.lost += 1;
             return Ok(());
         }
         if fires(&mut st.fail_writes_after) {
             return Err(io::Error::other("injected write fault"));
         }
         if fires(&mut st.drop_writes_after) {
+            st.lost += 1;
             return Ok(());
         }
         if fires(&mut st.tear_after) {
@@ -206,6 +217,7 @@ impl FlashDevice for FaultyDevice {
             let sectors = buf.len() / sector;
             let keep = st.rng.gen_range(0..sectors.max(1)) * sector;
             st.cut = true;
+            st.lost += 1;
             if st.volatile {
                 st.pending.push((off, buf[..keep].to_vec()));
             } else {

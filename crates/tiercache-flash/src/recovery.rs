@@ -317,6 +317,12 @@ impl FlashTier {
         Ok(())
     }
 
+    /// Drops the tier without writing anything, as a crash would (tests; or a daemon that
+    /// must not touch a failing device again). The next `open` recovers.
+    pub fn abandon(self) {
+        self.st().closed = true;
+    }
+
     /// Verifies a device without changing it.
     pub fn check(dev: &dyn FlashDevice) -> Result<CheckReport, FlashError> {
         let (sb, superblocks_valid) = read_superblock(dev)?;
