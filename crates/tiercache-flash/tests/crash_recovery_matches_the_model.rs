@@ -97,6 +97,15 @@ impl World {
         *self.m(k) = M::default();
     }
 
+    /// A drop issued as the power went: it may or may not have become durable.
+    fn drop_maybe(&mut self, k: &TierKey) {
+        if self.cut() {
+            self.m(k).must_exist = false;
+        } else {
+            self.drop_durably(k);
+        }
+    }
+
     fn sector_wise_from(&self, got: &[u8], acceptable: &[Vec<u8>]) -> bool {
         got.chunks(self.sector).enumerate().all(|(i, s)| {
             acceptable
@@ -224,9 +233,7 @@ impl World {
                     prop_assert!(!self.m(&k).dirty, "write_dirty of a dirty block rejected");
                     // The manager writes to BACKING, then discards the older copy.
                     self.t().discard(&k);
-                    if !self.cut() {
-                        self.drop_durably(&k);
-                    }
+                    self.drop_maybe(&k);
                 }
             }
             Op::Read(f, b) | Op::Take(f, b) => {
@@ -277,16 +284,12 @@ impl World {
             Op::Discard(f, b) => {
                 let k = key(f, b);
                 self.t().discard(&k);
-                if !self.cut() {
-                    self.drop_durably(&k);
-                }
+                self.drop_maybe(&k);
             }
             Op::InvalidateFile(f, from) => {
                 self.t().invalidate_file(&file(f), from);
-                if !self.cut() {
-                    for b in from..BLOCKS {
-                        self.drop_durably(&key(f, b));
-                    }
+                for b in from..BLOCKS {
+                    self.drop_maybe(&key(f, b));
                 }
             }
             Op::Clean(n) => {
