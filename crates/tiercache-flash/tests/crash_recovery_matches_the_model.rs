@@ -386,4 +386,3 @@ proptest! {
         run(seed, &ops)?;
     }
 }
-

@@ -61,12 +61,14 @@ pub fn faulty(len: u64, seed: u64) -> Arc<FaultyDevice> {
 
 pub fn fill(t: &FlashTier, k: &TierKey, seed: u64) -> Admit {
     let bs = t.info().block_size;
-    t.fill(k, V, Class::Normal, &data(k, seed, bs), &yes).unwrap()
+    t.fill(k, V, Class::Normal, &data(k, seed, bs), &yes)
+        .unwrap()
 }
 
 pub fn write(t: &FlashTier, k: &TierKey, seed: u64) -> Admit {
     let bs = t.info().block_size;
-    t.write_dirty(k, V, Class::Normal, &data(k, seed, bs)).unwrap()
+    t.write_dirty(k, V, Class::Normal, &data(k, seed, bs))
+        .unwrap()
 }
 
 pub fn read(t: &FlashTier, k: &TierKey) -> (Lookup, Vec<u8>) {
