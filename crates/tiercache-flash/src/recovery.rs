@@ -61,7 +61,10 @@ fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashErro
     let g = &sb.geo;
     let check = Geometry::compute(sb.device_len, g.sector as usize, g.block_shift, g.set_shift)
         .map_err(|e| FlashError::NotFormatted(e.to_string()))?;
-    if check != *g || dev.len() < sb.device_len || g.sector as usize % dev.sector_size() != 0 {
+    if check != *g
+        || dev.len() < sb.device_len
+        || !(g.sector as usize).is_multiple_of(dev.sector_size())
+    {
         return Err(FlashError::Mismatch(format!(
             "superblock geometry {g:?} (device of {} bytes) does not fit this device ({} bytes, sector {})",
             sb.device_len,
@@ -364,5 +367,5 @@ impl FlashTier {
 
 /// Whether a device holds a valid superblock (e.g. to decide between `open` and `create`).
 pub fn is_formatted(dev: &dyn FlashDevice) -> bool {
-    matches!(read_superblock(dev), Ok(_))
+    read_superblock(dev).is_ok()
 }
