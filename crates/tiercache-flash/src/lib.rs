@@ -13,7 +13,7 @@
 //! - [`device`]: the [`FlashDevice`] trait, [`FileDevice`] (file or block device, optional
 //!   O_DIRECT) and [`MemDevice`];
 //! - [`faulty`]: [`FaultyDevice`], failing, dropping, tearing and power-cut injection;
-//! - [`format`]: geometry and the byte layout of superblocks and records;
+//! - [`format`](mod@format): geometry and the byte layout of superblocks and records;
 //! - `index` (private): the RAM index (bitmaps, compact hash table, LRU, free list);
 //! - [`tier`]: [`FlashTier`] (the [`tiercache_tier::DataTier`]), [`FlashConfig`],
 //!   [`FlashStats`]; `recovery` adds `create`/`open`/`close`/`check` ([`CheckReport`]);
