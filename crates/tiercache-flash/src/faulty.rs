@@ -252,3 +252,79 @@ impl FlashDevice for FaultyDevice {
         self.inner.sector_size()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::device::MemDevice;
+
+    fn dev(seed: u64) -> (Arc<MemDevice>, FaultyDevice) {
+        let m = Arc::new(MemDevice::new(8192));
+        let inner: Arc<dyn FlashDevice> = m.clone();
+        (m, FaultyDevice::new(inner, seed))
+    }
+
+    #[test]
+    fn volatile_writes_are_read_back_and_land_only_at_sync() {
+        let (m, f) = dev(1);
+        f.set_volatile(true).unwrap();
+        f.write_at(&[7u8; 512], 512).unwrap();
+        let mut b = [0u8; 1024];
+        f.read_at(&mut b, 0).unwrap();
+        assert_eq!(&b[512..], &[7u8; 512]);
+        assert_eq!(m.snapshot()[512], 0);
+        f.sync().unwrap();
+        assert_eq!(m.snapshot()[512], 7);
+    }
+
+    #[test]
+    fn a_crash_lands_only_some_unsynced_writes_and_sometimes_tears_one() {
+        let mut seen_none = false;
+        let mut seen_all = false;
+        let mut seen_torn = false;
+        for seed in 0..200 {
+            let (m, f) = dev(seed);
+            f.set_volatile(true).unwrap();
+            for i in 0..4u8 {
+                f.write_at(&[i + 1; 1024], u64::from(i) * 1024).unwrap();
+            }
+            f.crash().unwrap();
+            let s = m.snapshot();
+            let landed: Vec<bool> = (0..4).map(|i| s[i * 1024] != 0).collect();
+            seen_none |= landed.iter().all(|&x| !x);
+            seen_all |= landed.iter().all(|&x| x);
+            // A torn 2-sector write lands its first sector only.
+            seen_torn |= (0..4).any(|i| s[i * 1024] != 0 && s[i * 1024 + 512] == 0);
+            let mut b = [0u8; 4096];
+            f.read_at(&mut b, 0).unwrap();
+            assert_eq!(&b[..], &s[..4096], "nothing volatile is left after a crash");
+        }
+        assert!(seen_none && seen_all && seen_torn);
+    }
+
+    #[test]
+    fn countdowns_fail_drop_and_tear_writes() {
+        let (m, f) = dev(5);
+        f.fail_writes_after(Some(1));
+        f.write_at(&[1; 512], 0).unwrap();
+        assert!(f.write_at(&[1; 512], 512).is_err());
+        f.fail_writes_after(None);
+        f.drop_writes_after(Some(0));
+        f.write_at(&[2; 512], 1024).unwrap();
+        assert_eq!(m.snapshot()[1024], 0);
+        assert_eq!(f.lost_writes(), 1);
+        f.drop_writes_after(None);
+        f.tear_write_after(Some(0));
+        f.write_at(&[3; 2048], 2048).unwrap();
+        assert!(f.is_cut());
+        assert_eq!(m.snapshot()[2048 + 1536], 0, "the last sector never lands");
+        f.write_at(&[4; 512], 6144).unwrap();
+        assert_eq!(m.snapshot()[6144], 0, "power is cut: later writes are lost");
+        f.fail_reads_after(Some(0));
+        assert!(f.read_at(&mut [0u8; 512], 0).is_err());
+        f.crash().unwrap();
+        assert!(!f.is_cut());
+        assert!(f.read_at(&mut [0u8; 512], 0).is_ok());
+    }
+}
