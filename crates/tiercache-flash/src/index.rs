@@ -362,3 +362,73 @@ impl Index {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+
+    fn fk(i: u64) -> FileKey {
+        FileKey {
+            dev: 1,
+            ino: i % 5,
+            birth: 0,
+        }
+    }
+
+    #[test]
+    fn the_hash_table_and_lru_agree_with_a_map_under_random_map_and_unmap() {
+        let n = 37u32;
+        let mut idx = Index::new(n, 256);
+        let mut model: HashMap<(FileKey, u64), u32> = HashMap::new();
+        let mut rng = SmallRng::seed_from_u64(7);
+        for _ in 0..20_000 {
+            let (f, si) = (fk(rng.gen_range(0..5)), rng.gen_range(0..20u64));
+            match idx.find(&f, si) {
+                Some(id) => {
+                    assert_eq!(model.get(&(f, si)), Some(&id));
+                    if rng.gen_bool(0.5) {
+                        idx.unmap(id);
+                        model.remove(&(f, si));
+                    } else {
+                        idx.touch(id);
+                    }
+                }
+                None => {
+                    assert!(!model.contains_key(&(f, si)));
+                    if let Some(id) = idx.free.pop() {
+                        idx.map(id, f, si, 1);
+                        model.insert((f, si), id);
+                    }
+                }
+            }
+            assert_eq!(idx.free.len() + model.len(), n as usize);
+        }
+        for (&(f, si), &id) in &model {
+            assert_eq!(idx.find(&f, si), Some(id));
+        }
+        assert_eq!(idx.lru_from_cold().count(), model.len());
+    }
+
+    #[test]
+    fn block_counters_follow_valid_and_dirty_bits() {
+        let mut idx = Index::new(2, 256);
+        idx.map(0, fk(1), 0, 1);
+        idx.set_block(0, 3, true);
+        idx.set_block(0, 200, false);
+        assert_eq!(
+            (idx.valid_blocks, idx.dirty_blocks, idx.dirty_sets),
+            (2, 1, 1)
+        );
+        idx.clear_dirty(0, 3);
+        assert_eq!(
+            (idx.valid_blocks, idx.dirty_blocks, idx.dirty_sets),
+            (2, 0, 0)
+        );
+        idx.drop_clean(0);
+        assert_eq!(idx.valid_blocks, 0);
+        assert!(!idx.valid_any(0));
+    }
+}
