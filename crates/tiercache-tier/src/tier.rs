@@ -33,6 +33,8 @@ pub enum TierKind {
     Test,
     /// Memory of other machines (a memcached pool; clean data only, volatile).
     Remote,
+    /// A set-mapped write-back cache on an SSD (a file or a block device; persistent).
+    Flash,
 }
 
 impl fmt::Display for TierKind {
@@ -41,6 +43,7 @@ impl fmt::Display for TierKind {
             TierKind::Memory => "memory",
             TierKind::Test => "test",
             TierKind::Remote => "remote",
+            TierKind::Flash => "flash",
         })
     }
 }

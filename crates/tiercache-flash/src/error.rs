@@ -1,0 +1,51 @@
+//! [`FlashError`]: what can go wrong creating, opening or checking a flash tier.
+
+use std::io;
+use tiercache_tier::TierError;
+
+/// Errors of the flash tier's setup, recovery and device I/O.
+///
+/// On the request path a device error is counted (and past `max_errors` the tier degrades);
+/// it reaches the manager as [`TierError`] through the `From` below.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlashError {
+    /// The device could not be read, written or synced.
+    #[error("flash device: {0}")]
+    Io(#[from] io::Error),
+    /// The configuration or the device size cannot give a usable layout.
+    #[error("flash geometry: {0}")]
+    Geometry(String),
+    /// No valid superblock: not a flash tier, or both copies are damaged.
+    #[error("not a tiercache flash device (no valid superblock): {0}")]
+    NotFormatted(String),
+    /// A superblock of another format version or geometry than asked for.
+    #[error("flash format mismatch: {0}")]
+    Mismatch(String),
+    /// The tier is degraded (too many device errors) or closed.
+    #[error("flash tier {tier} unavailable: {why}")]
+    Unavailable { tier: String, why: String },
+}
+
+impl FlashError {
+    /// Into the trait's error, naming the tier.
+    pub fn into_tier(self, tier: &str) -> TierError {
+        match self {
+            FlashError::Io(source) => TierError::Io {
+                tier: tier.to_string(),
+                source,
+            },
+            FlashError::Unavailable { tier, why } => TierError::Unavailable { tier, why },
+            other => TierError::Unavailable {
+                tier: tier.to_string(),
+                why: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<FlashError> for TierError {
+    fn from(e: FlashError) -> Self {
+        e.into_tier("flash")
+    }
+}

@@ -1,0 +1,305 @@
+//! The on-disk format (specified byte by byte in `docs/format.md`): geometry, the two
+//! superblock copies and the two metadata record slots per cache set.
+//!
+//! Invariants: every structure is a whole number of sectors at a sector-aligned offset; every
+//! structure ends with a CRC32C of the bytes before it; integers are little-endian.
+
+use crate::error::FlashError;
+use tiercache_tier::FileKey;
+
+pub const SB_MAGIC: &[u8; 8] = b"TCFLASH\0";
+pub const REC_MAGIC: &[u8; 4] = b"TCSR";
+pub const FORMAT_VERSION: u32 = 1;
+/// Superblock flag: the tier was closed cleanly (every record matches memory).
+pub const SB_CLEAN: u32 = 1;
+/// Record flag: the set is mapped to the backing set in the tag.
+pub const REC_MAPPED: u32 = 1;
+/// Bytes of a superblock that carry content (the rest of its sector is zero).
+pub const SB_BYTES: usize = 76;
+/// Record header bytes before the bitmaps.
+pub const REC_HEADER: usize = 72;
+
+/// Where everything is on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// log2 of the block size in bytes.
+    pub block_shift: u8,
+    /// log2 of the blocks per set.
+    pub set_shift: u8,
+    pub sector: u32,
+    pub sets: u32,
+    /// Bytes per record slot (a multiple of `sector`).
+    pub rec_size: u32,
+    pub meta_off: u64,
+    pub data_off: u64,
+}
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+impl Geometry {
+    pub fn block_size(&self) -> usize {
+        1 << self.block_shift
+    }
+    pub fn set_blocks(&self) -> usize {
+        1 << self.set_shift
+    }
+    pub fn set_bytes(&self) -> u64 {
+        1u64 << (self.block_shift + self.set_shift)
+    }
+    /// Bytes of one bitmap in a record.
+    pub fn bitmap_bytes(&self) -> usize {
+        self.set_blocks().div_ceil(64) * 8
+    }
+    pub fn sb_off(&self, slot: u64) -> u64 {
+        slot * u64::from(self.sector)
+    }
+    pub fn rec_off(&self, set: u32, slot: u64) -> u64 {
+        self.meta_off + (u64::from(set) * 2 + slot) * u64::from(self.rec_size)
+    }
+    pub fn block_off(&self, set: u32, block: usize) -> u64 {
+        self.data_off
+            + ((u64::from(set) << self.set_shift) + block as u64) * self.block_size() as u64
+    }
+    pub fn capacity_blocks(&self) -> u64 {
+        u64::from(self.sets) << self.set_shift
+    }
+
+    /// The largest layout that fits `len` bytes.
+    pub fn compute(
+        len: u64,
+        sector: usize,
+        block_shift: u8,
+        set_shift: u8,
+    ) -> Result<Self, FlashError> {
+        let sector = sector.max(512);
+        if !sector.is_power_of_two() || !(9..=24).contains(&block_shift) || set_shift > 16 {
+            return Err(FlashError::Geometry(format!(
+                "sector {sector}, block 2^{block_shift}, set 2^{set_shift} blocks: unsupported"
+            )));
+        }
+        if (1usize << block_shift) < sector {
+            return Err(FlashError::Geometry(format!(
+                "block of {} bytes is smaller than the sector ({sector})",
+                1usize << block_shift
+            )));
+        }
+        let sector64 = sector as u64;
+        let bitmap = (1u64 << set_shift).div_ceil(64) * 8;
+        let rec_size = round_up(REC_HEADER as u64 + 2 * bitmap + 4, sector64);
+        let meta_off = 2 * sector64;
+        let set_bytes = 1u64 << (block_shift + set_shift);
+        let layout = |sets: u64| {
+            let data_off = round_up(meta_off + sets * 2 * rec_size, 1 << block_shift);
+            (data_off, data_off + sets * set_bytes)
+        };
+        let mut sets = len.saturating_sub(meta_off) / (set_bytes + 2 * rec_size);
+        while sets > 0 && layout(sets).1 > len {
+            sets -= 1;
+        }
+        if sets == 0 {
+            return Err(FlashError::Geometry(format!(
+                "{len} bytes hold no set of {set_bytes} bytes"
+            )));
+        }
+        let sets = u32::try_from(sets.min(u64::from(u32::MAX - 1)))
+            .map_err(|_| FlashError::Geometry("too many sets".into()))?;
+        Ok(Self {
+            block_shift,
+            set_shift,
+            sector: sector as u32,
+            sets,
+            rec_size: rec_size as u32,
+            meta_off,
+            data_off: layout(u64::from(sets)).0,
+        })
+    }
+}
+
+/// The superblock (two copies, slot = `gen & 1`; the valid one with the higher `gen` wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    pub flags: u32,
+    pub gen: u64,
+    pub geo: Geometry,
+    pub device_len: u64,
+    /// Random at creation; records carry it, so records of an earlier format are ignored.
+    pub instance: u64,
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(a)
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl Superblock {
+    /// One sector.
+    pub fn encode(&self) -> Vec<u8> {
+        let g = &self.geo;
+        let mut b = vec![0u8; g.sector as usize];
+        b[0..8].copy_from_slice(SB_MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.flags.to_le_bytes());
+        b[16..24].copy_from_slice(&self.gen.to_le_bytes());
+        b[24] = g.block_shift;
+        b[25] = g.set_shift;
+        b[28..32].copy_from_slice(&g.sector.to_le_bytes());
+        b[32..36].copy_from_slice(&g.sets.to_le_bytes());
+        b[36..40].copy_from_slice(&g.rec_size.to_le_bytes());
+        b[40..48].copy_from_slice(&g.meta_off.to_le_bytes());
+        b[48..56].copy_from_slice(&g.data_off.to_le_bytes());
+        b[56..64].copy_from_slice(&self.device_len.to_le_bytes());
+        b[64..72].copy_from_slice(&self.instance.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..72]);
+        b[72..76].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// `Err` names why the bytes are not a valid superblock.
+    pub fn decode(b: &[u8]) -> Result<Self, String> {
+        if b.len() < SB_BYTES {
+            return Err("short".into());
+        }
+        if &b[0..8] != SB_MAGIC {
+            return Err("bad magic".into());
+        }
+        if crc32c::crc32c(&b[..72]) != u32_at(b, 72) {
+            return Err("bad checksum".into());
+        }
+        let version = u32_at(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}, expected {FORMAT_VERSION}"
+            ));
+        }
+        Ok(Self {
+            flags: u32_at(b, 12),
+            gen: u64_at(b, 16),
+            geo: Geometry {
+                block_shift: b[24],
+                set_shift: b[25],
+                sector: u32_at(b, 28),
+                sets: u32_at(b, 32),
+                rec_size: u32_at(b, 36),
+                meta_off: u64_at(b, 40),
+                data_off: u64_at(b, 48),
+            },
+            device_len: u64_at(b, 56),
+            instance: u64_at(b, 64),
+        })
+    }
+}
+
+/// One set's metadata record as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub set: u32,
+    pub seq: u64,
+    /// `None`: the set is free.
+    pub tag: Option<(FileKey, u64)>,
+    pub version: u64,
+    pub valid: Vec<u64>,
+    pub dirty: Vec<u64>,
+}
+
+/// How a record slot read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    /// All zero: never written.
+    Empty,
+    /// Not a valid record of this set and instance (torn, damaged, or foreign).
+    Bad,
+    Good(Record),
+}
+
+impl Record {
+    pub fn encode(&self, geo: &Geometry, instance: u64) -> Vec<u8> {
+        let mut b = vec![0u8; geo.rec_size as usize];
+        b[0..4].copy_from_slice(REC_MAGIC);
+        b[4..8].copy_from_slice(&self.set.to_le_bytes());
+        b[8..16].copy_from_slice(&instance.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        let (file, si, flags) = match self.tag {
+            Some((f, si)) => (f, si, REC_MAPPED),
+            None => (
+                FileKey {
+                    dev: 0,
+                    ino: 0,
+                    birth: 0,
+                },
+                0,
+                0,
+            ),
+        };
+        b[24..32].copy_from_slice(&file.dev.to_le_bytes());
+        b[32..40].copy_from_slice(&file.ino.to_le_bytes());
+        b[40..48].copy_from_slice(&file.birth.to_le_bytes());
+        b[48..56].copy_from_slice(&si.to_le_bytes());
+        b[56..64].copy_from_slice(&self.version.to_le_bytes());
+        b[64..68].copy_from_slice(&flags.to_le_bytes());
+        let mut o = REC_HEADER;
+        for w in self.valid.iter().chain(self.dirty.iter()) {
+            b[o..o + 8].copy_from_slice(&w.to_le_bytes());
+            o += 8;
+        }
+        let crc = crc32c::crc32c(&b[..o]);
+        b[o..o + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8], geo: &Geometry, set: u32, instance: u64) -> Slot {
+        if b.iter().all(|&x| x == 0) {
+            return Slot::Empty;
+        }
+        let words = geo.bitmap_bytes() / 8;
+        let end = REC_HEADER + 2 * words * 8;
+        if b.len() < end + 4
+            || &b[0..4] != REC_MAGIC
+            || crc32c::crc32c(&b[..end]) != u32_at(b, end)
+            || u32_at(b, 4) != set
+            || u64_at(b, 8) != instance
+        {
+            return Slot::Bad;
+        }
+        let flags = u32_at(b, 64);
+        let tag = (flags & REC_MAPPED != 0).then(|| {
+            (
+                FileKey {
+                    dev: u64_at(b, 24),
+                    ino: u64_at(b, 32),
+                    birth: u64_at(b, 40),
+                },
+                u64_at(b, 48),
+            )
+        });
+        let word = |i: usize| u64_at(b, REC_HEADER + i * 8);
+        let valid: Vec<u64> = (0..words).map(word).collect();
+        let dirty: Vec<u64> = (words..2 * words).map(word).collect();
+        Slot::Good(Record {
+            set,
+            seq: u64_at(b, 16),
+            tag,
+            version: u64_at(b, 56),
+            valid,
+            dirty,
+        })
+    }
+}
+
+/// The newest good record of two slots, and how many slots were bad (torn or damaged).
+pub fn newest(a: Slot, b: Slot) -> (Option<Record>, u32) {
+    let bad = u32::from(a == Slot::Bad) + u32::from(b == Slot::Bad);
+    let pick = match (a, b) {
+        (Slot::Good(x), Slot::Good(y)) => Some(if y.seq > x.seq { y } else { x }),
+        (Slot::Good(x), _) | (_, Slot::Good(x)) => Some(x),
+        _ => None,
+    };
+    (pick, bad)
+}

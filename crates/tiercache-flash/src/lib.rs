@@ -1,0 +1,41 @@
+//! tiercache-flash: the SSD tier — a set-mapped write-back block cache on a file or a block
+//! device, below the memory tier (paper 001, "an SSD as a cache for an HDD"), made crash
+//! consistent.
+//!
+//! A backing set (a file's blocks `k·2^M … (k+1)·2^M − 1`) maps to one cache set of 2^M
+//! blocks; RAM holds per set only a tag, the content version, valid/dirty bitmaps and LRU
+//! links (under 1 byte per cached 4 KiB block, measured by
+//! [`FlashTier::ram_bytes_per_block`]). Metadata lives on the device as a superblock (two
+//! copies) and two checksummed, sequence-numbered record slots per set, written in an order
+//! that survives a power cut at any point (see [`tier`] and `docs/format.md`).
+//!
+//! Parts:
+//! - [`device`]: the [`FlashDevice`] trait, [`FileDevice`] (file or block device, optional
+//!   O_DIRECT) and [`MemDevice`];
+//! - [`faulty`]: [`FaultyDevice`], failing, dropping, tearing and power-cut injection;
+//! - [`format`](mod@format): geometry and the byte layout of superblocks and records;
+//! - `index` (private): the RAM index (bitmaps, compact hash table, LRU, free list);
+//! - [`tier`]: [`FlashTier`] (the [`tiercache_tier::DataTier`]), [`FlashConfig`],
+//!   [`FlashStats`]; `recovery` adds `create`/`open`/`close`/`check` ([`CheckReport`]);
+//! - [`cleaner`]: the idle-time cleaning policy (001's normal → wait → writeback) as a pure
+//!   state machine the manager drives, and [`cleaner::plan_runs`] (file/offset order, merged).
+//!
+//! Not wired here: the mount, CLI, stats and simulator use it through the lead's changes.
+
+pub mod cleaner;
+pub mod device;
+pub mod error;
+pub mod faulty;
+pub mod format;
+mod index;
+mod recovery;
+pub mod tier;
+
+pub use cleaner::{Cleaner, CleanerConfig, CleanerMode, CleanerState, Decision};
+pub use device::{FileDevice, FlashDevice, MemDevice};
+pub use error::FlashError;
+pub use faulty::FaultyDevice;
+pub use format::Geometry;
+pub use index::SetId;
+pub use recovery::{is_formatted, CheckReport};
+pub use tier::{FlashConfig, FlashStats, FlashTier};

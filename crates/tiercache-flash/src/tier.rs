@@ -1,0 +1,674 @@
+//! [`FlashTier`]: the [`DataTier`] on a [`FlashDevice`], and its ordering rules.
+//!
+//! Every device write and every index change happens under the tier's one mutex (so a
+//! `current` check, the data write and the valid bit are atomic). Crash rules (see
+//! `docs/format.md` §Ordering):
+//! 1. data before metadata: a record is written only right after a device `sync`, so every
+//!    dirty bit in any record on the device names data already durable;
+//! 2. `sync()` = device sync, every pending record, device sync: a dirty block stored before
+//!    it survives any later crash;
+//! 3. a record that *drops* a block the device may still hold dirty (`disk_dirty`) is made
+//!    durable at once (`discard`, `invalidate_file`, `invalidate` after a lazy `mark_clean`,
+//!    reuse of the block or set) — before the space can be reused or newer bytes can reach
+//!    BACKING by another way;
+//! 4. after a crash only dirty blocks are trusted (clean ones may have been invalidated in RAM
+//!    only); after a clean close every record matches RAM and clean blocks are served again.
+
+use crate::device::FlashDevice;
+use crate::error::FlashError;
+use crate::format::{Geometry, Record, Superblock};
+use crate::index::{Index, SetId, F_META_DIRTY};
+use serde::Serialize;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tiercache_core::Class;
+use tiercache_tier::{
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierSnapshot,
+};
+
+/// How a flash tier is built (geometry applies to `create`; `open` takes it from the device).
+#[derive(Debug, Clone)]
+pub struct FlashConfig {
+    pub name: String,
+    /// log2 of the block size in bytes (default 12 = 4 KiB).
+    pub block_shift: u8,
+    /// log2 of the blocks per set (default 8 = 256 blocks = 1 MiB).
+    pub set_shift: u8,
+    /// Device errors after which the tier is degraded (default 16).
+    pub max_errors: u64,
+    /// Sets looked at from the LRU end for a clean one to reuse (default 64).
+    pub alloc_scan: usize,
+}
+
+impl FlashConfig {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            block_shift: 12,
+            set_shift: 8,
+            max_errors: 16,
+            alloc_scan: 64,
+        }
+    }
+}
+
+/// Flash-specific counters for `stats --json` (`flash.*`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FlashStats {
+    pub sets: u32,
+    /// Unmapped sets.
+    pub free_sets: u32,
+    /// Sets holding no dirty block (free or reusable at once).
+    pub reclaimable_sets: u32,
+    pub dirty_sets: u32,
+    pub valid_blocks: u64,
+    pub dirty_blocks: u64,
+    pub bytes_cleaned: u64,
+    /// Index RAM (by capacity) / capacity in blocks.
+    pub ram_bytes_per_block: f64,
+    pub degraded: bool,
+    pub errors: u64,
+    /// Stores turned down because the set holds dirty blocks of another content version.
+    pub version_conflicts: u64,
+    /// Found at the last open: record slots that were torn or damaged.
+    pub torn_records: u32,
+    /// Found at the last open: dirty blocks recovered (to be cleaned).
+    pub recovered_dirty_blocks: u64,
+    /// Whether the last open found a clean shutdown (warm restart).
+    pub opened_clean: bool,
+    pub record_writes: u64,
+    pub device_syncs: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    pub idx: Index,
+    pub snap: TierSnapshot,
+    pub fs: FlashStats,
+    pub sb: Superblock,
+    pub closed: bool,
+    /// Data or records written since the last device sync.
+    pub unsynced: bool,
+}
+
+/// The flash tier; see the module docs.
+#[derive(Debug)]
+pub struct FlashTier {
+    pub(crate) info: TierInfo,
+    pub(crate) cfg: FlashConfig,
+    pub(crate) geo: Geometry,
+    pub(crate) dev: Arc<dyn FlashDevice>,
+    pub(crate) state: Mutex<State>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Fill,
+    Demote,
+    Dirty,
+}
+
+/// Marks a `DirtyBlock::seq` (never 0) built from a set's cleaning epoch.
+const SEQ_TAG: u64 = 1 << 32;
+
+impl FlashTier {
+    pub(crate) fn st(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    fn locate(&self, key: &TierKey) -> (u64, usize) {
+        let b = key.block.0;
+        (
+            b >> self.geo.set_shift,
+            (b & ((1u64 << self.geo.set_shift) - 1)) as usize,
+        )
+    }
+
+    /// Counts a device error (degrading past `max_errors`) and wraps it.
+    pub(crate) fn fail(&self, st: &mut State, e: io::Error) -> TierError {
+        st.fs.errors += 1;
+        st.snap.errors += 1;
+        if !st.fs.degraded && st.fs.errors >= self.cfg.max_errors {
+            st.fs.degraded = true;
+            log::error!(
+                "flash tier {}: {} device errors, degraded (reads miss, stores are turned down)",
+                self.info.name,
+                st.fs.errors
+            );
+        }
+        TierError::Io {
+            tier: self.info.name.clone(),
+            source: e,
+        }
+    }
+
+    fn unavailable(&self, st: &State) -> Option<&'static str> {
+        if st.closed {
+            Some("closed")
+        } else if st.fs.degraded {
+            Some("degraded")
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn dev_sync(&self, st: &mut State) -> io::Result<()> {
+        st.fs.device_syncs += 1;
+        self.dev.sync()?;
+        st.unsynced = false;
+        Ok(())
+    }
+
+    /// Writes the set's record into the other slot (not durable until the next sync).
+    fn write_record(&self, st: &mut State, id: u32) -> io::Result<()> {
+        let r = st.idx.range(id);
+        let m = st.idx.sets[id as usize];
+        let rec = Record {
+            set: id,
+            seq: m.rec_seq + 1,
+            tag: st.idx.is_mapped(id).then_some((m.file, m.set_index)),
+            version: m.version,
+            valid: st.idx.valid[r.clone()].to_vec(),
+            dirty: st.idx.dirty[r].to_vec(),
+        };
+        let bytes = rec.encode(&self.geo, st.sb.instance);
+        self.dev
+            .write_at(&bytes, self.geo.rec_off(id, rec.seq & 1))?;
+        st.fs.record_writes += 1;
+        st.unsynced = true;
+        let m = &mut st.idx.sets[id as usize];
+        m.rec_seq = rec.seq;
+        m.flags &= !F_META_DIRTY;
+        Ok(())
+    }
+
+    /// Rules 1 and 2: sync, write the sets' records, sync; `disk_dirty` follows when durable.
+    pub(crate) fn persist(&self, st: &mut State, ids: &[u32]) -> Result<(), TierError> {
+        let r = self.persist_io(st, ids);
+        st.idx
+            .pending
+            .retain(|&id| st.idx.sets[id as usize].flags & F_META_DIRTY != 0);
+        r.map_err(|e| self.fail(st, e))
+    }
+
+    fn persist_io(&self, st: &mut State, ids: &[u32]) -> io::Result<()> {
+        self.dev_sync(st)?;
+        let mut res = Ok(());
+        for &id in ids {
+            // What the device may now hold: the old record or this one.
+            let r = st.idx.range(id);
+            for i in r {
+                st.idx.disk_dirty[i] |= st.idx.dirty[i];
+            }
+            if let Err(e) = self.write_record(st, id) {
+                res = Err(e);
+                break;
+            }
+        }
+        res?;
+        self.dev_sync(st)?;
+        for &id in ids {
+            let r = st.idx.range(id);
+            for i in r {
+                st.idx.disk_dirty[i] = st.idx.dirty[i];
+            }
+        }
+        Ok(())
+    }
+
+    /// Rule 3 for one block about to be dropped or reused.
+    fn persist_if_disk_dirty(&self, st: &mut State, id: u32, b: usize) -> Result<(), TierError> {
+        if st.idx.is_disk_dirty(id, b) && !st.idx.is_dirty(id, b) {
+            self.persist(st, &[id])?;
+        }
+        Ok(())
+    }
+
+    /// Drops a block and makes the drop durable when the device may hold it dirty.
+    fn drop_block(&self, st: &mut State, id: u32, b: usize) {
+        st.idx.drop_block(id, b);
+        if let Err(e) = self.persist_if_disk_dirty(st, id, b) {
+            log::error!(
+                "flash tier {}: could not make a dropped block durable: {e}",
+                self.info.name
+            );
+        }
+        self.maybe_free(st, id);
+    }
+
+    /// An emptied set goes back to the free list once no record can claim dirty blocks in it.
+    fn maybe_free(&self, st: &mut State, id: u32) {
+        if st.idx.is_mapped(id) && !st.idx.valid_any(id) && !st.idx.disk_dirty_any(id) {
+            st.idx.unmap(id);
+        }
+    }
+
+    /// A free set, or the least recently used set without dirty blocks (its clean blocks go).
+    fn allocate(&self, st: &mut State) -> Option<u32> {
+        if let Some(id) = st.idx.free.pop() {
+            return Some(id);
+        }
+        let victim = st
+            .idx
+            .lru_from_cold()
+            .take(self.cfg.alloc_scan)
+            .find(|&id| !st.idx.set_dirty_any(id))?;
+        st.idx.drop_clean(victim);
+        if st.idx.disk_dirty_any(victim) && self.persist(st, &[victim]).is_err() {
+            return None;
+        }
+        st.idx.unmap(victim);
+        st.idx.free.pop()
+    }
+
+    /// Starts a new cleaning epoch if the set was written in this one; returns the seq.
+    fn epoch_seq(st: &mut State, id: u32) -> u64 {
+        let r = st.idx.range(id);
+        if Index::any(&st.idx.written, r.clone()) {
+            st.idx.written[r].fill(0);
+            let m = &mut st.idx.sets[id as usize];
+            m.epoch = m.epoch.wrapping_add(1);
+        }
+        SEQ_TAG | u64::from(st.idx.sets[id as usize].epoch)
+    }
+
+    fn lookup_read(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+        take: bool,
+    ) -> Result<Lookup, TierError> {
+        let bs = self.geo.block_size();
+        check_len(&self.info.name, buf.len() >= bs, buf.len(), bs)?;
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        let found = st
+            .idx
+            .find(&key.file, si)
+            .filter(|&id| st.idx.is_valid(id, b));
+        let Some(id) = found.filter(|_| self.unavailable(&st).is_none()) else {
+            st.snap.misses += 1;
+            return Ok(Lookup::Miss);
+        };
+        if st.idx.sets[id as usize].version != version {
+            // Another version is never served; a clean copy of it goes.
+            if !st.idx.is_dirty(id, b) {
+                self.drop_block(&mut st, id, b);
+            }
+            st.snap.misses += 1;
+            return Ok(Lookup::Miss);
+        }
+        if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
+            return Err(self.fail(&mut st, e));
+        }
+        st.idx.touch(id);
+        st.snap.hits += 1;
+        let dirty = st.idx.is_dirty(id, b);
+        if take && !dirty {
+            self.drop_block(&mut st, id, b);
+            st.snap.promotions_out += 1;
+        }
+        Ok(Lookup::Hit { dirty })
+    }
+
+    fn store(
+        &self,
+        key: &TierKey,
+        version: u64,
+        data: &[u8],
+        how: Store,
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        let bs = self.geo.block_size();
+        check_len(&self.info.name, data.len() == bs, data.len(), bs)?;
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        if self.unavailable(&st).is_some() || !current() {
+            st.snap.rejected += 1;
+            return Ok(Admit::Rejected);
+        }
+        let id = match st.idx.find(&key.file, si) {
+            Some(id) => {
+                if st.idx.sets[id as usize].version != version {
+                    if st.idx.set_dirty_any(id) {
+                        // One version per set; the manager cleans before a version change.
+                        st.fs.version_conflicts += 1;
+                        st.snap.rejected += 1;
+                        return Ok(Admit::Rejected);
+                    }
+                    st.idx.drop_clean(id);
+                    if st.idx.disk_dirty_any(id) {
+                        self.persist(&mut st, &[id])?;
+                    }
+                    st.idx.sets[id as usize].version = version;
+                    st.idx.note_meta(id);
+                }
+                if how != Store::Dirty && st.idx.is_dirty(id, b) {
+                    // A clean copy never overwrites a dirty one.
+                    st.snap.rejected += 1;
+                    return Ok(Admit::Rejected);
+                }
+                id
+            }
+            None => {
+                let Some(id) = self.allocate(&mut st) else {
+                    st.snap.rejected += 1;
+                    return Ok(Admit::Rejected);
+                };
+                st.idx.map(id, key.file, si, version);
+                id
+            }
+        };
+        if how != Store::Dirty {
+            // Rule 3: the device must not still claim this block dirty with older bytes.
+            self.persist_if_disk_dirty(&mut st, id, b)?;
+        }
+        st.unsynced = true;
+        if let Err(e) = self.dev.write_at(data, self.geo.block_off(id, b)) {
+            // The block's bytes on the device are now unknown: it goes, dirty or not (the
+            // caller keeps the newer bytes and falls back to BACKING).
+            self.drop_block(&mut st, id, b);
+            return Err(self.fail(&mut st, e));
+        }
+        st.idx.set_block(id, b, how == Store::Dirty);
+        st.idx.touch(id);
+        match how {
+            Store::Fill => st.snap.fills += 1,
+            Store::Demote => st.snap.demotions_in += 1,
+            Store::Dirty => st.snap.writebacks_in += 1,
+        }
+        Ok(Admit::Stored)
+    }
+
+    /// Flash counters (`stats --json` `flash.*`).
+    pub fn flash_stats(&self) -> FlashStats {
+        let st = self.st();
+        let mut f = st.fs.clone();
+        f.sets = self.geo.sets;
+        f.free_sets = st.idx.free.len() as u32;
+        f.dirty_sets = st.idx.dirty_sets;
+        f.reclaimable_sets = self.geo.sets - st.idx.dirty_sets;
+        f.valid_blocks = st.idx.valid_blocks;
+        f.dirty_blocks = st.idx.dirty_blocks;
+        f.ram_bytes_per_block = st.idx.ram_bytes() as f64 / self.geo.capacity_blocks() as f64;
+        f
+    }
+
+    /// Index RAM per cached block (by allocated capacity, hash table and lists included).
+    pub fn ram_bytes_per_block(&self) -> f64 {
+        self.st().idx.ram_bytes() as f64 / self.geo.capacity_blocks() as f64
+    }
+
+    /// Sets that hold no dirty block (free, or reusable at once): the cleaner's "free sets".
+    pub fn reclaimable_sets(&self) -> u32 {
+        self.geo.sets - self.st().idx.dirty_sets
+    }
+
+    /// Dirty blocks / capacity.
+    pub fn dirty_fraction(&self) -> f64 {
+        self.st().idx.dirty_blocks as f64 / self.geo.capacity_blocks() as f64
+    }
+
+    /// Up to `max` sets holding dirty blocks, least recently used first (cleaning candidates).
+    pub fn lru_dirty_sets(&self, max: usize) -> Vec<SetId> {
+        let st = self.st();
+        st.idx
+            .lru_from_cold()
+            .filter(|&id| st.idx.set_dirty_any(id))
+            .take(max)
+            .map(SetId)
+            .collect()
+    }
+
+    /// The dirty blocks of one set in block order, with their seqs for `mark_clean`.
+    pub fn set_dirty_blocks(&self, set: SetId) -> Vec<DirtyBlock> {
+        let mut st = self.st();
+        if set.0 >= self.geo.sets || !st.idx.is_mapped(set.0) {
+            return Vec::new();
+        }
+        Self::dirty_of(&mut st, set.0, self.geo.set_shift)
+    }
+
+    fn dirty_of(st: &mut State, id: u32, set_shift: u8) -> Vec<DirtyBlock> {
+        let seq = Self::epoch_seq(st, id);
+        let m = st.idx.sets[id as usize];
+        (0..1usize << set_shift)
+            .filter(|&b| st.idx.is_dirty(id, b))
+            .map(|b| DirtyBlock {
+                key: TierKey::new(m.file, (m.set_index << set_shift) | b as u64),
+                version: m.version,
+                seq,
+            })
+            .collect()
+    }
+}
+
+fn check_len(tier: &str, ok: bool, got: usize, bs: usize) -> Result<(), TierError> {
+    if ok {
+        return Ok(());
+    }
+    Err(TierError::Io {
+        tier: tier.to_string(),
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("buffer of {got} bytes, block size {bs}"),
+        ),
+    })
+}
+
+impl DataTier for FlashTier {
+    fn info(&self) -> &TierInfo {
+        &self.info
+    }
+
+    fn contains(&self, key: &TierKey) -> bool {
+        let (si, b) = self.locate(key);
+        let st = self.st();
+        st.idx
+            .find(&key.file, si)
+            .is_some_and(|id| st.idx.is_valid(id, b))
+    }
+
+    fn read(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.lookup_read(key, version, buf, false)
+    }
+
+    fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.lookup_read(key, version, buf, true)
+    }
+
+    fn fill(
+        &self,
+        key: &TierKey,
+        version: u64,
+        _class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, data, Store::Fill, current)
+    }
+
+    fn demote(
+        &self,
+        key: &TierKey,
+        version: u64,
+        _class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, data, Store::Demote, current)
+    }
+
+    fn write_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        _class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, data, Store::Dirty, &|| true)
+    }
+
+    fn invalidate(&self, key: &TierKey) {
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        if let Some(id) = st.idx.find(&key.file, si) {
+            if st.idx.is_valid(id, b) && !st.idx.is_dirty(id, b) {
+                self.drop_block(&mut st, id, b);
+            }
+        }
+    }
+
+    fn discard(&self, key: &TierKey) {
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        if let Some(id) = st.idx.find(&key.file, si) {
+            if st.idx.is_valid(id, b) {
+                self.drop_block(&mut st, id, b);
+            }
+        }
+    }
+
+    fn read_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<u64>, TierError> {
+        let bs = self.geo.block_size();
+        check_len(&self.info.name, buf.len() >= bs, buf.len(), bs)?;
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        // Works while degraded: the manager writes dirty blocks back from here.
+        let Some(id) = st.idx.find(&key.file, si) else {
+            return Ok(None);
+        };
+        if st.closed || !st.idx.is_dirty(id, b) || st.idx.sets[id as usize].version != version {
+            return Ok(None);
+        }
+        if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
+            return Err(self.fail(&mut st, e));
+        }
+        Ok(Some(Self::epoch_seq(&mut st, id)))
+    }
+
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        let mut st = self.st();
+        let shift = self.geo.set_shift;
+        let ids: Vec<u32> = (0..self.geo.sets)
+            .filter(|&id| {
+                let m = &st.idx.sets[id as usize];
+                st.idx.is_mapped(id) && m.file == *file && ((m.set_index + 1) << shift) > from_block
+            })
+            .collect();
+        let mut to_persist = Vec::new();
+        for &id in &ids {
+            let base = st.idx.sets[id as usize].set_index << shift;
+            let mut need = false;
+            for b in 0..1usize << shift {
+                if base + b as u64 >= from_block && st.idx.is_valid(id, b) {
+                    st.idx.drop_block(id, b);
+                    need |= st.idx.is_disk_dirty(id, b);
+                }
+            }
+            if need {
+                to_persist.push(id);
+            }
+        }
+        if !to_persist.is_empty() {
+            if let Err(e) = self.persist(&mut st, &to_persist) {
+                log::error!(
+                    "flash tier {}: could not make an invalidation durable: {e}",
+                    self.info.name
+                );
+            }
+        }
+        for id in ids {
+            self.maybe_free(&mut st, id);
+        }
+    }
+
+    /// Dirty blocks of the least recently used dirty sets first, in block order per set.
+    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
+        let mut st = self.st();
+        let ids: Vec<u32> = st
+            .idx
+            .lru_from_cold()
+            .filter(|&id| st.idx.set_dirty_any(id))
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            if out.len() >= max {
+                break;
+            }
+            out.extend(Self::dirty_of(&mut st, id, self.geo.set_shift));
+        }
+        out.truncate(max);
+        out
+    }
+
+    /// Clean unless written since `seq` was handed out. The clean state is written lazily
+    /// (at the next `sync`, or at once when the block is dropped or reused — rule 3); after a
+    /// crash before that the block comes back dirty and is cleaned again (same bytes).
+    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool {
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        let Some(id) = st.idx.find(&key.file, si) else {
+            return false;
+        };
+        let current = SEQ_TAG | u64::from(st.idx.sets[id as usize].epoch);
+        let written = Index::bit(&st.idx.written, id, st.idx.words, b);
+        if !st.idx.is_dirty(id, b) || seq != current || written {
+            return false;
+        }
+        st.idx.clear_dirty(id, b);
+        st.snap.cleaned += 1;
+        st.fs.bytes_cleaned += self.geo.block_size() as u64;
+        true
+    }
+
+    /// Makes every store so far durable, and every mark_clean.
+    fn sync(&self) -> Result<(), TierError> {
+        let mut st = self.st();
+        if st.closed {
+            return Err(TierError::Unavailable {
+                tier: self.info.name.clone(),
+                why: "closed".into(),
+            });
+        }
+        let ids: Vec<u32> = st.idx.pending.clone();
+        if ids.is_empty() && !st.unsynced {
+            return Ok(());
+        }
+        self.persist(&mut st, &ids)
+    }
+
+    fn stats(&self) -> TierSnapshot {
+        let st = self.st();
+        let mut s = st.snap.clone();
+        s.used_blocks = st.idx.valid_blocks;
+        s.dirty_blocks = st.idx.dirty_blocks;
+        s
+    }
+}
+
+impl Drop for FlashTier {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("flash tier {}: close at drop failed: {e}", self.info.name);
+        }
+    }
+}
+
+/// For error messages naming the tier.
+pub(crate) fn unavailable(tier: &str, why: &str) -> FlashError {
+    FlashError::Unavailable {
+        tier: tier.to_string(),
+        why: why.to_string(),
+    }
+}
