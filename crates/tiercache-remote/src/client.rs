@@ -12,8 +12,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Idle connections kept per server.
-pub const IDLE_CAP: usize = 4;
+/// Idle connections kept per server: enough for the FUSE request threads reading at once, so
+/// concurrent readers reuse connections instead of opening one per read.
+pub const IDLE_CAP: usize = 16;
 
 /// One TCP connection with its read buffer.
 #[derive(Debug)]
@@ -124,6 +125,15 @@ fn timeout_kind(e: io::Error) -> io::Error {
     }
 }
 
+/// What `stats settings` reports that the tier needs ([`ServerClient::settings`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// `maxbytes`: memory for items (`-m`).
+    pub maxbytes: Option<u64>,
+    /// `item_size_max`: the largest item, header and key included (`-I`).
+    pub item_size_max: Option<u64>,
+}
+
 /// A client for one memcached server.
 #[derive(Debug)]
 pub struct ServerClient {
@@ -164,6 +174,18 @@ impl Req<'_> {
 
     /// The next reply; error replies become [`RemoteError::Server`].
     fn reply(&mut self) -> Result<Reply, RemoteError> {
+        let reply = self.any_reply()?;
+        if reply.is_error() {
+            return Err(RemoteError::Server {
+                server: self.client.name.clone(),
+                msg: format!("{reply:?}"),
+            });
+        }
+        Ok(reply)
+    }
+
+    /// The next reply, error replies included.
+    fn any_reply(&mut self) -> Result<Reply, RemoteError> {
         let limit = self.client.max_value + proto::MAX_LINE + 4;
         loop {
             let parsed = proto::parse_reply(
@@ -173,12 +195,6 @@ impl Req<'_> {
             match parsed {
                 Ok(Some((reply, n))) => {
                     self.conn.consume(n);
-                    if reply.is_error() {
-                        return Err(RemoteError::Server {
-                            server: self.client.name.clone(),
-                            msg: format!("{reply:?}"),
-                        });
-                    }
                     return Ok(reply);
                 }
                 Ok(None) => {
@@ -345,13 +361,25 @@ impl ServerClient {
     }
 
     /// Quiet pipelined `ms … q O<i>` for every item, ended by `mn`. Returns per item whether it
-    /// was stored (an `NS` names its item by the `O` token).
+    /// is known to be stored.
+    ///
+    /// Quiet mode sends nothing for a stored item; `NS`/`EX` name their item by the `O` token.
+    /// A `SERVER_ERROR` (`object too large for cache`, `out of memory storing object`) is a
+    /// per-item failure that memcached sends without the token, after swallowing the item's
+    /// data (the stream stays in sync): replies come in item order, so it belongs to an item
+    /// after the last token seen before it and before the first token seen after it; every
+    /// item in that window counts as not stored. Such a batch is still a success for the
+    /// server's health. `CLIENT_ERROR` and `ERROR` fail the whole request (the stream may be
+    /// out of sync).
+    ///
+    /// The client's deadline covers the whole pipelined batch: callers bound its bytes.
     pub fn set_batch(&self, items: &[(&str, &[u8])]) -> Result<Vec<bool>, RemoteError> {
         for (k, _) in items {
             self.check_key(k)?;
         }
         let mut stored = vec![true; items.len()];
         self.request(|r| {
+            stored.fill(true);
             let bytes: usize = items.iter().map(|(k, v)| k.len() + v.len() + 32).sum();
             let mut out = Vec::with_capacity(bytes + 4);
             for (i, (k, v)) in items.iter().enumerate() {
@@ -360,21 +388,38 @@ impl ServerClient {
             }
             proto::encode_noop(&mut out);
             r.send(&out)?;
+            // Replies in order: `Some(i)` an item's token, `None` a SERVER_ERROR.
+            let mut seen: Vec<Option<usize>> = Vec::new();
             loop {
-                match r.reply()? {
-                    Reply::NoOp => return Ok(()),
+                match r.any_reply()? {
+                    Reply::NoOp => break,
                     Reply::NotStored { opaque: Some(i) } | Reply::Exists { opaque: Some(i) }
                         if (i as usize) < items.len() =>
                     {
                         stored[i as usize] = false;
+                        seen.push(Some(i as usize));
                     }
                     // Quiet mode suppresses HD, but a server may still send it.
-                    Reply::Done { opaque: Some(i) } if (i as usize) < items.len() => {}
+                    Reply::Done { opaque: Some(i) } if (i as usize) < items.len() => {
+                        seen.push(Some(i as usize));
+                    }
+                    Reply::ServerError(msg) => {
+                        log::debug!("memcached {}: item not stored: {msg}", self.name);
+                        seen.push(None);
+                    }
                     other => {
                         return Err(r.protocol(format!("unexpected reply in ms batch: {other:?}")))
                     }
                 }
             }
+            for (n, _) in seen.iter().enumerate().filter(|(_, t)| t.is_none()) {
+                let after = seen[..n].iter().rev().find_map(|t| *t).map_or(0, |i| i + 1);
+                let before = seen[n + 1..].iter().find_map(|t| *t).unwrap_or(items.len());
+                for s in stored.iter_mut().take(before).skip(after) {
+                    *s = false;
+                }
+            }
+            Ok(())
         })?;
         Ok(stored)
     }
@@ -422,6 +467,34 @@ impl ServerClient {
             match r.reply()? {
                 Reply::Version(v) => Ok(v),
                 other => Err(r.protocol(format!("unexpected reply to version: {other:?}"))),
+            }
+        })
+    }
+
+    /// `stats settings` → the server's memory limit (`maxbytes`, its `-m`, the same number
+    /// `stats` calls `limit_maxbytes`) and largest item (`item_size_max`, its `-I`), each
+    /// `None` when the server does not report it.
+    pub fn settings(&self) -> Result<ServerSettings, RemoteError> {
+        self.request(|r| {
+            r.send(b"stats settings\r\n")?;
+            let mut found = ServerSettings::default();
+            loop {
+                let line = r.line()?;
+                if line == "END" {
+                    return Ok(found);
+                }
+                let mut t = line.split(' ');
+                let slot = match (t.next(), t.next()) {
+                    (Some("STAT"), Some("maxbytes")) => &mut found.maxbytes,
+                    (Some("STAT"), Some("item_size_max")) => &mut found.item_size_max,
+                    (Some("STAT"), Some(_)) => continue,
+                    _ => return Err(r.protocol(format!("unexpected stats line {line:?}"))),
+                };
+                let v = t.next().unwrap_or("");
+                *slot = Some(
+                    v.parse::<u64>()
+                        .map_err(|_| r.protocol(format!("bad stats value in {line:?}")))?,
+                );
             }
         })
     }

@@ -12,31 +12,38 @@ pub struct RemoteConfig {
     /// `host:port` of each memcached server (`[v6addr]:port` for IPv6); at most 255.
     pub servers: Vec<String>,
     /// Isolates clients sharing a pool: part of every key name and of every value's
-    /// authenticated data. Default `"default"`.
+    /// authenticated data. Default `"tiercache"` (the mount's default too).
     pub namespace: String,
     pub key: RemoteKey,
-    /// Default 4096.
+    /// Default 4096. Every server's `item_size_max` (`-I`) must hold a block's item (block +
+    /// value overhead + key + memcached's item header); [`crate::RemoteTier::connect`]
+    /// refuses a server that answers with a smaller one.
     pub block_size: usize,
-    /// Index bound. `None` (default): from the servers' `limit_maxbytes` at connect (64 MiB
-    /// per server when none answers).
+    /// Index bound. `None` (default): from the servers' memory (`-m`, `stats settings`
+    /// `maxbytes`, = `limit_maxbytes`) at connect (64 MiB per server when none answers),
+    /// capped at what 1/16 of this host's physical memory can index (with a warning).
     pub capacity_blocks: Option<u64>,
-    /// Per request, connect included. Default 50 ms.
+    /// Per request, connect included. Default 50 ms. For the background worker one request is
+    /// one pipelined batch (values up to 256 KiB in all, or a single larger value), so the
+    /// timeout must cover sending that batch.
     pub timeout: Duration,
     /// Consecutive failures or timeouts that eject a server. Default 2.
     pub eject_after: u32,
     /// How long an ejected server is left alone before it is probed. Default 2 s.
     pub retry_after: Duration,
-    /// Stores and deletes waiting for the background worker; a store finding the queue full
-    /// is rejected, a delete dropped. Default 1024.
+    /// Stores and deletes waiting for the background worker (queued or being sent); a store
+    /// finding the queue full is rejected without touching the index, a delete dropped.
+    /// Default 1024.
     pub queue_depth: usize,
 }
 
 impl RemoteConfig {
+    /// A config with the defaults documented on each field (namespace `"tiercache"`).
     pub fn new(name: impl Into<String>, servers: Vec<String>, key: RemoteKey) -> Self {
         Self {
             name: name.into(),
             servers,
-            namespace: "default".to_string(),
+            namespace: "tiercache".to_string(),
             key,
             block_size: 4096,
             capacity_blocks: None,
@@ -137,6 +144,12 @@ mod tests {
                 other => panic!("{url}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn default_namespace_is_the_mounts() {
+        let cfg = RemoteConfig::new("r", vec![], RemoteKey::from_bytes([0; 32]));
+        assert_eq!(cfg.namespace, "tiercache");
     }
 
     #[test]

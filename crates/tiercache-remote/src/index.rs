@@ -166,7 +166,7 @@ impl Index {
     }
 
     /// Per block when every file has many blocks and the FIFO is as long as the index.
-    fn nominal_bytes_per_block() -> f64 {
+    pub fn nominal_bytes_per_block() -> f64 {
         Self::tree_bytes_per_entry() + size_of::<(TierKey, u64)>() as f64
     }
 }

@@ -1,13 +1,15 @@
 //! The tier's secret: a random 256-bit [`RemoteKey`] kept in a key file (64 hex digits and a
-//! newline, mode 0600). [`generate`] never overwrites a file; [`load`] refuses a file that
-//! group or others may access.
+//! newline, mode 0600). [`generate`] never overwrites a file and never follows a symlink;
+//! [`load`] opens the path without following a symlink, checks the file it opened (a regular
+//! file, owned by this process's effective user or root, no access for group or others) and
+//! reads that same file, so the checked file is the one read.
 
 use crate::error::RemoteError;
 use rand::RngCore;
 use std::fmt;
 use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// The master key every value key and key-naming key is derived from.
@@ -66,6 +68,7 @@ pub fn generate(path: &Path) -> Result<RemoteKey, RemoteError> {
         .write(true)
         .create_new(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -83,12 +86,39 @@ pub fn generate(path: &Path) -> Result<RemoteKey, RemoteError> {
     Ok(key)
 }
 
-/// Reads the key at `path`. Refuses a missing or malformed file and one whose mode lets group
-/// or others read or write it (`mode & 0o077 != 0`).
+/// Reads the key at `path`. Refuses a missing or malformed file, a symlink (opened with
+/// `O_NOFOLLOW`), anything but a regular file, a file owned by another user than the
+/// process's effective one or root, and one whose mode lets group or others read or write it
+/// (`mode & 0o077 != 0`). The checks are made on the opened file (`fstat`), which is then
+/// read: no window for swapping the file between check and read. Each error is one line
+/// naming the path and what is wrong.
 pub fn load(path: &Path) -> Result<RemoteKey, RemoteError> {
-    let meta = fs::metadata(path).map_err(|e| err(path, format!("cannot open: {e}")))?;
+    let f = OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: opening a planted FIFO must not hang; a regular file ignores it.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => err(path, "is a symbolic link; refusing to follow it"),
+            _ => err(path, format!("cannot open: {e}")),
+        })?;
+    let meta = f
+        .metadata()
+        .map_err(|e| err(path, format!("cannot stat: {e}")))?;
     if !meta.is_file() {
         return Err(err(path, "not a regular file"));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid && meta.uid() != 0 {
+        return Err(err(
+            path,
+            format!(
+                "owned by uid {}, not by this user (uid {euid}) or root; refusing another \
+                 user's key",
+                meta.uid()
+            ),
+        ));
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
@@ -97,7 +127,11 @@ pub fn load(path: &Path) -> Result<RemoteKey, RemoteError> {
             format!("mode {mode:04o} lets group/others access the key; chmod 600 it"),
         ));
     }
-    let text = fs::read_to_string(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    let mut text = String::new();
+    // A key file is 65 bytes; read a little more to notice a larger one without reading it all.
+    Read::take(&f, 4096)
+        .read_to_string(&mut text)
+        .map_err(|e| err(path, format!("cannot read: {e}")))?;
     RemoteKey::from_hex(text.trim())
         .ok_or_else(|| err(path, "malformed: expected 64 hex digits (tiercache keygen)"))
 }

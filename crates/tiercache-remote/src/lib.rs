@@ -11,17 +11,23 @@
 //! - [`tier`]: [`RemoteTier`], the [`tiercache_tier::DataTier`] implementation, and
 //!   [`RemoteStats`];
 //! - [`config`]: [`RemoteConfig`] (defaults) and [`parse_url`] for `memcached://…`;
-//! - [`keyfile`]: [`RemoteKey`], key file [`keyfile::generate`] / [`keyfile::load`] (mode 0600
-//!   enforced);
+//! - [`keyfile`]: [`RemoteKey`], key file [`keyfile::generate`] / [`keyfile::load`] (no
+//!   symlinks, a regular file owned by this user or root, mode 0600 enforced on the opened
+//!   file);
 //! - `crypt` (private): subkey derivation, key naming, XChaCha20-Poly1305 sealing;
 //! - `index` (private): the client-side index (per-file B-trees, FIFO eviction);
 //! - `pool` (private) and [`rendezvous_owner`]: rendezvous hashing, ejection, probing;
+//! - `setup` (private): what connect asks every server at once (`stats settings`): the block
+//!   must fit its `item_size_max` (else connect fails, naming the `-I` to use), and its
+//!   `maxbytes` sizes the index, capped at what 1/16 of the host's memory can index;
 //! - [`client`] and [`proto`]: a small blocking meta-protocol client (mg/ms/md/mn, quiet
-//!   pipelined batches, deadlines, idle-connection pool) — see the repository's `docs/design.md` (§7)
-//!   for why it is written here rather than taken from a crate;
+//!   pipelined batches, deadlines, up to 16 idle connections per server) — see the
+//!   repository's `docs/design.md` (§7) for why it is written here rather than taken from a
+//!   crate;
 //! - [`local`]: memcached processes on loopback, for tests and `tiercache bench remote`;
-//! - `worker` (private): the background thread that lands stores and deletes in pipelined
-//!   batches and probes ejected servers.
+//! - `worker` (private): the background thread that lands stores (batches of at most 256 KiB
+//!   of values: the request timeout covers one pipelined batch) and deletes, and probes
+//!   ejected servers; it stops within about one timeout when the tier is dropped.
 
 pub mod client;
 pub mod config;
@@ -32,10 +38,11 @@ pub mod keyfile;
 pub mod local;
 mod pool;
 pub mod proto;
+mod setup;
 pub mod tier;
 mod worker;
 
-pub use client::ServerClient;
+pub use client::{ServerClient, ServerSettings};
 pub use config::{parse_url, RemoteConfig};
 pub use error::RemoteError;
 pub use keyfile::RemoteKey;

@@ -26,6 +26,8 @@ pub struct LocalMemcached {
     child: Option<Child>,
     pub port: u16,
     memory_mb: u32,
+    /// Extra command-line arguments (e.g. `-I 2m`).
+    args: Vec<String>,
 }
 
 impl LocalMemcached {
@@ -37,8 +39,15 @@ impl LocalMemcached {
 
     /// Like [`LocalMemcached::start`] with `memory_mb` MiB (`-m`).
     pub fn start_with(memory_mb: u32) -> Result<Self, String> {
+        Self::start_with_args(memory_mb, &[])
+    }
+
+    /// Like [`LocalMemcached::start_with`], passing `args` to memcached too (e.g.
+    /// `["-I", "2m"]` for larger items).
+    pub fn start_with_args(memory_mb: u32, args: &[&str]) -> Result<Self, String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         for _ in 0..20 {
-            if let Some(m) = Self::try_start_on(free_port()?, memory_mb)? {
+            if let Some(m) = Self::try_start_on(free_port()?, memory_mb, &args)? {
                 return Ok(m);
             }
         }
@@ -47,12 +56,12 @@ impl LocalMemcached {
 
     /// Starts memcached on `port` and waits until it serves.
     pub fn start_on(port: u16) -> Result<Self, String> {
-        Self::try_start_on(port, 64)?
+        Self::try_start_on(port, 64, &[])?
             .ok_or_else(|| format!("memcached could not listen on port {port}"))
     }
 
     /// `Ok(None)` when the process exits at once (the port is taken).
-    fn try_start_on(port: u16, memory_mb: u32) -> Result<Option<Self>, String> {
+    fn try_start_on(port: u16, memory_mb: u32, args: &[String]) -> Result<Option<Self>, String> {
         // Serialises start-ups within this process so two never race for one port.
         static START: Mutex<()> = Mutex::new(());
         let _g = START.lock().unwrap_or_else(|e| e.into_inner());
@@ -61,6 +70,7 @@ impl LocalMemcached {
             .arg(memory_mb.to_string())
             .arg("-p")
             .arg(port.to_string())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -76,6 +86,7 @@ impl LocalMemcached {
             child: Some(child),
             port,
             memory_mb,
+            args: args.to_vec(),
         };
         let until = Instant::now() + Duration::from_secs(5);
         loop {
@@ -119,8 +130,15 @@ impl LocalMemcached {
 
     /// Starts a fresh (empty) server on the same port after [`LocalMemcached::kill`].
     pub fn restart(&mut self) -> Result<(), String> {
+        let args = self.args.clone();
+        self.restart_with_args(&args)
+    }
+
+    /// Like [`LocalMemcached::restart`] with other extra arguments (e.g. a smaller `-I`).
+    pub fn restart_with_args<S: AsRef<str>>(&mut self, args: &[S]) -> Result<(), String> {
         self.kill();
-        let m = Self::try_start_on(self.port, self.memory_mb)?
+        let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string()).collect();
+        let m = Self::try_start_on(self.port, self.memory_mb, &args)?
             .ok_or_else(|| format!("memcached could not listen on port {} again", self.port))?;
         *self = m;
         Ok(())

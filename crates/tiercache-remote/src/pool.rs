@@ -147,10 +147,14 @@ impl Pool {
     }
 
     /// Probes every ejected server whose retry time has come (`mn`); a server that answers is
-    /// up again. Called from the background worker, never from the request path.
-    pub fn probe_due(&self) {
+    /// up again. Called from the background worker, never from the request path. Returns as
+    /// soon as `stop` is set (checked before each probe: a probe may take one timeout).
+    pub fn probe_due(&self, stop: &AtomicBool) {
         let now = Instant::now();
         for (i, s) in self.servers.iter().enumerate() {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
             if !s.down.load(Ordering::Acquire) {
                 continue;
             }

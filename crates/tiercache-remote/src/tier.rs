@@ -9,14 +9,19 @@
 //! - `fill`/`demote` seal the block, register a not-yet-readable entry under the index lock
 //!   (where `current` is asked), and queue the store for the background worker; the entry
 //!   becomes readable only when that store has landed and the entry still has its `seq`.
+//!   When `queue_depth` jobs are already pending (queued or being sent) the store is rejected
+//!   before the index is touched, so a rejected store changes nothing.
 //! - `invalidate`/`discard`/`invalidate_file` only touch the index and queue best-effort
 //!   deletes: no network I/O, no blocking (they may run under the manager's lock).
+//! - Dropping the tier stops the worker and waits for it: at most about one request timeout
+//!   (the request in flight), however many servers are unresponsive.
 
 use crate::config::{self, RemoteConfig};
 use crate::crypt::{self, Crypt};
 use crate::error::RemoteError;
 use crate::index::{Entry, Index};
 use crate::pool::Pool;
+use crate::setup;
 use crate::worker::{self, Job, StoreJob};
 use crate::ServerClient;
 use serde::Serialize;
@@ -31,11 +36,6 @@ use tiercache_tier::{
     Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierKind,
     TierSnapshot,
 };
-
-/// memcached's per-item bytes besides key and value (item header, CAS), for sizing.
-const ITEM_HEADER: usize = 56;
-/// Assumed server memory when no server reports its `limit_maxbytes` (memcached's `-m 64`).
-const DEFAULT_SERVER_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -81,7 +81,8 @@ pub struct RemoteStats {
     pub misses: u64,
     /// Values that landed on a server.
     pub stores: u64,
-    /// Queued stores that did not land (server down or failing, `NS`).
+    /// Queued stores that did not land (server down or failing, `NS`, a per-item
+    /// `SERVER_ERROR` such as `out of memory storing object`).
     pub store_failures: u64,
     pub invalidations: u64,
     /// Values that failed authentication (garbage, another key's or namespace's value).
@@ -94,12 +95,14 @@ pub struct RemoteStats {
     pub servers: u64,
     /// Stores turned down (`current()` false, no server up, queue full).
     pub rejected: u64,
-    /// Deletes dropped because the queue was full (harmless: the index decides visibility).
+    /// Deletes not sent: the queue was full, the server was down or failed the batch, or the
+    /// tier was shutting down (harmless: the index decides visibility; memcached's LRU
+    /// reclaims the values).
     pub deletes_dropped: u64,
     pub ram_bytes_per_block: f64,
     pub used_blocks: u64,
     pub capacity_blocks: u64,
-    /// Stores and deletes queued for the background worker, not yet sent.
+    /// Stores and deletes queued for the background worker and not yet processed.
     pub pending_stores: u64,
 }
 
@@ -111,11 +114,17 @@ pub struct RemoteTier {
     tx: Option<SyncSender<Job>>,
     worker: Option<JoinHandle<()>>,
     next_seq: AtomicU64,
+    /// Jobs that may be pending at once (`RemoteConfig::queue_depth`).
+    queue_depth: u64,
 }
 
 impl RemoteTier {
-    /// Builds the tier and starts its worker. Servers that do not answer now start ejected
-    /// and are probed after `retry_after`: that is not an error. An unusable address is.
+    /// Builds the tier and starts its worker. Every server is asked for its `stats settings`
+    /// at once, so connecting takes at most about one timeout however many servers are
+    /// silent. Servers that do not answer now start ejected and are probed after
+    /// `retry_after`: that is not an error. An unusable address is, and so is a server whose
+    /// `item_size_max` (`-I`) cannot hold one block's item (the error names the server, the
+    /// size needed and the `-I` to start memcached with).
     pub fn connect(cfg: RemoteConfig) -> Result<RemoteTier, RemoteError> {
         if cfg.servers.is_empty() {
             return Err(RemoteError::Config("no memcached servers".into()));
@@ -140,18 +149,15 @@ impl RemoteTier {
             clients.push(ServerClient::new(s.clone(), addr, cfg.timeout, max_value));
         }
         let pool = Pool::new(clients, cfg.eject_after, cfg.retry_after);
-        let mut reported = 0u64;
-        let mut answered = 0usize;
-        for i in 0..pool.len() {
+        let mut reported: Option<u64> = None;
+        for (i, answer) in setup::probe_all(&pool).into_iter().enumerate() {
             let Some(s) = pool.server(i) else { continue };
-            let ok = match cfg.capacity_blocks {
-                Some(_) => s.client.noop().map(|()| 0),
-                None => s.client.limit_maxbytes(),
-            };
-            match ok {
-                Ok(bytes) => {
-                    reported = reported.saturating_add(bytes);
-                    answered += 1;
+            match answer {
+                Ok(settings) => {
+                    setup::check_item_size(&cfg.name, s.client.name(), &settings, cfg.block_size)?;
+                    if let Some(b) = settings.maxbytes {
+                        reported = Some(reported.unwrap_or(0).saturating_add(b));
+                    }
                 }
                 Err(e) => {
                     log::warn!(
@@ -163,13 +169,9 @@ impl RemoteTier {
                 }
             }
         }
-        let item = (cfg.block_size + crypt::OVERHEAD + crypt::NAME_LEN + ITEM_HEADER) as u64;
-        // Slab classes grow by 1.25: on average an item wastes about an eighth of its chunk.
-        let item = item + item / 8;
         let capacity = match cfg.capacity_blocks {
             Some(c) => c.max(1),
-            None if answered > 0 => (reported / item).max(1),
-            None => (DEFAULT_SERVER_BYTES * pool.len() as u64 / item).max(1),
+            None => setup::derived_capacity(&cfg.name, reported, pool.len(), cfg.block_size),
         };
         let info = TierInfo {
             name: cfg.name.clone(),
@@ -207,6 +209,7 @@ impl RemoteTier {
             tx: Some(tx),
             worker: Some(worker),
             next_seq: AtomicU64::new(seq0),
+            queue_depth: cfg.queue_depth as u64,
         })
     }
 
@@ -265,17 +268,34 @@ impl RemoteTier {
         }
     }
 
+    /// Reserves a place in the queue; `false` when `queue_depth` jobs are pending. `pending`
+    /// counts jobs from reservation until the worker has processed them, so it is never below
+    /// the channel's occupancy: a reservation guarantees the send finds room.
+    fn reserve(&self) -> bool {
+        let depth = self.queue_depth;
+        self.shared
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                (p < depth).then_some(p + 1)
+            })
+            .is_ok()
+    }
+
+    /// Sends `job` on a reserved place; `false` (place released) only if the worker is gone.
+    fn send_reserved(&self, job: Job) -> bool {
+        let sent = self.tx.as_ref().is_some_and(|tx| match tx.try_send(job) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        });
+        if !sent {
+            self.shared.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        sent
+    }
+
     /// Queues `job`; `false` when the queue is full (or the worker is gone).
     fn enqueue(&self, job: Job) -> bool {
-        let Some(tx) = &self.tx else { return false };
-        self.shared.pending.fetch_add(1, Ordering::AcqRel);
-        match tx.try_send(job) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.shared.pending.fetch_sub(1, Ordering::AcqRel);
-                false
-            }
-        }
+        self.reserve() && self.send_reserved(job)
     }
 
     /// Queues a best-effort delete of a dropped entry's value.
@@ -452,6 +472,12 @@ impl RemoteTier {
                     return Ok(Admit::Stored);
                 }
             }
+            // A full queue rejects before the index is touched: a rejected store changes
+            // nothing (no replaced entry, no FIFO victim lost).
+            if !self.reserve() {
+                drop(ix);
+                return self.reject();
+            }
             let entry = Entry {
                 version,
                 seq,
@@ -461,14 +487,19 @@ impl RemoteTier {
             let (old, evicted) = ix.insert(*key, entry);
             let job = Job::Store(StoreJob {
                 key: *key,
+                version,
                 seq,
                 server,
                 name: name.text,
                 value,
             });
-            // Queued under the lock: the entry and its job appear together.
-            if !self.enqueue(job) {
+            // Queued under the lock: the entry and its job appear together. The send fails
+            // only when the worker is gone (it panicked); then nothing will land anyway.
+            if !self.send_reserved(job) {
                 ix.remove_if_seq(key, seq);
+                if let Some(o) = old {
+                    ix.insert(*key, o);
+                }
                 drop(ix);
                 for (k, e) in evicted {
                     self.queue_delete(&k, &e);
