@@ -48,7 +48,8 @@ fn killing_a_server_turns_its_blocks_into_misses_and_restarting_it_brings_it_bac
             }
             Lookup::Miss => misses += 1,
         }
-        assert!(t0.elapsed() < Duration::from_millis(400), "read {i} waited");
+        // A killed server refuses at once: no read waits out the (1 s) timeout.
+        assert!(t0.elapsed() < Duration::from_millis(900), "read {i} waited");
     }
     eprintln!(
         "after kill: {hits} hits, {misses} misses in {:?}",

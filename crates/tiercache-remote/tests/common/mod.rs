@@ -142,9 +142,11 @@ impl Drop for SlowProxy {
     }
 }
 
-/// A config for `servers` with test-friendly timings (50 ms timeout, 200 ms retry).
+/// A config for `servers` with test-friendly timings: a 1 s timeout (the suite runs tests in
+/// parallel on a loaded machine; tests about timeouts set their own) and a 200 ms retry.
 pub fn config(servers: Vec<String>, namespace: &str, key: RemoteKey) -> RemoteConfig {
     let mut cfg = RemoteConfig::new("remote", servers, key);
+    cfg.timeout = Duration::from_secs(1);
     cfg.namespace = namespace.to_string();
     cfg.block_size = BS;
     cfg.capacity_blocks = Some(100_000);
