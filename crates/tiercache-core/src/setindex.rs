@@ -368,6 +368,10 @@ impl TierIndex for SetIndex {
         if resident.is_some() {
             return resident;
         }
+        // Full and the backing set unmapped: no room (checked first, so no error is built).
+        if self.free.is_empty() && self.find_set(&self.locate(&key).0).is_none() {
+            return None;
+        }
         let r = self.place(key, class, false).ok()?;
         self.stats.insertions += 1;
         Some(r.slot)
