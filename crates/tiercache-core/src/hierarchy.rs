@@ -7,6 +7,9 @@
 //! `max(1000, Σ capacities)` requests and averaged. A sample looks at up to 1024 evenly spaced
 //! slots (all of them in a tier that small; the start rotates between samples), so its cost does
 //! not grow with the tier.
+//!
+//! A set-associative tier ([`TierIndex::evicts_sets`]) drops a whole set at once: every block
+//! it drops is demoted like a single evicted block, in order, before the next access.
 
 use crate::class::Class;
 use crate::error::CoreError;
@@ -36,6 +39,8 @@ pub struct Hierarchy {
     dup_interval: u64,
     since_sample: u64,
     samples_taken: u64,
+    /// Bit i set: tier i's evictions may drop several blocks (see the module docs).
+    set_evicting: u32,
 }
 
 impl Hierarchy {
@@ -68,6 +73,11 @@ impl Hierarchy {
         }
         let planner = Planner::new(placement).map_err(|e| CoreError::config("tier", e))?;
         let total: usize = tiers.iter().map(|t| t.capacity()).sum();
+        let set_evicting = tiers
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.evicts_sets())
+            .fold(0, |m, (i, _)| m | 1 << i);
         Ok(Self {
             tiers,
             planner,
@@ -77,6 +87,7 @@ impl Hierarchy {
             dup_interval: (total as u64).max(1000),
             since_sample: 0,
             samples_taken: 0,
+            set_evicting,
         })
     }
 
@@ -156,6 +167,9 @@ impl Hierarchy {
                     if let Ok(ins) = self.tiers[i].insert(a.key, a.class) {
                         if let Some(ev) = ins.evicted {
                             self.demote(i, ev);
+                            if self.set_evicting & (1 << i) != 0 {
+                                self.demote_rest(i);
+                            }
                         }
                     }
                 }
@@ -189,6 +203,11 @@ impl Hierarchy {
             }
             match self.tiers[i].demote_into(ev.key, ev.class) {
                 Ok(ins) => match ins.evicted {
+                    Some(next) if self.set_evicting & (1 << i) != 0 => {
+                        self.demote(i, next);
+                        self.demote_rest(i);
+                        return;
+                    }
                     Some(next) => {
                         ev = next;
                         from = i;
@@ -197,6 +216,19 @@ impl Hierarchy {
                 },
                 Err(_) => return,
             }
+        }
+    }
+
+    /// Demotes the other blocks a set eviction in tier `from` dropped (its first went through
+    /// [`Hierarchy::demote`]). Recursion is bounded by the stack's depth: a set eviction below
+    /// is drained before the next block of this one goes down.
+    #[cold]
+    fn demote_rest(&mut self, from: usize) {
+        if self.planner.on_evict(from).is_none() {
+            return;
+        }
+        while let Some(ev) = self.tiers[from].next_evicted() {
+            self.demote(from, ev);
         }
     }
 

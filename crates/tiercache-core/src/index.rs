@@ -2,22 +2,25 @@
 //! leaves when room is needed. Metadata only; whoever holds the index does the I/O.
 //!
 //! [`Tier`] (fully associative: any block in any slot, with pools, per-pool policies and a
-//! partitioner) is the implementation today. A set-associative index — a backing set (file,
-//! block index >> M) maps to one cache set, paper 001 — is the SSD tier's, next. The
-//! simulator's [`crate::hierarchy::Hierarchy`] and the in-memory test tier hold
+//! partitioner) is one implementation; [`crate::setindex::SetIndex`] (set-associative: a
+//! backing set (file, block index >> M) maps to one cache set, paper 001) is the flash tier's
+//! in the simulator. The simulator's [`crate::hierarchy::Hierarchy`] and the in-memory test tier hold
 //! `Box<dyn TierIndex>`, so a new index plugs into both without other changes.
 //!
 //! Contract (as [`Tier`]'s module docs state for it): a resident block has exactly one slot;
 //! `len() ≤ capacity()`; a slot with pins or dirty data is never chosen as a victim; `insert`
 //! of a resident key returns its slot; `Err(CoreError::Retry)` when no slot may be taken.
+//! An index whose eviction may drop several blocks at once ([`TierIndex::evicts_sets`]) names
+//! the first in [`Inserted::evicted`] and the rest through [`TierIndex::next_evicted`].
 
 use crate::class::Class;
 use crate::error::CoreError;
 use crate::ids::{BlockKey, SlotId};
 use crate::partition::Partitioner;
 use crate::policy::PolicyKind;
+use crate::setindex::SetStats;
 use crate::stats::TierStats;
-use crate::tier::{Inserted, SlotMeta, Tier};
+use crate::tier::{Evicted, Inserted, SlotMeta, Tier};
 use std::fmt;
 
 /// One tier's index. Object safe.
@@ -72,6 +75,20 @@ pub trait TierIndex: Send + fmt::Debug {
     fn prefetch(&self, _key: &BlockKey) {}
     /// Hint: `key`, if resident, will be touched soon.
     fn prefetch_resident(&self, _key: &BlockKey) {}
+    /// Whether one eviction may drop more than one block (a set-associative index drops a
+    /// whole set); only then are [`TierIndex::next_evicted`] calls needed.
+    fn evicts_sets(&self) -> bool {
+        false
+    }
+    /// The blocks the last eviction dropped besides the one [`Inserted::evicted`] named, one
+    /// per call, then `None`. What is not taken before the next eviction is forgotten.
+    fn next_evicted(&mut self) -> Option<Evicted> {
+        None
+    }
+    /// Geometry and set counters of a set-associative index (`None` for others).
+    fn set_stats(&self) -> Option<SetStats> {
+        None
+    }
 }
 
 impl TierIndex for Tier {

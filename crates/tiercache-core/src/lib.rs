@@ -8,7 +8,8 @@
 //! - [`partition`]: partitioners deciding pool sizes and which pool gives up a block
 //!   (`none`, `basic`, `dirprio` = paper 000's controller, `static`);
 //! - [`tier`]: one cache level = key map + slots + pools + partitioner;
-//! - [`index`]: the [`index::TierIndex`] trait a tier's index implements (`Tier` today);
+//! - [`index`]: the [`index::TierIndex`] trait a tier's index implements (`Tier`, `SetIndex`);
+//! - [`setindex`]: a set-associative index (paper 001's layout), the flash tier's in `sim`;
 //! - [`placement`]: the planner deciding where a block goes on an access and an eviction
 //!   (inclusive, exclusive, pinned), shared by the simulator and the live cache;
 //! - [`seqrun`]: sequential-run bypass of a tier (paper 002's threshold `n`, fixed or `auto`);
@@ -28,6 +29,7 @@ pub mod partition;
 pub mod placement;
 pub mod policy;
 pub mod seqrun;
+pub mod setindex;
 pub mod stats;
 pub mod tier;
 

@@ -1,7 +1,8 @@
 //! The simulator's `remote` tier kind (paper 002: memory of other machines as a disk cache).
 //!
 //! A tier spec named `remote` (or `remote2`, `remote3`, … when there are several) is a remote
-//! tier; every other name is a `local` tier, as before. A remote tier behaves like any lower
+//! tier; `flash` (`flash2`, …) a set-mapped flash tier ([`TierKind::Flash`]); every other name
+//! is a `local` tier, as before. A remote tier behaves like any lower
 //! tier except that:
 //! - reads within a sequential run of at least `n` blocks bypass it (no lookup, no fill; the
 //!   network is slower than a streaming disk), shorter runs use it and fill it on a miss;
@@ -32,14 +33,24 @@ pub enum TierKind {
     Local,
     /// Bypassed by sequential runs and by writes (see the module docs).
     Remote,
+    /// Set-mapped (paper 001; `tiercache_core::setindex`): a local tier whose index maps a
+    /// backing set to one cache set and replaces whole sets.
+    Flash,
 }
 
 impl TierKind {
-    /// `remote`, or `remote` followed by digits, is a remote tier.
+    /// `remote` (`flash`), or `remote` (`flash`) followed by digits, is a remote (flash) tier.
     pub fn of_name(name: &str) -> Self {
-        match name.strip_prefix("remote") {
-            Some(rest) if rest.bytes().all(|b| b.is_ascii_digit()) => TierKind::Remote,
-            _ => TierKind::Local,
+        let numbered = |prefix: &str| {
+            name.strip_prefix(prefix)
+                .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if numbered("remote") {
+            TierKind::Remote
+        } else if numbered("flash") {
+            TierKind::Flash
+        } else {
+            TierKind::Local
         }
     }
 }
@@ -49,6 +60,7 @@ impl fmt::Display for TierKind {
         f.write_str(match self {
             TierKind::Local => "local",
             TierKind::Remote => "remote",
+            TierKind::Flash => "flash",
         })
     }
 }
@@ -239,6 +251,9 @@ mod tests {
         assert_eq!(TierKind::of_name("remote2"), TierKind::Remote);
         assert_eq!(TierKind::of_name("remotex"), TierKind::Local);
         assert_eq!(TierKind::of_name("mem"), TierKind::Local);
+        assert_eq!(TierKind::of_name("flash"), TierKind::Flash);
+        assert_eq!(TierKind::of_name("flash3"), TierKind::Flash);
+        assert_eq!(TierKind::of_name("flashy"), TierKind::Local);
     }
 
     #[test]

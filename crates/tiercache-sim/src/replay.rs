@@ -3,7 +3,9 @@
 //! The same engine (`tiercache_core::hierarchy`) the live cache is built on; metadata only.
 //! `requests_per_second` times the replay loop alone: generation and parsing happen before.
 //! Stacks with `remote` tiers route each request through [`crate::remote`]'s sequential-run
-//! bypass; stacks without take the plain path, untouched by it.
+//! bypass; stacks without take the plain path, untouched by it. A `flash` tier's index is a
+//! [`SetIndex`] (set-mapped, set-level LRU); every other tier's a [`Tier`]; the replay loop
+//! does not tell them apart.
 
 use crate::remote::{RemoteCounts, SeqBypass, TierKind};
 use crate::report::{ClassReport, Report, TierReport};
@@ -14,14 +16,17 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Instant;
 use tiercache_core::hierarchy::{Hierarchy, LevelConfig, Placement};
+use tiercache_core::index::TierIndex;
 use tiercache_core::partition::PartitionConfig;
 use tiercache_core::policy::PolicyKind;
+use tiercache_core::setindex::{SetIndex, DEFAULT_SET_BLOCKS};
 use tiercache_core::stats::HitCounts;
-use tiercache_core::tier::TierConfig;
+use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{Access, Class, CoreError};
 
 /// `NAME:BLOCKS:POLICY[:PLACEMENT]`, one `--tier`. The name gives the kind: `remote` (or
-/// `remote2`, …) is a remote tier, anything else a local one.
+/// `remote2`, …) is a remote tier, `flash` (`flash2`, …) a set-mapped flash tier (POLICY
+/// `lru` only: it replaces whole sets), anything else a local one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TierSpec {
     pub name: String,
@@ -29,6 +34,9 @@ pub struct TierSpec {
     pub blocks: usize,
     pub policy: PolicyKind,
     pub placement: Placement,
+    /// Flash tiers: blocks per set, a power of two (default 256); BLOCKS is rounded down to
+    /// whole sets. Ignored by other kinds.
+    pub set_blocks: usize,
 }
 
 impl FromStr for TierSpec {
@@ -51,16 +59,23 @@ impl FromStr for TierSpec {
                 )
             })?;
         let policy = parts[2].parse().map_err(|e| format!("tier `{s}`: {e}"))?;
+        let kind = TierKind::of_name(parts[0]);
+        if kind == TierKind::Flash && policy != PolicyKind::Lru {
+            return Err(format!(
+                "tier `{s}`: a flash tier replaces whole sets by LRU (paper 001): POLICY must be lru"
+            ));
+        }
         let placement = match parts.get(3) {
             Some(p) => p.parse().map_err(|e| format!("tier `{s}`: {e}"))?,
             None => Placement::Inclusive,
         };
         Ok(TierSpec {
             name: parts[0].to_string(),
-            kind: TierKind::of_name(parts[0]),
+            kind,
             blocks,
             policy,
             placement,
+            set_blocks: DEFAULT_SET_BLOCKS,
         })
     }
 }
@@ -94,6 +109,25 @@ impl Setup {
             .enumerate()
             .filter(|(_, t)| t.kind == TierKind::Remote)
             .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
+    /// The tiers' indexes, top first: a [`SetIndex`] for a flash tier, a [`Tier`] otherwise.
+    pub fn indexes(&self) -> Result<Vec<Box<dyn TierIndex>>, CoreError> {
+        self.levels()
+            .iter()
+            .zip(&self.tiers)
+            .map(|(l, t)| -> Result<Box<dyn TierIndex>, CoreError> {
+                Ok(match t.kind {
+                    TierKind::Flash => Box::new(SetIndex::new(
+                        t.name.clone(),
+                        t.blocks,
+                        t.set_blocks,
+                        t.policy,
+                    )?),
+                    TierKind::Local | TierKind::Remote => Box::new(Tier::new(&l.tier)?),
+                })
+            })
+            .collect()
     }
 
     pub fn levels(&self) -> Vec<LevelConfig> {
@@ -143,7 +177,14 @@ pub fn replay(
             "a remote tier cannot be the top tier (put a local tier above it)",
         ));
     }
-    let mut h = Hierarchy::new(&setup.levels())?;
+    if setup.tiers.first().map(|t| t.kind) == Some(TierKind::Flash) {
+        return Err(CoreError::config(
+            "tier",
+            "a flash tier cannot be the top tier (put a memory tier above it)",
+        ));
+    }
+    let placement: Vec<Placement> = setup.tiers.iter().map(|t| t.placement).collect();
+    let mut h = Hierarchy::with_indexes(setup.indexes()?, &placement)?;
     // Only a stack with remote tiers pays for run tracking.
     let mut seq =
         (mask != 0).then(|| SeqBypass::new(mask, setup.remote_threshold, setup.tiers.len()));
@@ -303,6 +344,7 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>)
             let count = |v: Option<&Vec<u64>>| {
                 is_remote.then(|| v.and_then(|v| v.get(i).copied()).unwrap_or(0))
             };
+            let sets = t.set_stats();
             TierReport {
                 name: t.name().to_string(),
                 kind: setup.tiers[i].kind.to_string(),
@@ -321,6 +363,10 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>)
                 threshold: is_remote.then_some(setup.remote_threshold),
                 bypassed: count(remote.as_ref().map(|r| &r.bypassed)),
                 invalidations: count(remote.as_ref().map(|r| &r.invalidations)),
+                set_blocks: sets.map(|s| s.set_blocks),
+                sets: sets.map(|s| s.sets),
+                set_evictions: sets.map(|s| s.set_evictions),
+                ram_bytes_per_block: sets.map(|s| s.ram_bytes_per_block),
             }
         })
         .collect();

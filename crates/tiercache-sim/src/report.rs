@@ -22,7 +22,7 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TierReport {
     pub name: String,
-    /// `local` or `remote`.
+    /// `local`, `remote` or `flash`.
     pub kind: String,
     pub capacity_blocks: u64,
     pub policy: String,
@@ -49,6 +49,16 @@ pub struct TierReport {
     /// Remote tiers: writes that removed this tier's (now stale) copy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalidations: Option<u64>,
+    /// Flash tiers: blocks per set, cache sets, sets reused for another backing set, and index
+    /// RAM per block as paper 001 counts it (valid + dirty bitmap + tag per set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_blocks: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_evictions: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ram_bytes_per_block: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -114,6 +124,15 @@ pub fn single_table(r: &Report) -> String {
             let _ = writeln!(
                 s,
                 "{:<10} remote: threshold {n} blocks, bypassed {b}, invalidated {inv}",
+                ""
+            );
+        }
+        if let (Some(sb), Some(n), Some(ev), Some(ram)) =
+            (t.set_blocks, t.sets, t.set_evictions, t.ram_bytes_per_block)
+        {
+            let _ = writeln!(
+                s,
+                "{:<10} flash: {n} sets of {sb} blocks, {ev} sets reused, {ram:.4} B RAM/block",
                 ""
             );
         }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use tiercache_core::partition::PartitionKind;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::seqrun::Threshold;
+use tiercache_core::setindex::{DEFAULT_SET_BLOCKS, MAX_SET_BLOCKS};
 use tiercache_core::{Access, BlockSize};
 use tiercache_sim::remote::{CostModel, TierKind};
 use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
@@ -41,9 +42,15 @@ pub struct SimArgs {
     /// A tier, top first (policy lru|fifo|clock|sieve|s3fifo|arc,
     /// placement inclusive|exclusive|pinned[=FIRST]). Default: one tier mem:1000:lru. The name
     /// `remote` (`remote2`, …) makes a remote tier (paper 002): not the top tier; sequential
-    /// runs and writes bypass it.
+    /// runs and writes bypass it. The name `flash` (`flash2`, …) makes a set-mapped flash tier
+    /// (paper 001): not the top tier; POLICY lru (whole sets are replaced, LRU first); BLOCKS
+    /// rounded down to whole sets.
     #[arg(long = "tier", value_name = "NAME:BLOCKS:POLICY[:PLACEMENT]")]
     pub tiers: Vec<TierSpec>,
+    /// Flash tiers: blocks per set, a power of two up to 65536 [default: 256, 1 MiB of 4 KiB
+    /// blocks]. A backing set (file, block index / N) maps to one cache set.
+    #[arg(long, value_name = "N")]
+    pub flash_set_blocks: Option<usize>,
     /// Remote tiers: reads in a sequential run of at least N blocks bypass them [default: 32];
     /// `auto` chooses N from --remote-model.
     #[arg(long, value_name = "N|auto")]
@@ -57,7 +64,7 @@ pub struct SimArgs {
     #[command(flatten)]
     pub part: PartitionFlags,
     /// Replay the same requests under several partitioners or policies, e.g. none,basic,dirprio
-    /// or lru,arc,s3fifo (a policy applies to every tier).
+    /// or lru,arc,s3fifo (a policy applies to every tier but flash tiers, which stay lru).
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     pub compare: Vec<String>,
     /// Print JSON (an array with --compare).
@@ -193,11 +200,12 @@ fn check_memory(flag: &str, need: u64) -> Result<(), String> {
 
 /// The base setup, then one per `--compare` item.
 fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
-    let tiers = if args.tiers.is_empty() {
+    let mut tiers = if args.tiers.is_empty() {
         vec!["mem:1000:lru".parse::<TierSpec>()?]
     } else {
         args.tiers.clone()
     };
+    flash_geometry(args, &mut tiers)?;
     let blocks: u64 = tiers.iter().map(|t| t.blocks as u64).sum();
     check_memory("--tier", blocks * BYTES_PER_BLOCK)?;
     let mut names: Vec<&str> = tiers.iter().map(|t| t.name.as_str()).collect();
@@ -228,7 +236,8 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
             if let Ok(kind) = item.parse::<PartitionKind>() {
                 s.partition.kind = kind;
             } else if let Ok(policy) = item.parse::<PolicyKind>() {
-                for t in &mut s.tiers {
+                // A flash tier's replacement is set-level LRU whatever the others run.
+                for t in s.tiers.iter_mut().filter(|t| t.kind != TierKind::Flash) {
                     t.policy = policy;
                 }
             } else {
@@ -239,6 +248,37 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
             Ok(s)
         })
         .collect()
+}
+
+/// Applies `--flash-set-blocks` to the flash tiers and checks their geometry (at least one
+/// whole set each); refuses a flash top tier and the flag without a flash tier.
+fn flash_geometry(args: &SimArgs, tiers: &mut [TierSpec]) -> Result<(), String> {
+    if tiers.first().is_some_and(|t| t.kind == TierKind::Flash) {
+        return Err(format!(
+            "--tier {}: a flash tier cannot be the top tier (put a memory tier such as mem:1000:lru first)",
+            tiers[0]
+        ));
+    }
+    let any_flash = tiers.iter().any(|t| t.kind == TierKind::Flash);
+    if args.flash_set_blocks.is_some() && !any_flash {
+        return Err("--flash-set-blocks: applies to a flash tier (--tier flash:BLOCKS:lru)".into());
+    }
+    let n = args.flash_set_blocks.unwrap_or(DEFAULT_SET_BLOCKS);
+    if !n.is_power_of_two() || n > MAX_SET_BLOCKS {
+        return Err(format!(
+            "--flash-set-blocks: {n} is not a power of two in 1..={MAX_SET_BLOCKS}"
+        ));
+    }
+    for t in tiers.iter_mut().filter(|t| t.kind == TierKind::Flash) {
+        t.set_blocks = n;
+        if t.blocks < n {
+            return Err(format!(
+                "--tier {t}: {} blocks is less than one set of {n} blocks (see --flash-set-blocks)",
+                t.blocks
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Paper 002's `n` for the remote tiers; refuses a remote top tier and remote flags without a
