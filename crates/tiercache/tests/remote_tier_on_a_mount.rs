@@ -273,3 +273,49 @@ fn auto_threshold_is_chosen_from_measured_costs() {
     // The HDD model's positioning (12 ms) was measured, not assumed.
     assert!(c["backing_seek_us"].as_f64().unwrap() > 6000.0, "{r}");
 }
+
+/// memory → a tier that takes write-back (as the SSD tier will) → remote → BACKING: writes go
+/// back into the middle tier and are cleaned to BACKING; the remote tier only ever holds clean
+/// blocks, and every byte read is the newest.
+#[test]
+fn a_remote_tier_below_a_write_back_tier_holds_clean_data_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tc.toml");
+    std::fs::write(
+        &cfg,
+        "flush_interval_ms = 50\ndirty_expire_ms = 100\n\n[[tier]]\nkind = \"test\"\n\
+         size = \"512K\"\nplacement = \"exclusive\"\naccepts_dirty = true\n",
+    )
+    .unwrap();
+    let (_mc, m, _keys) = remote_mount(&["--config", s(&cfg)]);
+    two_random_passes(&m, 8);
+    // Rewrite every block through the mount, then read everything back twice.
+    let g = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.mnt.join("f"))
+        .unwrap();
+    for i in 0..N {
+        let b = (i * 37) % N;
+        g.write_all_at(&block(b, 9), b * 4096).unwrap();
+    }
+    drop(g);
+    let f = std::fs::File::open(m.mnt.join("f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for pass in 0..2u64 {
+        for i in 0..N {
+            let b = (i * 41 + pass) % N;
+            f.read_exact_at(&mut buf, b * 4096).unwrap();
+            assert_eq!(buf, block(b, 9), "block {b} after the rewrite, pass {pass}");
+        }
+    }
+    let out = tc(&["flush", s(&m.mnt)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want: Vec<u8> = (0..N).flat_map(|i| block(i, 9)).collect();
+    assert!(std::fs::read(m.backing.join("f")).unwrap() == want, "BACKING after flush");
+    let st = m.stats();
+    let (test, remote) = (tier_of_kind(&st, "test"), tier_of_kind(&st, "remote"));
+    assert!(test["writebacks_in"].as_u64().unwrap() > 0, "{test}");
+    assert_eq!(remote["writebacks_in"].as_u64().unwrap(), 0, "{remote}");
+    assert_eq!(remote["dirty_blocks"].as_u64().unwrap(), 0, "{remote}");
+    assert!(st["remote"]["invalidations"].as_u64().unwrap() > 0, "{}", st["remote"]);
+}
