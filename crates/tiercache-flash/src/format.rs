@@ -1,4 +1,4 @@
-//! The on-disk format (specified byte by byte in `docs/format.md`): geometry, the two
+//! The on-disk format (specified byte by byte in the repository's `docs/design.md` §6): geometry, the two
 //! superblock copies and the two metadata record slots per cache set.
 //!
 //! Invariants: every structure is a whole number of sectors at a sector-aligned offset; every

@@ -7,7 +7,7 @@
 //! links (under 1 byte per cached 4 KiB block, measured by
 //! [`FlashTier::ram_bytes_per_block`]). Metadata lives on the device as a superblock (two
 //! copies) and two checksummed, sequence-numbered record slots per set, written in an order
-//! that survives a power cut at any point (see [`tier`] and `docs/format.md`).
+//! that survives a power cut at any point (see [`tier`] and the repository's `docs/design.md` §6).
 //!
 //! Parts:
 //! - [`device`]: the [`FlashDevice`] trait, [`FileDevice`] (file or block device, optional

@@ -2,7 +2,7 @@
 //!
 //! Every device write and every index change happens under the tier's one mutex (so a
 //! `current` check, the data write and the valid bit are atomic). Crash rules (see
-//! `docs/format.md` §Ordering):
+//! `docs/design.md` §6, Ordering):
 //! 1. data before metadata: a record is written only right after a device `sync`, so every
 //!    dirty bit in any record on the device names data already durable;
 //! 2. `sync()` = device sync, every pending record, device sync: a dirty block stored before
