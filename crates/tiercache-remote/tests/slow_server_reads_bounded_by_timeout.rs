@@ -12,7 +12,11 @@ use tiercache_tier::{DataTier, Lookup};
 fn reads_from_a_slow_server_return_within_the_timeout() {
     let m = Memcached::start();
     let proxy = SlowProxy::start(m.addr());
-    let mut cfg = config(vec![proxy.addr()], "t", tiercache_remote::RemoteKey::random());
+    let mut cfg = config(
+        vec![proxy.addr()],
+        "t",
+        tiercache_remote::RemoteKey::random(),
+    );
     cfg.timeout = Duration::from_millis(50);
     let t = tiercache_remote::RemoteTier::connect(cfg).unwrap();
     for i in 0..20 {

@@ -309,13 +309,24 @@ fn a_remote_tier_below_a_write_back_tier_holds_clean_data_only() {
         }
     }
     let out = tc(&["flush", s(&m.mnt)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let want: Vec<u8> = (0..N).flat_map(|i| block(i, 9)).collect();
-    assert!(std::fs::read(m.backing.join("f")).unwrap() == want, "BACKING after flush");
+    assert!(
+        std::fs::read(m.backing.join("f")).unwrap() == want,
+        "BACKING after flush"
+    );
     let st = m.stats();
     let (test, remote) = (tier_of_kind(&st, "test"), tier_of_kind(&st, "remote"));
     assert!(test["writebacks_in"].as_u64().unwrap() > 0, "{test}");
     assert_eq!(remote["writebacks_in"].as_u64().unwrap(), 0, "{remote}");
     assert_eq!(remote["dirty_blocks"].as_u64().unwrap(), 0, "{remote}");
-    assert!(st["remote"]["invalidations"].as_u64().unwrap() > 0, "{}", st["remote"]);
+    assert!(
+        st["remote"]["invalidations"].as_u64().unwrap() > 0,
+        "{}",
+        st["remote"]
+    );
 }
