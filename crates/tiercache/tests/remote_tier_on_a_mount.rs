@@ -330,3 +330,33 @@ fn a_remote_tier_below_a_write_back_tier_holds_clean_data_only() {
         st["remote"]
     );
 }
+
+/// `--metrics`: every tier and the remote tier's health are exported.
+#[test]
+fn metrics_show_every_tier_and_the_remote_servers() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let (_mc, m, _keys) = remote_mount(&["--metrics", &addr]);
+    two_random_passes(&m, 10);
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    for want in [
+        "tiercache_remote_servers_up{tier=\"remote\"} 1",
+        "tiercache_remote_threshold_blocks{tier=\"remote\"} 32",
+        "# TYPE tiercache_tier_hits_total counter",
+        "tiercache_tier_used_blocks{tier=\"memory\",kind=\"memory\"}",
+    ] {
+        assert!(body.contains(want), "{want} missing:\n{body}");
+    }
+    let hits = body
+        .lines()
+        .find(|l| l.starts_with("tiercache_tier_hits_total{tier=\"remote\",kind=\"remote\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap();
+    assert!(hits > 0.0, "{body}");
+}

@@ -245,7 +245,10 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     }
     if let Some(l) = metrics_listener {
         let live = Arc::clone(&live);
-        let render: metrics::Render = Arc::new(move || stats::prometheus(&live.data.mem().stats()));
+        let render: metrics::Render = Arc::new(move || {
+            let ms = live.data.mem().stats();
+            stats::prometheus(&ms) + &remote::prometheus(&live.remotes, ms.lower.as_ref())
+        });
         metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
     }
     log::info!(

@@ -54,3 +54,72 @@ pub fn stats_json(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> (Val
     };
     (first, all)
 }
+
+/// Prometheus lines of the remote tiers (`remote_*{tier}`); nothing without one.
+pub fn prometheus(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> String {
+    let mut o = String::new();
+    if remotes.is_empty() {
+        return o;
+    }
+    let stats: Vec<(String, tiercache_remote::RemoteStats, f64)> = remotes
+        .iter()
+        .map(|m| {
+            let name = tiercache_tier::DataTier::info(&*m.tier)
+                .name
+                .replace('"', "'");
+            let n = lower
+                .and_then(|l| l.seq_bypass.iter().find(|b| b.tier == m.position))
+                .map_or(0.0, |b| b.threshold as f64);
+            (format!("tier=\"{name}\""), m.tier.remote_stats(), n)
+        })
+        .collect();
+    type Field = fn(&tiercache_remote::RemoteStats) -> u64;
+    let series: [(&str, &str, &str, Field); 5] = [
+        (
+            "remote_stores_total",
+            "counter",
+            "Values stored on memcached.",
+            |s| s.stores,
+        ),
+        (
+            "remote_invalidations_total",
+            "counter",
+            "Remote copies dropped by writes.",
+            |s| s.invalidations,
+        ),
+        (
+            "remote_auth_failures_total",
+            "counter",
+            "Values that failed authentication.",
+            |s| s.auth_failures,
+        ),
+        (
+            "remote_errors_total",
+            "counter",
+            "Failed remote requests.",
+            |s| s.errors,
+        ),
+        (
+            "remote_servers_up",
+            "gauge",
+            "memcached servers in use.",
+            |s| s.servers_up,
+        ),
+    ];
+    for (name, kind, help, field) in series {
+        let samples: Vec<(&str, f64)> = stats
+            .iter()
+            .map(|(l, s, _)| (l.as_str(), field(s) as f64))
+            .collect();
+        super::metrics::metric(&mut o, name, kind, help, &samples);
+    }
+    let n: Vec<(&str, f64)> = stats.iter().map(|(l, _, n)| (l.as_str(), *n)).collect();
+    super::metrics::metric(
+        &mut o,
+        "remote_threshold_blocks",
+        "gauge",
+        "Sequential run length from which reads go to BACKING.",
+        &n,
+    );
+    o
+}

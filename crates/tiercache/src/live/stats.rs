@@ -315,5 +315,50 @@ pub fn prometheus(s: &MemStats) -> String {
         "Recent write-back rate.",
         &[("", s.writeback_blocks_per_sec)],
     );
+    tier_metrics(&mut o, &s.tiers);
     o
+}
+
+/// `tier_*{tier,kind}` for every tier of the stack, top first.
+fn tier_metrics(o: &mut String, tiers: &[tiercache_tier::TierSnapshot]) {
+    let labels: Vec<String> = tiers
+        .iter()
+        .map(|t| format!("tier=\"{}\",kind=\"{}\"", t.name.replace('"', "'"), t.kind))
+        .collect();
+    type Field = fn(&tiercache_tier::TierSnapshot) -> u64;
+    let series: [(&str, &str, &str, Field); 6] = [
+        ("tier_used_blocks", "gauge", "Blocks a tier holds.", |t| {
+            t.used_blocks
+        }),
+        (
+            "tier_dirty_blocks",
+            "gauge",
+            "Dirty blocks a tier holds.",
+            |t| t.dirty_blocks,
+        ),
+        ("tier_hits_total", "counter", "Hits per tier.", |t| t.hits),
+        ("tier_misses_total", "counter", "Misses per tier.", |t| {
+            t.misses
+        }),
+        (
+            "tier_demotions_in_total",
+            "counter",
+            "Blocks demoted into a tier.",
+            |t| t.demotions_in,
+        ),
+        (
+            "tier_errors_total",
+            "counter",
+            "Failed reads or stores per tier.",
+            |t| t.errors,
+        ),
+    ];
+    for (name, kind, help, field) in series {
+        let samples: Vec<(&str, f64)> = labels
+            .iter()
+            .zip(tiers)
+            .map(|(l, t)| (l.as_str(), field(t) as f64))
+            .collect();
+        metric(o, name, kind, help, &samples);
+    }
 }
