@@ -3,25 +3,9 @@
 //! size, the flag without a flash tier), and `--compare` leaving a flash tier at lru.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+mod support;
 
-fn tiercache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn fails_naming(args: &[&str], flag: &str, why: &str) {
-    let out = tiercache(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded");
-    let first = err.lines().next().unwrap_or_default();
-    assert!(
-        first.contains(flag) && first.contains(why),
-        "{args:?}: {err}"
-    );
-}
+use support::{fails_naming, json_of};
 
 const BASE: [&str; 6] = [
     "sim",
@@ -33,14 +17,7 @@ const BASE: [&str; 6] = [
 ];
 
 fn json(extra: &[&str]) -> serde_json::Value {
-    let args: Vec<&str> = BASE.iter().chain(extra).copied().collect();
-    let out = tiercache(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(&BASE, extra)
 }
 
 #[test]

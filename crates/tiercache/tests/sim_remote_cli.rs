@@ -2,23 +2,9 @@
 //! refused remote top tier, and the report's remote keys.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+mod support;
 
-fn tiercache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn fails_naming(args: &[&str], flag: &str) {
-    let out = tiercache(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded");
-    // The first line says it all (clap may add a hint line below).
-    let first = err.lines().next().unwrap_or_default();
-    assert!(first.contains(flag), "{args:?}: {err}");
-}
+use support::{fails_naming, json_of};
 
 const BASE: [&str; 8] = [
     "sim",
@@ -32,14 +18,7 @@ const BASE: [&str; 8] = [
 ];
 
 fn json(extra: &[&str]) -> serde_json::Value {
-    let args: Vec<&str> = BASE.iter().chain(extra).copied().collect();
-    let out = tiercache(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(&BASE, extra)
 }
 
 #[test]
@@ -87,31 +66,33 @@ fn bad_thresholds_and_models_are_errors_naming_the_flag() {
     for bad in ["0", "-3", "x", ""] {
         let flag = format!("--remote-threshold={bad}");
         let args: Vec<&str> = two.iter().copied().chain([flag.as_str()]).collect();
-        fails_naming(&args, "--remote-threshold");
+        fails_naming(&args, "--remote-threshold", "");
     }
     let args: Vec<&str> = two
         .iter()
         .copied()
         .chain(["--remote-threshold", "auto", "--remote-model", "8,100"])
         .collect();
-    fails_naming(&args, "--remote-model");
+    fails_naming(&args, "--remote-model", "");
     let args: Vec<&str> = two
         .iter()
         .copied()
         .chain(["--remote-model", "8,100,1"])
         .collect();
-    fails_naming(&args, "--remote-model");
+    fails_naming(&args, "--remote-model", "");
     fails_naming(
         &["sim", "--tier", "mem:10:lru", "--remote-threshold", "8"],
         "--remote-threshold",
+        "",
     );
 }
 
 #[test]
 fn a_remote_top_tier_is_refused_naming_the_flag() {
-    fails_naming(&["sim", "--tier", "remote:100:lru"], "--tier");
+    fails_naming(&["sim", "--tier", "remote:100:lru"], "--tier", "");
     fails_naming(
         &["sim", "--tier", "remote:100:lru", "--tier", "mem:10:lru"],
         "--tier",
+        "",
     );
 }

@@ -13,6 +13,31 @@ pub fn tc(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs `args`, which must fail with a first stderr line (clap may add hints below) naming
+/// `flag` and saying `why`.
+pub fn fails_naming(args: &[&str], flag: &str, why: &str) {
+    let out = tc(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(flag) && first.contains(why),
+        "{args:?}: {err}"
+    );
+}
+
+/// Runs `base` then `extra` (a command printing JSON), which must succeed; its JSON.
+pub fn json_of(base: &[&str], extra: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+    let out = tc(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
