@@ -34,8 +34,9 @@ pub struct Geometry {
     pub data_off: u64,
 }
 
-fn round_up(x: u64, to: u64) -> u64 {
-    x.div_ceil(to) * to
+/// `x` rounded up to a multiple of `to`; `None` on overflow or `to == 0`.
+fn round_up(x: u64, to: u64) -> Option<u64> {
+    x.checked_next_multiple_of(to)
 }
 
 impl Geometry {
@@ -85,17 +86,28 @@ impl Geometry {
                 1usize << block_shift
             )));
         }
-        let sector64 = sector as u64;
+        // Every step checked: `len` may come from a hostile superblock.
+        let overflow = || FlashError::Geometry(format!("{len} bytes: layout overflows"));
+        let sector64 = u64::try_from(sector).map_err(|_| overflow())?;
         let bitmap = (1u64 << set_shift).div_ceil(64) * 8;
-        let rec_size = round_up(REC_HEADER as u64 + 2 * bitmap + 4, sector64);
-        let meta_off = 2 * sector64;
+        let rec_size =
+            round_up(REC_HEADER as u64 + 2 * bitmap + 4, sector64).ok_or_else(overflow)?;
+        let rec_size32 = u32::try_from(rec_size).map_err(|_| overflow())?;
+        let meta_off = sector64.checked_mul(2).ok_or_else(overflow)?;
         let set_bytes = 1u64 << (block_shift + set_shift);
-        let layout = |sets: u64| {
-            let data_off = round_up(meta_off + sets * 2 * rec_size, 1 << block_shift);
-            (data_off, data_off + sets * set_bytes)
+        // (data_off, end of data) for `sets` sets; `None` when it does not fit in a u64.
+        let layout = |sets: u64| -> Option<(u64, u64)> {
+            let meta = sets.checked_mul(2)?.checked_mul(rec_size)?;
+            let data_off = round_up(meta_off.checked_add(meta)?, 1 << block_shift)?;
+            Some((
+                data_off,
+                data_off.checked_add(sets.checked_mul(set_bytes)?)?,
+            ))
         };
-        let mut sets = len.saturating_sub(meta_off) / (set_bytes + 2 * rec_size);
-        while sets > 0 && layout(sets).1 > len {
+        let per_set = set_bytes.checked_add(2 * rec_size).ok_or_else(overflow)?;
+        let mut sets = (len.saturating_sub(meta_off) / per_set).min(u64::from(u32::MAX - 1));
+        // The estimate is over by at most a block's rounding: a few steps at most.
+        while sets > 0 && layout(sets).is_none_or(|(_, end)| end > len) {
             sets -= 1;
         }
         if sets == 0 {
@@ -103,16 +115,16 @@ impl Geometry {
                 "{len} bytes hold no set of {set_bytes} bytes"
             )));
         }
-        let sets = u32::try_from(sets.min(u64::from(u32::MAX - 1)))
-            .map_err(|_| FlashError::Geometry("too many sets".into()))?;
+        let (data_off, _) = layout(sets).ok_or_else(overflow)?;
+        let sets = u32::try_from(sets).map_err(|_| FlashError::Geometry("too many sets".into()))?;
         Ok(Self {
             block_shift,
             set_shift,
-            sector: sector as u32,
+            sector: u32::try_from(sector).map_err(|_| overflow())?,
             sets,
-            rec_size: rec_size as u32,
+            rec_size: rec_size32,
             meta_off,
-            data_off: layout(u64::from(sets)).0,
+            data_off,
         })
     }
 }
@@ -220,6 +232,39 @@ pub enum Slot {
 }
 
 impl Record {
+    /// The mask of word `i` of a bitmap of a set of `set_blocks` blocks.
+    fn word_mask(i: usize, set_blocks: usize) -> u64 {
+        let bits = set_blocks.saturating_sub(i * 64);
+        if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        }
+    }
+
+    /// Whether some dirty bit is not valid (`dirty ⊆ valid` broken).
+    pub fn dirty_not_valid(&self) -> bool {
+        self.valid.iter().zip(&self.dirty).any(|(v, d)| d & !v != 0)
+    }
+
+    /// Whether some bit is set past the set's last block.
+    pub fn stray_bits(&self, set_blocks: usize) -> bool {
+        let m = |(i, w): (usize, &u64)| w & !Self::word_mask(i, set_blocks) != 0;
+        self.valid.iter().enumerate().any(m) || self.dirty.iter().enumerate().any(m)
+    }
+
+    /// Clears bits past the set's end and makes every dirty block valid (a dirty bit is never
+    /// dropped: it may name the only copy of newer bytes). Returns whether anything changed.
+    pub fn sanitize(&mut self, set_blocks: usize) -> bool {
+        let before = (self.valid.clone(), self.dirty.clone());
+        for (i, (v, d)) in self.valid.iter_mut().zip(self.dirty.iter_mut()).enumerate() {
+            let m = Self::word_mask(i, set_blocks);
+            *d &= m;
+            *v = (*v | *d) & m;
+        }
+        before != (self.valid.clone(), self.dirty.clone())
+    }
+
     pub fn encode(&self, geo: &Geometry, instance: u64) -> Vec<u8> {
         let mut b = vec![0u8; geo.rec_size as usize];
         b[0..4].copy_from_slice(REC_MAGIC);

@@ -31,46 +31,95 @@ pub struct CheckReport {
     pub sets_without_record: u32,
     /// Mapped sets naming a backing set another set already names.
     pub duplicate_tags: u32,
+    /// Records with a dirty bit that is not valid (`dirty ⊆ valid` broken).
+    pub dirty_not_valid: u32,
+    /// Records with bits set past the set's last block.
+    pub stray_bits: u32,
+}
+
+/// Largest sector size probed for superblock slot 1 when slot 0 is not valid.
+const MAX_PROBE_SECTOR: u64 = 64 * 1024;
+
+/// Reads one superblock candidate at `off` (`None`: past the end or not valid, `why` says).
+/// A read error is an error (never a reason to take the other copy).
+fn read_sb_at(
+    dev: &dyn FlashDevice,
+    off: u64,
+    why: &mut Vec<String>,
+) -> Result<Option<Superblock>, FlashError> {
+    let n = dev.sector_size().max(512);
+    if off.checked_add(n as u64).is_none_or(|end| end > dev.len()) {
+        why.push(format!("offset {off}: device too small"));
+        return Ok(None);
+    }
+    let mut b = vec![0u8; n];
+    dev.read_at(&mut b, off)?;
+    Ok(Superblock::decode(&b)
+        .map_err(|e| why.push(format!("offset {off}: {e}")))
+        .ok())
 }
 
 /// Reads both superblock copies; the valid one with the higher generation wins.
+///
+/// Slot 1 sits one sector of the *format's* sector size in (which may differ from this
+/// device's, e.g. formatted with O_DIRECT at 4096 and opened without): it is read at slot 0's
+/// sector size, or, when slot 0 is not valid, at each power of two up to 64 KiB and taken only
+/// where its own sector size names that offset. Never an older copy for want of the newer.
 fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashError> {
-    let sector = dev.sector_size().max(512);
-    let mut best: Option<Superblock> = None;
-    let mut valid = 0;
     let mut why = Vec::new();
-    for slot in 0..2u64 {
-        let mut b = vec![0u8; sector];
-        if dev.len() < (slot + 1) * sector as u64 {
-            why.push(format!("slot {slot}: device too small"));
-            continue;
-        }
-        dev.read_at(&mut b, slot * sector as u64)?;
-        // Slot 1 sits one sector in: the sector size at open must be the one at create.
-        match Superblock::decode(&b) {
-            Ok(sb) => {
-                valid += 1;
-                if best.is_none_or(|x| sb.gen > x.gen) {
-                    best = Some(sb);
-                }
+    let slot0 = read_sb_at(dev, 0, &mut why)?;
+    let slot1 = match slot0 {
+        Some(sb0) => {
+            let s = u64::from(sb0.geo.sector);
+            if s >= 512 && s.is_power_of_two() {
+                read_sb_at(dev, s, &mut why)?.filter(|sb| u64::from(sb.geo.sector) == s)
+            } else {
+                None
             }
-            Err(e) => why.push(format!("slot {slot}: {e}")),
         }
-    }
-    let sb = best.ok_or_else(|| FlashError::NotFormatted(why.join("; ")))?;
+        None => {
+            let min = (dev.sector_size().max(512) as u64).next_power_of_two();
+            let mut found = None;
+            let mut s = min;
+            while found.is_none() && s <= MAX_PROBE_SECTOR {
+                found = read_sb_at(dev, s, &mut why)?.filter(|sb| u64::from(sb.geo.sector) == s);
+                s *= 2;
+            }
+            found
+        }
+    };
+    let valid = u32::from(slot0.is_some()) + u32::from(slot1.is_some());
+    let sb = match (slot0, slot1) {
+        (Some(a), Some(b)) => {
+            if b.gen > a.gen {
+                b
+            } else {
+                a
+            }
+        }
+        (Some(x), None) | (None, Some(x)) => x,
+        (None, None) => return Err(FlashError::NotFormatted(why.join("; "))),
+    };
     let g = &sb.geo;
-    let check = Geometry::compute(sb.device_len, g.sector as usize, g.block_shift, g.set_shift)
-        .map_err(|e| FlashError::NotFormatted(e.to_string()))?;
-    if check != *g
-        || dev.len() < sb.device_len
-        || !(g.sector as usize).is_multiple_of(dev.sector_size())
-    {
-        return Err(FlashError::Mismatch(format!(
+    let mismatch = || {
+        FlashError::Mismatch(format!(
             "superblock geometry {g:?} (device of {} bytes) does not fit this device ({} bytes, sector {})",
             sb.device_len,
             dev.len(),
             dev.sector_size()
-        )));
+        ))
+    };
+    // Before any arithmetic on the superblock's numbers.
+    if dev.len() < sb.device_len
+        || g.sector == 0
+        || !(g.sector as usize).is_multiple_of(dev.sector_size().max(1))
+    {
+        return Err(mismatch());
+    }
+    let check = Geometry::compute(sb.device_len, g.sector as usize, g.block_shift, g.set_shift)
+        .map_err(|e| FlashError::NotFormatted(e.to_string()))?;
+    if check != *g {
+        return Err(mismatch());
     }
     Ok((sb, valid))
 }
@@ -224,10 +273,11 @@ impl FlashTier {
             ..FlashStats::default()
         };
         let mut duplicates = Vec::new();
+        let mut dirty_twice = Vec::new();
         let mut free = Vec::new();
         scan_records(dev.as_ref(), &sb, |set, rec, bad| {
             fs.torn_records += bad;
-            let Some(rec) = rec else {
+            let Some(mut rec) = rec else {
                 // No good record: nothing on the device can be trusted here.
                 free.push(set);
                 idx.note_meta(set);
@@ -236,6 +286,13 @@ impl FlashTier {
             idx.sets[set as usize].rec_seq = rec.seq;
             let r = idx.range(set);
             idx.disk_dirty[r.clone()].copy_from_slice(&rec.dirty);
+            let insane = rec.sanitize(geo.set_blocks());
+            if insane {
+                log::error!(
+                    "flash set {set}: record with dirty bits not valid or past the set; repaired"
+                );
+            }
+            let bad = bad + u32::from(insane);
             let keep: Vec<u64> = if clean {
                 rec.valid.clone()
             } else {
@@ -255,11 +312,32 @@ impl FlashTier {
                 }
                 return;
             }
-            if idx.find(&file, si).is_some() {
-                log::error!("flash set {set}: backing set already cached by another set; dropped");
-                duplicates.push(set);
-                free.push(set);
-                return;
+            if let Some(other) = idx.find(&file, si) {
+                // Two records name one backing set: keep the one holding dirty blocks.
+                let mine = rec.dirty.iter().any(|&w| w != 0);
+                match (idx.set_dirty_any(other), mine) {
+                    (true, true) => {
+                        dirty_twice.push((other, set));
+                        return;
+                    }
+                    (false, true) => {
+                        log::error!("flash set {other}: backing set also cached (dirty) by set {set}; dropped");
+                        for b in 0..geo.set_blocks() {
+                            idx.drop_block(other, b);
+                        }
+                        idx.unmap(other);
+                        duplicates.push(other);
+                        free.push(other);
+                    }
+                    _ => {
+                        log::error!(
+                            "flash set {set}: backing set already cached by set {other}; dropped"
+                        );
+                        duplicates.push(set);
+                        free.push(set);
+                        return;
+                    }
+                }
             }
             idx.map(set, file, si, rec.version);
             for b in 0..geo.set_blocks() {
@@ -277,6 +355,13 @@ impl FlashTier {
                 idx.sets[set as usize].flags &= !F_META_DIRTY;
             }
         })?;
+        if let Some((a, b)) = dirty_twice.first() {
+            return Err(FlashError::Mismatch(format!(
+                "sets {a} and {b} both hold dirty blocks of one backing set ({} such pairs): \
+                 refusing to guess which is newer",
+                dirty_twice.len()
+            )));
+        }
         idx.pending
             .retain(|&id| idx.sets[id as usize].flags & F_META_DIRTY != 0);
         // Lowest set numbers are allocated first.
@@ -303,6 +388,13 @@ impl FlashTier {
         if st.closed {
             return Ok(());
         }
+        if st.fs.tainted {
+            // Never claim a clean shutdown: the device may not hold what RAM says.
+            return Err(unavailable(
+                &self.info.name,
+                "close: tainted (an earlier device sync or drop record failed)",
+            ));
+        }
         let ids: Vec<u32> = st.idx.pending.clone();
         self.persist(&mut st, &ids)
             .map_err(|e| unavailable(&self.info.name, &format!("close: {e}")))?;
@@ -314,7 +406,7 @@ impl FlashTier {
         sb.gen += 1;
         self.dev
             .write_at(&sb.encode(), self.geo.sb_off(sb.gen & 1))?;
-        self.dev.sync()?;
+        self.dev_sync(&mut st)?;
         st.sb = sb;
         st.closed = true;
         Ok(())
@@ -347,6 +439,8 @@ impl FlashTier {
                 r.sets_without_record += 1;
                 return;
             };
+            r.dirty_not_valid += u32::from(rec.dirty_not_valid());
+            r.stray_bits += u32::from(rec.stray_bits(g.set_blocks()));
             let Some(tag) = rec.tag else { return };
             r.mapped_sets += 1;
             if !seen.insert(tag) {

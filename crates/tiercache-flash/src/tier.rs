@@ -13,6 +13,14 @@
 //!    BACKING by another way;
 //! 4. after a crash only dirty blocks are trusted (clean ones may have been invalidated in RAM
 //!    only); after a clean close every record matches RAM and clean blocks are served again.
+//!
+//! **Tainted** (sticky, degraded too): after any failed device sync (Linux may drop the
+//! unwritten pages on an `fdatasync` EIO, so a retried sync would wrongly report them durable),
+//! or a drop whose record could not be made durable (rule 3 broken). From then on every
+//! `sync()` and `close()` fails, the clean-shutdown flag is never written again, and stores
+//! are refused; the manager learns of it at its next `sync`. Residual risk: a device that
+//! cannot persist a drop may, after a crash, bring back the dropped block dirty with its old
+//! bytes (the manager must not trust a tier whose `sync` failed; `open` cannot tell).
 
 use crate::device::FlashDevice;
 use crate::error::FlashError;
@@ -67,6 +75,8 @@ pub struct FlashStats {
     /// Index RAM (by capacity) / capacity in blocks.
     pub ram_bytes_per_block: f64,
     pub degraded: bool,
+    /// A device sync or a drop's record failed: `sync()` fails for good (see the module docs).
+    pub tainted: bool,
     pub errors: u64,
     /// Stores turned down because the set holds dirty blocks of another content version.
     pub version_conflicts: u64,
@@ -108,8 +118,11 @@ enum Store {
     Dirty,
 }
 
-/// Marks a `DirtyBlock::seq` (never 0) built from a set's cleaning epoch.
-const SEQ_TAG: u64 = 1 << 32;
+/// A `DirtyBlock::seq`: the set's cleaning epoch and the set itself, so a seq handed out for
+/// one set never matches another set the key moved to. Never 0 (`id < u32::MAX`).
+fn seq_of(id: u32, epoch: u32) -> u64 {
+    ((u64::from(epoch) << 32) | u64::from(id)) + 1
+}
 
 impl FlashTier {
     pub(crate) fn st(&self) -> MutexGuard<'_, State> {
@@ -126,6 +139,25 @@ impl FlashTier {
             b >> self.geo.set_shift,
             (b & ((1u64 << self.geo.set_shift) - 1)) as usize,
         )
+    }
+
+    /// Degrades the tier for good: `sync()`/`close()` fail from now on (see the module docs).
+    pub(crate) fn taint(&self, st: &mut State, why: &str) {
+        if !st.fs.tainted {
+            log::error!(
+                "flash tier {}: {why}; tainted (degraded, every later sync fails)",
+                self.info.name
+            );
+        }
+        st.fs.tainted = true;
+        st.fs.degraded = true;
+    }
+
+    fn tainted_err(&self) -> TierError {
+        TierError::Unavailable {
+            tier: self.info.name.clone(),
+            why: "tainted: an earlier device sync or drop record failed".into(),
+        }
     }
 
     /// Counts a device error (degrading past `max_errors`) and wraps it.
@@ -156,9 +188,13 @@ impl FlashTier {
         }
     }
 
+    /// A device sync; a failure taints the tier (rule: a failed sync is never retried).
     pub(crate) fn dev_sync(&self, st: &mut State) -> io::Result<()> {
         st.fs.device_syncs += 1;
-        self.dev.sync()?;
+        if let Err(e) = self.dev.sync() {
+            self.taint(st, &format!("device sync failed: {e}"));
+            return Err(e);
+        }
         st.unsynced = false;
         Ok(())
     }
@@ -220,6 +256,15 @@ impl FlashTier {
         Ok(())
     }
 
+    /// `persist` for a drop (rule 3): a failure taints the tier.
+    fn persist_drop(&self, st: &mut State, ids: &[u32]) -> Result<(), TierError> {
+        let r = self.persist(st, ids);
+        if let Err(e) = &r {
+            self.taint(st, &format!("could not make a drop durable: {e}"));
+        }
+        r
+    }
+
     /// Rule 3 for one block about to be dropped or reused.
     fn persist_if_disk_dirty(&self, st: &mut State, id: u32, b: usize) -> Result<(), TierError> {
         if st.idx.is_disk_dirty(id, b) && !st.idx.is_dirty(id, b) {
@@ -228,14 +273,13 @@ impl FlashTier {
         Ok(())
     }
 
-    /// Drops a block and makes the drop durable when the device may hold it dirty.
+    /// Drops a block and makes the drop durable when the device may hold it dirty (a failure
+    /// taints the tier).
     fn drop_block(&self, st: &mut State, id: u32, b: usize) {
         st.idx.drop_block(id, b);
-        if let Err(e) = self.persist_if_disk_dirty(st, id, b) {
-            log::error!(
-                "flash tier {}: could not make a dropped block durable: {e}",
-                self.info.name
-            );
+        if st.idx.is_disk_dirty(id, b) {
+            // Logged and tainted inside; the caller goes on (the drop stands in RAM).
+            let _ = self.persist_drop(st, &[id]);
         }
         self.maybe_free(st, id);
     }
@@ -258,7 +302,7 @@ impl FlashTier {
             .take(self.cfg.alloc_scan)
             .find(|&id| !st.idx.set_dirty_any(id))?;
         st.idx.drop_clean(victim);
-        if st.idx.disk_dirty_any(victim) && self.persist(st, &[victim]).is_err() {
+        if st.idx.disk_dirty_any(victim) && self.persist_drop(st, &[victim]).is_err() {
             return None;
         }
         st.idx.unmap(victim);
@@ -273,7 +317,7 @@ impl FlashTier {
             let m = &mut st.idx.sets[id as usize];
             m.epoch = m.epoch.wrapping_add(1);
         }
-        SEQ_TAG | u64::from(st.idx.sets[id as usize].epoch)
+        seq_of(id, st.idx.sets[id as usize].epoch)
     }
 
     fn lookup_read(
@@ -291,6 +335,15 @@ impl FlashTier {
             .idx
             .find(&key.file, si)
             .filter(|&id| st.idx.is_valid(id, b));
+        if let (Some(id), Some(why)) = (found, self.unavailable(&st)) {
+            if st.idx.is_dirty(id, b) && st.idx.sets[id as usize].version == version {
+                // Held dirty: BACKING is stale, a miss would send the reader there.
+                return Err(TierError::Unavailable {
+                    tier: self.info.name.clone(),
+                    why: format!("{why}; the block is held dirty here"),
+                });
+            }
+        }
         let Some(id) = found.filter(|_| self.unavailable(&st).is_none()) else {
             st.snap.misses += 1;
             return Ok(Lookup::Miss);
@@ -328,6 +381,19 @@ impl FlashTier {
         check_len(&self.info.name, data.len() == bs, data.len(), bs)?;
         let (si, b) = self.locate(key);
         let mut st = self.st();
+        if let Some(why) = self.unavailable(&st) {
+            let held_dirty = st
+                .idx
+                .find(&key.file, si)
+                .is_some_and(|id| st.idx.is_dirty(id, b));
+            if how == Store::Dirty && held_dirty {
+                // Never `Rejected` (contract): the caller must not write around a dirty copy.
+                return Err(TierError::Unavailable {
+                    tier: self.info.name.clone(),
+                    why: format!("{why}; the block is held dirty here"),
+                });
+            }
+        }
         if self.unavailable(&st).is_some() || !current() {
             st.snap.rejected += 1;
             return Ok(Admit::Rejected);
@@ -343,7 +409,7 @@ impl FlashTier {
                     }
                     st.idx.drop_clean(id);
                     if st.idx.disk_dirty_any(id) {
-                        self.persist(&mut st, &[id])?;
+                        self.persist_drop(&mut st, &[id])?;
                     }
                     st.idx.sets[id as usize].version = version;
                     st.idx.note_meta(id);
@@ -581,12 +647,8 @@ impl DataTier for FlashTier {
             }
         }
         if !to_persist.is_empty() {
-            if let Err(e) = self.persist(&mut st, &to_persist) {
-                log::error!(
-                    "flash tier {}: could not make an invalidation durable: {e}",
-                    self.info.name
-                );
-            }
+            // Logged and tainted inside; the drop stands in RAM.
+            let _ = self.persist_drop(&mut st, &to_persist);
         }
         for id in ids {
             self.maybe_free(&mut st, id);
@@ -621,7 +683,9 @@ impl DataTier for FlashTier {
         let Some(id) = st.idx.find(&key.file, si) else {
             return false;
         };
-        let current = SEQ_TAG | u64::from(st.idx.sets[id as usize].epoch);
+        // The seq names the set and its epoch: a seq of another set (the key moved) or of an
+        // earlier epoch never matches.
+        let current = seq_of(id, st.idx.sets[id as usize].epoch);
         let written = Index::bit(&st.idx.written, id, st.idx.words, b);
         if !st.idx.is_dirty(id, b) || seq != current || written {
             return false;
@@ -640,6 +704,9 @@ impl DataTier for FlashTier {
                 tier: self.info.name.clone(),
                 why: "closed".into(),
             });
+        }
+        if st.fs.tainted {
+            return Err(self.tainted_err());
         }
         let ids: Vec<u32> = st.idx.pending.clone();
         if ids.is_empty() && !st.unsynced {

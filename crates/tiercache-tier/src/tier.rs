@@ -162,7 +162,13 @@ pub trait DataTier: Send + Sync + fmt::Debug {
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError>;
     /// Stores dirty data written back from above. Only called when `accepts_dirty`. A block
-    /// the tier already holds dirty is never turned down (it is overwritten in place).
+    /// the tier already holds dirty *with this `version`* is never turned down (it is
+    /// overwritten in place); when the tier cannot take it (degraded, closed) that is an
+    /// `Err`, never `Rejected`, so the caller does not write around a dirty copy. One exception:
+    /// a tier that keeps one version per group of blocks (the flash tier's sets) answers
+    /// `Rejected` to a store of another `version` while the group holds dirty blocks of the
+    /// old one (a version conflict): the manager cleans (or discards) the old version's dirty
+    /// blocks before a version change reaches the tier.
     fn write_dirty(
         &self,
         key: &TierKey,
