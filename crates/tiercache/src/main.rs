@@ -35,6 +35,9 @@ enum Command {
     Unmount(cmd::ctl::UnmountArgs),
     /// Replay a synthetic workload or a block trace against cache configurations.
     Sim(Box<cmd::sim::SimArgs>),
+    /// SSD-tier cache files: `flash check PATH [--json]`.
+    #[command(subcommand)]
+    Flash(cmd::flash::FlashCommand),
     /// Create a key file for the remote tier: 32 random bytes, mode 0600 (never overwrites).
     Keygen { file: std::path::PathBuf },
     /// Run the benchmarks whose figures README quotes.
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Unmount(a) => cmd::ctl::unmount_cmd(a),
         Command::Sim(args) => cmd::sim::run(*args),
         Command::Bench(b) => cmd::bench::run(b),
+        Command::Flash(c) => cmd::flash::run(c),
         Command::Keygen { file } => tiercache_remote::keyfile::generate(&file)
             .map(|_| {
                 println!(

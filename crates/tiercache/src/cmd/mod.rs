@@ -5,6 +5,7 @@ pub mod bench_fuse;
 pub mod bench_meta;
 pub mod bench_remote;
 pub mod ctl;
+pub mod flash;
 pub mod mount;
 pub mod mounts;
 pub mod partition_flags;
