@@ -85,6 +85,19 @@ impl FileDevice {
         })
     }
 
+    /// Opens `path` read-only (for `check`): writes fail with the OS's error.
+    pub fn open_read_only(path: &Path) -> io::Result<Self> {
+        let mut file = OpenOptions::new().read(true).open(path)?;
+        let len = file.seek(SeekFrom::End(0))?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+            sector: 512,
+            direct: false,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

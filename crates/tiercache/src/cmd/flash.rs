@@ -36,7 +36,7 @@ fn check(a: &CheckArgs) -> Result<(), String> {
     if !a.path.exists() {
         return Err(format!("{at}: no such file or device"));
     }
-    let dev = FileDevice::open(&a.path, None, false).map_err(|e| format!("{at}: {e}"))?;
+    let dev = FileDevice::open_read_only(&a.path).map_err(|e| format!("{at}: {e}"))?;
     let r = FlashTier::check(&dev).map_err(|e| format!("{at}: {e}"))?;
     if a.json {
         println!(
