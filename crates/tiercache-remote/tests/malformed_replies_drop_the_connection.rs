@@ -1,53 +1,28 @@
 //! A fake server sends malformed or unexpected replies: each is an error, and the connection
 //! it came on is never used again (its stream is out of sync); a good reply keeps it.
 #![allow(clippy::unwrap_used)]
+mod common;
 
-use std::io::{Read, Write};
+use common::fake_server;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tiercache_remote::{RemoteError, ServerClient};
 
-/// Serves each `mg` with the next canned reply; counts accepted connections.
-fn fake_server(replies: Vec<&'static [u8]>) -> (String, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let accepts = Arc::new(AtomicUsize::new(0));
-    let a = accepts.clone();
-    std::thread::spawn(move || {
-        let mut replies = replies.into_iter();
-        for stream in l.incoming() {
-            let Ok(mut s) = stream else { return };
-            a.fetch_add(1, Ordering::SeqCst);
-            let mut buf = [0u8; 1024];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let Some(r) = replies.next() else { return };
-                        if s.write_all(r).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    });
-    (addr, accepts)
-}
-
 #[test]
 fn every_bad_reply_costs_its_connection_and_good_ones_reuse_it() {
-    let (addr, accepts) = fake_server(vec![
-        b"VA 5\r\nhello\r\n",     // good: connection kept
-        b"EN\r\n",                // good: kept
-        b"VA 5\r\nhelloXX",       // value not ended by \r\n
-        b"HD\r\n",                // unexpected for mg
-        b"BOGUS\r\n",             // unknown reply
-        b"SERVER_ERROR busy\r\n", // error reply
-        b"VA 3\r\nabc\r\n",       // good again on a fresh connection
-    ]);
+    let (addr, accepts) = fake_server(
+        vec![
+            b"VA 5\r\nhello\r\n",     // good: connection kept
+            b"EN\r\n",                // good: kept
+            b"VA 5\r\nhelloXX",       // value not ended by \r\n
+            b"HD\r\n",                // unexpected for mg
+            b"BOGUS\r\n",             // unknown reply
+            b"SERVER_ERROR busy\r\n", // error reply
+            b"VA 3\r\nabc\r\n",       // good again on a fresh connection
+        ],
+        |_| true,
+    );
     let c = ServerClient::new(
         addr.clone(),
         addr.parse().unwrap(),

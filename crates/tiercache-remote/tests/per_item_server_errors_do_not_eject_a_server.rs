@@ -5,10 +5,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tiercache_core::Class;
 use tiercache_remote::{RemoteKey, RemoteTier, ServerClient};
@@ -53,47 +50,19 @@ fn items_too_large_for_a_restarted_server_fail_without_ejecting_it() {
     assert!(buf == block(&k, 1));
 }
 
-/// Answers each pipelined batch (everything up to `mn\r\n`) with the next canned reply.
-fn fake_server(replies: Vec<&'static [u8]>) -> (String, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let accepts = Arc::new(AtomicUsize::new(0));
-    let a = accepts.clone();
-    std::thread::spawn(move || {
-        let mut replies = replies.into_iter();
-        for stream in l.incoming() {
-            let Ok(mut s) = stream else { return };
-            a.fetch_add(1, Ordering::SeqCst);
-            let mut got = Vec::new();
-            let mut buf = [0u8; 4096];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-                if got.ends_with(b"mn\r\n") {
-                    got.clear();
-                    let Some(r) = replies.next() else { return };
-                    if s.write_all(r).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-    (addr, accepts)
-}
-
 #[test]
 fn a_server_error_fails_only_the_items_it_may_belong_to() {
-    let (addr, accepts) = fake_server(vec![
-        // After NS for item 1: the error is item 2's or item 3's.
-        b"NS O1\r\nSERVER_ERROR out of memory storing object\r\nMN\r\n",
-        // Before NS for item 2: the error is item 0's or item 1's.
-        b"SERVER_ERROR object too large for cache\r\nNS O2\r\nMN\r\n",
-        // Between tokens 0 and 3: items 1 and 2.
-        b"HD O0\r\nSERVER_ERROR out of memory storing object\r\nHD O3\r\nMN\r\n",
-    ]);
+    let (addr, accepts) = fake_server(
+        vec![
+            // After NS for item 1: the error is item 2's or item 3's.
+            b"NS O1\r\nSERVER_ERROR out of memory storing object\r\nMN\r\n",
+            // Before NS for item 2: the error is item 0's or item 1's.
+            b"SERVER_ERROR object too large for cache\r\nNS O2\r\nMN\r\n",
+            // Between tokens 0 and 3: items 1 and 2.
+            b"HD O0\r\nSERVER_ERROR out of memory storing object\r\nHD O3\r\nMN\r\n",
+        ],
+        |got| got.ends_with(b"mn\r\n"),
+    );
     let c = ServerClient::new(
         addr.clone(),
         addr.parse().unwrap(),

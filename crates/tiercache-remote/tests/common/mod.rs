@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -200,4 +200,40 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A fake memcached on loopback: answers each request (the bytes read until `request_ends`
+/// says the request is complete) with the next canned reply, and closes when they run out.
+/// Returns its address and the number of connections it accepted.
+pub fn fake_server(
+    replies: Vec<&'static [u8]>,
+    request_ends: fn(&[u8]) -> bool,
+) -> (String, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let accepts = Arc::new(AtomicUsize::new(0));
+    let a = accepts.clone();
+    std::thread::spawn(move || {
+        let mut replies = replies.into_iter();
+        for stream in l.incoming() {
+            let Ok(mut s) = stream else { return };
+            a.fetch_add(1, Ordering::SeqCst);
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+                if request_ends(&got) {
+                    got.clear();
+                    let Some(r) = replies.next() else { return };
+                    if s.write_all(r).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (addr, accepts)
 }

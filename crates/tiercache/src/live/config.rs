@@ -205,6 +205,26 @@ pub struct TierTable {
 }
 
 impl TierTable {
+    /// A table of `kind` with nothing else set (for tables made from flags).
+    pub fn of_kind(kind: &str) -> TierTable {
+        TierTable {
+            kind: At::flag(kind.to_string()),
+            name: None,
+            size: None,
+            policy: None,
+            placement: None,
+            read_latency_us: None,
+            write_latency_us: None,
+            accepts_dirty: None,
+            servers: None,
+            key_file: None,
+            namespace: None,
+            threshold: None,
+            timeout_ms: None,
+            flag: None,
+        }
+    }
+
     /// Parses `--tier KIND:SIZE[:PLACEMENT]`.
     pub fn from_flag(arg: &str) -> Result<TierTable, String> {
         let parts: Vec<&str> = arg.split(':').collect();
@@ -218,20 +238,10 @@ impl TierTable {
             }
         };
         Ok(TierTable {
-            kind: At::flag(kind.to_string()),
-            name: None,
             size: Some(At::flag(SizeValue::Text(size.to_string()))),
-            policy: None,
             placement: placement.map(|p| At::flag(p.to_string())),
-            read_latency_us: None,
-            write_latency_us: None,
-            accepts_dirty: None,
-            servers: None,
-            key_file: None,
-            namespace: None,
-            threshold: None,
-            timeout_ms: None,
             flag: Some(arg.to_string()),
+            ..TierTable::of_kind(kind)
         })
     }
 }

@@ -80,20 +80,8 @@ pub fn apply_remote_flags(
             );
         };
         tiers.push(TierTable {
-            kind: At::flag("remote".to_string()),
-            name: None,
-            size: None,
-            policy: None,
-            placement: None,
-            read_latency_us: None,
-            write_latency_us: None,
-            accepts_dirty: None,
             servers: Some(At::flag(url.clone())),
-            key_file: None,
-            namespace: None,
-            threshold: None,
-            timeout_ms: None,
-            flag: None,
+            ..TierTable::of_kind("remote")
         });
     }
     let table = tiers.iter_mut().find(|t| t.kind.value == "remote");

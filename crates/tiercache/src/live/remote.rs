@@ -5,7 +5,7 @@ use super::config::LowerTierSpec;
 use super::config_remote::RemoteSpec;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tiercache_mem::LowerStats;
+use tiercache_mem::{LowerStats, SeqBypassStats};
 use tiercache_remote::{RemoteConfig, RemoteTier};
 
 /// A remote tier of the mount, and its position in the lower stack (for its threshold).
@@ -32,13 +32,18 @@ pub fn build(
     Ok(Arc::new(tier))
 }
 
+/// The manager's sequential-bypass state of remote tier `m`.
+fn bypass_of<'a>(m: &MountedRemote, lower: Option<&'a LowerStats>) -> Option<&'a SeqBypassStats> {
+    lower.and_then(|l| l.seq_bypass.iter().find(|b| b.tier == m.position))
+}
+
 /// `stats --json` `remote`: the first remote tier's counters and current threshold (null
 /// without one); `remote_tiers` lists them all when there are several.
 pub fn stats_json(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> (Value, Value) {
     let one = |m: &MountedRemote| {
         let s = m.tier.remote_stats();
         let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
-        let b = lower.and_then(|l| l.seq_bypass.iter().find(|b| b.tier == m.position));
+        let b = bypass_of(m, lower);
         v["threshold"] = json!(b.map(|b| b.threshold));
         v["threshold_auto"] = json!(b.map(|b| b.auto));
         v["seq_bypassed_blocks"] = json!(b.map_or(0, |b| b.bypassed_blocks));
@@ -67,9 +72,7 @@ pub fn prometheus(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> Stri
             let name = tiercache_tier::DataTier::info(&*m.tier)
                 .name
                 .replace('"', "'");
-            let n = lower
-                .and_then(|l| l.seq_bypass.iter().find(|b| b.tier == m.position))
-                .map_or(0.0, |b| b.threshold as f64);
+            let n = bypass_of(m, lower).map_or(0.0, |b| b.threshold as f64);
             (format!("tier=\"{name}\""), m.tier.remote_stats(), n)
         })
         .collect();
