@@ -52,6 +52,8 @@ struct Meter {
     seek: Avg,
     block: Avg,
     tiers: Vec<Avg>,
+    /// Per tier: the costs its current `n` was chosen from (`None`: not chosen yet).
+    chosen: Vec<Option<MeasuredCosts>>,
     samples: u64,
 }
 
@@ -90,6 +92,7 @@ impl Bypass {
             bypassed: thresholds.iter().map(|_| AtomicU64::new(0)).collect(),
             meter: Mutex::new(Meter {
                 tiers: vec![Avg::default(); thresholds.len()],
+                chosen: vec![None; thresholds.len()],
                 ..Meter::default()
             }),
             auto,
@@ -130,19 +133,12 @@ impl Bypass {
             .filter(|&n| n != NEVER)
     }
 
-    /// What `auto` has measured so far, in µs: BACKING positioning, BACKING streaming per
-    /// block, lower tier `k` per block (`None` until each has a sample).
+    /// The costs `auto` chose lower tier `k`'s current `n` from, in µs: BACKING positioning,
+    /// BACKING streaming per block, the tier per block (`None` until `n` was first chosen, or
+    /// for a fixed threshold). Averages keep moving between choices; these do not, so
+    /// `choose_threshold` of them is exactly the `n` in force.
     pub fn measured(&self, k: usize) -> Option<MeasuredCosts> {
-        if !self.auto.get(k).copied().unwrap_or(false) {
-            return None;
-        }
-        let m = lock(&self.meter);
-        let us = |a: Avg| a.0.map(|x| x * 1e6);
-        Some(MeasuredCosts {
-            backing_seek_us: us(m.seek),
-            backing_block_us: us(m.block),
-            tier_block_us: m.tiers.get(k).copied().and_then(us),
-        })
+        lock(&self.meter).chosen.get(k).copied().flatten()
     }
 
     pub fn bypassed(&self, k: usize) -> u64 {
@@ -198,6 +194,11 @@ impl Bypass {
                     tier_block,
                 });
                 self.n[k].store(n, Relaxed);
+                m.chosen[k] = Some(MeasuredCosts {
+                    backing_seek_us: Some(seek * 1e6),
+                    backing_block_us: Some(block * 1e6),
+                    tier_block_us: Some(tier_block * 1e6),
+                });
             }
         }
     }
@@ -229,5 +230,13 @@ mod tests {
         }
         let n = b.threshold(0).unwrap();
         assert!((100..=140).contains(&n), "{n}");
+        let c = b.measured(0).unwrap();
+        let us = |x: Option<f64>| x.unwrap() / 1e6;
+        let again = choose_threshold(&Costs {
+            backing_seek: us(c.backing_seek_us),
+            backing_block: us(c.backing_block_us),
+            tier_block: us(c.tier_block_us),
+        });
+        assert!(again.abs_diff(n) <= 1, "{n} vs {again} from {c:?}");
     }
 }
