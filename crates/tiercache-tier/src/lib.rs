@@ -19,4 +19,7 @@ pub mod tier;
 
 pub use key::{FileKey, TierKey};
 pub use test_tier::{TestTier, TestTierConfig};
-pub use tier::{Admit, DataTier, DirtyBlock, Lookup, TierError, TierInfo, TierKind, TierSnapshot};
+pub use tier::{
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileMeta, Lookup, RecoveredFile,
+    TierError, TierInfo, TierKind, TierSnapshot, MAX_HANDLE_BYTES,
+};

@@ -88,6 +88,53 @@ pub struct DirtyBlock {
     pub seq: u64,
 }
 
+/// Longest file handle kept (`MAX_HANDLE_SZ` of Linux).
+pub const MAX_HANDLE_BYTES: usize = 128;
+
+/// A `name_to_handle_at` handle of a BACKING file: opens it again by `open_by_handle_at`
+/// after a crash, without its path (renames do not change it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FileHandle {
+    /// `handle_type` (file-system specific).
+    pub kind: i32,
+    /// `f_handle`, at most [`MAX_HANDLE_BYTES`].
+    pub bytes: Vec<u8>,
+}
+
+/// What a persistent tier keeps durable with a file's dirty blocks, so that after a crash they
+/// can be written to the right BACKING file, up to the right size, with the right mtime.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FileMeta {
+    /// Logical size: may exceed BACKING's while appended blocks are only in the tier.
+    pub size: u64,
+    /// Logical modification time (the time of the last write), ns since the epoch.
+    pub mtime_ns: i64,
+    pub handle: FileHandle,
+}
+
+/// A file whose dirty blocks a persistent tier found when it was opened after a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredFile {
+    pub file: FileKey,
+    /// Content version of its dirty blocks (for `read_dirty`).
+    pub version: u64,
+    /// The newest meta made durable with them (`None`: none was, e.g. written by a manager
+    /// that did not keep any).
+    pub meta: Option<FileMeta>,
+    pub dirty_blocks: u64,
+}
+
+/// The tier's cleaning policy's advice (the policy decides; the manager does the I/O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CleanAdvice {
+    /// Nothing to clean now.
+    Idle,
+    /// Write these dirty blocks to BACKING (in file/offset order, merged), then `mark_clean`.
+    Clean(Vec<DirtyBlock>),
+    /// Do not store into the tier now (no room without cleaning): go to BACKING directly.
+    Bypass,
+}
+
 /// A tier's failure. A failed read is served from the next source; a failed store is dropped
 /// (clean data) or falls back to BACKING (dirty data).
 #[derive(Debug, thiserror::Error)]
@@ -200,4 +247,29 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// Makes dirty data stored so far durable in the tier (a volatile tier: nothing to do).
     fn sync(&self) -> Result<(), TierError>;
     fn stats(&self) -> TierSnapshot;
+
+    /// A persistent tier holding dirty blocks of `file` keeps `meta` with them, durable at the
+    /// next `sync()` (newest call wins); dropped once the file has no dirty block there. The
+    /// manager calls it before storing a file's dirty blocks and whenever its size or mtime
+    /// changes while it has some. Default: nothing (volatile tiers lose dirty data anyway).
+    fn set_file_meta(&self, _file: &FileKey, _meta: &FileMeta) {}
+    /// Files with dirty blocks found when the tier was opened (before the manager stored
+    /// anything), to be cleaned before the mount is served. Default: none.
+    fn recovered_files(&self) -> Vec<RecoveredFile> {
+        Vec::new()
+    }
+    /// A request reached the tier (a memory miss or a write-back): the cleaning policy may ask
+    /// for cleaning in the request path (`eager`) or to bypass the tier. Default: `Idle`.
+    fn on_request(&self) -> CleanAdvice {
+        CleanAdvice::Idle
+    }
+    /// Periodic tick from the manager's background thread: idle-time cleaning. Default: `Idle`.
+    fn on_tick(&self) -> CleanAdvice {
+        CleanAdvice::Idle
+    }
+    /// The tier counted too many device errors: the manager cleans what it can read and stops
+    /// using it. Default: never.
+    fn detaching(&self) -> bool {
+        false
+    }
 }
