@@ -28,9 +28,10 @@ pub enum CleanerMode {
 }
 
 /// Shown by `stats` as `flash.state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CleanerState {
+    #[default]
     Normal,
     Wait,
     Writeback,

@@ -22,9 +22,25 @@ pub enum FlashError {
     /// A superblock of another format version or geometry than asked for.
     #[error("flash format mismatch: {0}")]
     Mismatch(String),
+    /// A cache made by another tiercache version (no migration: there were no users).
+    #[error("{}", format_version_msg(*found))]
+    FormatVersion { found: u32 },
     /// The tier is degraded (too many device errors) or closed.
     #[error("flash tier {tier} unavailable: {why}")]
     Unavailable { tier: String, why: String },
+}
+
+fn format_version_msg(found: u32) -> String {
+    let expected = crate::format::FORMAT_VERSION;
+    let by = if found < expected {
+        "an older"
+    } else {
+        "a newer"
+    };
+    format!(
+        "flash cache made by {by} tiercache (format version {found}, this one reads {expected}); \
+         it cannot be migrated: remove the file (or wipe the device) to recreate it"
+    )
 }
 
 impl FlashError {

@@ -5,15 +5,20 @@
 //! structure ends with a CRC32C of the bytes before it; integers are little-endian.
 
 use crate::error::FlashError;
-use tiercache_tier::FileKey;
+use tiercache_tier::{FileHandle, FileKey, FileMeta, MAX_HANDLE_BYTES};
 
 pub const SB_MAGIC: &[u8; 8] = b"TCFLASH\0";
 pub const REC_MAGIC: &[u8; 4] = b"TCSR";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Superblock flag: the tier was closed cleanly (every record matches memory).
 pub const SB_CLEAN: u32 = 1;
 /// Record flag: the set is mapped to the backing set in the tag.
 pub const REC_MAPPED: u32 = 1;
+/// Record flag: the file-meta fields after the bitmaps are meaningful (format 2).
+pub const REC_META: u32 = 2;
+/// Bytes of the file-meta fields after the bitmaps: size, mtime, meta_gen, handle type,
+/// handle length, 128 handle bytes.
+pub const REC_META_BYTES: usize = 32 + MAX_HANDLE_BYTES;
 /// Bytes of a superblock that carry content (the rest of its sector is zero).
 pub const SB_BYTES: usize = 76;
 /// Record header bytes before the bitmaps.
@@ -90,8 +95,11 @@ impl Geometry {
         let overflow = || FlashError::Geometry(format!("{len} bytes: layout overflows"));
         let sector64 = u64::try_from(sector).map_err(|_| overflow())?;
         let bitmap = (1u64 << set_shift).div_ceil(64) * 8;
-        let rec_size =
-            round_up(REC_HEADER as u64 + 2 * bitmap + 4, sector64).ok_or_else(overflow)?;
+        let rec_size = round_up(
+            REC_HEADER as u64 + 2 * bitmap + REC_META_BYTES as u64 + 4,
+            sector64,
+        )
+        .ok_or_else(overflow)?;
         let rec_size32 = u32::try_from(rec_size).map_err(|_| overflow())?;
         let meta_off = sector64.checked_mul(2).ok_or_else(overflow)?;
         let set_bytes = 1u64 << (block_shift + set_shift);
@@ -174,6 +182,13 @@ impl Superblock {
         b
     }
 
+    /// The format version of a superblock with a good magic and checksum, whatever the
+    /// version (to tell a cache of another tiercache version from garbage).
+    pub fn version_of(b: &[u8]) -> Option<u32> {
+        (b.len() >= SB_BYTES && &b[0..8] == SB_MAGIC && crc32c::crc32c(&b[..72]) == u32_at(b, 72))
+            .then(|| u32_at(b, 8))
+    }
+
     /// `Err` names why the bytes are not a valid superblock.
     pub fn decode(b: &[u8]) -> Result<Self, String> {
         if b.len() < SB_BYTES {
@@ -219,6 +234,8 @@ pub struct Record {
     pub version: u64,
     pub valid: Vec<u64>,
     pub dirty: Vec<u64>,
+    /// The tag's file's meta and the tier-wide `meta_gen` it was written with (format 2).
+    pub meta: Option<(FileMeta, u64)>,
 }
 
 /// How a record slot read back.
@@ -271,7 +288,7 @@ impl Record {
         b[4..8].copy_from_slice(&self.set.to_le_bytes());
         b[8..16].copy_from_slice(&instance.to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        let (file, si, flags) = match self.tag {
+        let (file, si, mut flags) = match self.tag {
             Some((f, si)) => (f, si, REC_MAPPED),
             None => (
                 FileKey {
@@ -288,12 +305,24 @@ impl Record {
         b[40..48].copy_from_slice(&file.birth.to_le_bytes());
         b[48..56].copy_from_slice(&si.to_le_bytes());
         b[56..64].copy_from_slice(&self.version.to_le_bytes());
-        b[64..68].copy_from_slice(&flags.to_le_bytes());
         let mut o = REC_HEADER;
         for w in self.valid.iter().chain(self.dirty.iter()) {
             b[o..o + 8].copy_from_slice(&w.to_le_bytes());
             o += 8;
         }
+        // A free set carries no meta (it names no file).
+        if let (Some((m, gen)), Some(_)) = (&self.meta, self.tag) {
+            let n = m.handle.bytes.len().min(MAX_HANDLE_BYTES);
+            flags |= REC_META;
+            b[o..o + 8].copy_from_slice(&m.size.to_le_bytes());
+            b[o + 8..o + 16].copy_from_slice(&m.mtime_ns.to_le_bytes());
+            b[o + 16..o + 24].copy_from_slice(&gen.to_le_bytes());
+            b[o + 24..o + 28].copy_from_slice(&m.handle.kind.to_le_bytes());
+            b[o + 28..o + 32].copy_from_slice(&(n as u32).to_le_bytes());
+            b[o + 32..o + 32 + n].copy_from_slice(&m.handle.bytes[..n]);
+        }
+        o += REC_META_BYTES;
+        b[64..68].copy_from_slice(&flags.to_le_bytes());
         let crc = crc32c::crc32c(&b[..o]);
         b[o..o + 4].copy_from_slice(&crc.to_le_bytes());
         b
@@ -304,7 +333,8 @@ impl Record {
             return Slot::Empty;
         }
         let words = geo.bitmap_bytes() / 8;
-        let end = REC_HEADER + 2 * words * 8;
+        let bits_end = REC_HEADER + 2 * words * 8;
+        let end = bits_end + REC_META_BYTES;
         if b.len() < end + 4
             || &b[0..4] != REC_MAGIC
             || crc32c::crc32c(&b[..end]) != u32_at(b, end)
@@ -314,6 +344,27 @@ impl Record {
             return Slot::Bad;
         }
         let flags = u32_at(b, 64);
+        let o = bits_end;
+        let handle_len = u32_at(b, o + 28) as usize;
+        if flags & REC_META != 0 && (flags & REC_MAPPED == 0 || handle_len > MAX_HANDLE_BYTES) {
+            // A checksummed record no writer makes: not trusted.
+            return Slot::Bad;
+        }
+        let meta = (flags & REC_META != 0).then(|| {
+            let mtime = i64::from_le_bytes(b[o + 8..o + 16].try_into().unwrap_or([0; 8]));
+            let kind = i32::from_le_bytes(b[o + 24..o + 28].try_into().unwrap_or([0; 4]));
+            (
+                FileMeta {
+                    size: u64_at(b, o),
+                    mtime_ns: mtime,
+                    handle: FileHandle {
+                        kind,
+                        bytes: b[o + 32..o + 32 + handle_len].to_vec(),
+                    },
+                },
+                u64_at(b, o + 16),
+            )
+        });
         let tag = (flags & REC_MAPPED != 0).then(|| {
             (
                 FileKey {
@@ -334,6 +385,7 @@ impl Record {
             version: u64_at(b, 56),
             valid,
             dirty,
+            meta,
         })
     }
 }

@@ -5,9 +5,12 @@
 //! - a set is mapped (has a tag) iff it is in `table` and on the LRU list, else on `free`;
 //! - `dirty ⊆ valid` per set; a free set has no valid bit;
 //! - `disk_dirty` ⊇ the dirty bits of the newest record that may be on the device for the
-//!   set (under the set's current tag: a tag changes only once `disk_dirty` is empty).
+//!   set (under the set's current tag: a tag changes only once `disk_dirty` is empty);
+//! - `F_IN_D` is set iff the set is mapped and holds a `dirty` or `disk_dirty` bit, and
+//!   `files[f].sets` counts the sets of file `f` with `F_IN_D` (see `crate::meta`).
 
-use tiercache_tier::FileKey;
+use std::collections::HashMap;
+use tiercache_tier::{FileKey, FileMeta};
 
 pub const NIL: u32 = u32::MAX;
 
@@ -18,6 +21,25 @@ pub struct SetId(pub u32);
 pub const F_MAPPED: u8 = 1;
 /// RAM differs from the newest record written (a record is due at the next sync).
 pub const F_META_DIRTY: u8 = 2;
+/// Mapped, with a dirty or `disk_dirty` bit: a record on the device may claim dirty blocks of
+/// the set's file, so the file's meta must stay durable (see `crate::meta`).
+pub const F_IN_D: u8 = 4;
+
+/// RAM per file that has dirty blocks in the tier (or may have them after a crash), or whose
+/// meta was set since the last sync. Per file, not per block.
+#[derive(Debug, Default)]
+pub struct FileEntry {
+    /// The newest meta given by `set_file_meta`.
+    pub meta: Option<FileMeta>,
+    /// No durable record is known to carry `meta` (a sync must write one).
+    pub changed: bool,
+    /// `set_file_meta` was called since the last sync (kept then even with no set yet).
+    pub fresh: bool,
+    /// The file's sets with `F_IN_D`.
+    pub sets: u32,
+    /// One of them, probably (checked before use).
+    pub hint: u32,
+}
 
 /// Per-set fixed part (64 bytes).
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +96,14 @@ pub struct Index {
     pub dirty_blocks: u64,
     /// Mapped sets with at least one dirty block.
     pub dirty_sets: u32,
+    /// Files with sets in `F_IN_D`, or with a fresh meta (not counted in `ram_bytes`: per
+    /// dirty file, not per block).
+    pub files: HashMap<FileKey, FileEntry>,
+    /// A set that may have carried a file's meta was unmapped: the next sync writes the
+    /// carriers of changed files durably before the other records.
+    pub carrier_lost: bool,
+    /// The newest `meta_gen` written (+1 per record carrying meta).
+    pub meta_gen: u64,
 }
 
 fn mix(file: &FileKey, si: u64) -> u64 {
@@ -105,7 +135,50 @@ impl Index {
             valid_blocks: 0,
             dirty_blocks: 0,
             dirty_sets: 0,
+            files: HashMap::new(),
+            carrier_lost: false,
+            meta_gen: 0,
         }
+    }
+
+    /// Keeps `F_IN_D` and the per-file set counts right after the set's bits or mapping
+    /// changed; drops a file's entry once it has no set in D and no fresh meta.
+    pub fn refresh(&mut self, id: u32) {
+        let m = self.sets[id as usize];
+        let in_d = m.flags & F_MAPPED != 0 && (self.set_dirty_any(id) || self.disk_dirty_any(id));
+        if in_d == (m.flags & F_IN_D != 0) {
+            return;
+        }
+        if in_d {
+            self.sets[id as usize].flags |= F_IN_D;
+            let e = self.files.entry(m.file).or_default();
+            e.sets += 1;
+            e.hint = id;
+        } else {
+            self.sets[id as usize].flags &= !F_IN_D;
+            if let Some(e) = self.files.get_mut(&m.file) {
+                e.sets = e.sets.saturating_sub(1);
+                if e.sets == 0 && !e.fresh {
+                    self.files.remove(&m.file);
+                }
+            }
+        }
+    }
+
+    /// `disk_dirty |= dirty` (a record with the current bits may now be on the device).
+    pub fn disk_dirty_or_dirty(&mut self, id: u32) {
+        for i in self.range(id) {
+            self.disk_dirty[i] |= self.dirty[i];
+        }
+        self.refresh(id);
+    }
+
+    /// `disk_dirty = dirty` (the record with the current bits is durable).
+    pub fn disk_dirty_is_dirty(&mut self, id: u32) {
+        for i in self.range(id) {
+            self.disk_dirty[i] = self.dirty[i];
+        }
+        self.refresh(id);
     }
 
     /// Every byte this index holds, by capacity (what `ram_bytes_per_block` reports).
@@ -179,6 +252,7 @@ impl Index {
             self.written[i] |= m;
         }
         self.note_meta(id);
+        self.refresh(id);
     }
 
     /// Clears the dirty bit of block `b` (the block stays valid).
@@ -192,6 +266,7 @@ impl Index {
                 self.dirty_sets -= 1;
             }
             self.note_meta(id);
+            self.refresh(id);
         }
     }
 
@@ -332,6 +407,7 @@ impl Index {
         self.table_insert(id);
         self.lru_push_head(id);
         self.note_meta(id);
+        self.refresh(id);
     }
 
     /// Unmaps a set with no dirty block (its clean blocks go) and returns it to the free list.
@@ -341,8 +417,18 @@ impl Index {
         self.lru_unlink(id);
         let m = &mut self.sets[id as usize];
         m.flags &= !F_MAPPED;
+        let file = m.file;
         self.free.push(id);
         self.note_meta(id);
+        self.refresh(id);
+        // The set's newest record may have carried the file's meta: the next sync writes
+        // another carrier durably before this set's new record.
+        if let Some(e) = self.files.get_mut(&file) {
+            if e.meta.is_some() {
+                e.changed = true;
+                self.carrier_lost = true;
+            }
+        }
     }
 
     pub fn is_mapped(&self, id: u32) -> bool {

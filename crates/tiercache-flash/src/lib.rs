@@ -22,12 +22,14 @@
 //!
 //! Not wired here: the mount, CLI, stats and simulator use it through the lead's changes.
 
+mod advice;
 pub mod cleaner;
 pub mod device;
 pub mod error;
 pub mod faulty;
 pub mod format;
 mod index;
+mod meta;
 mod recovery;
 pub mod tier;
 

@@ -1,12 +1,17 @@
 //! Formatting, opening (recovery and warm restart), clean close, and the offline check.
 
+use crate::cleaner::Cleaner;
 use crate::device::FlashDevice;
 use crate::error::FlashError;
-use crate::format::{newest, Geometry, Record, Superblock, SB_CLEAN};
+use crate::format::{newest, Geometry, Record, Superblock, FORMAT_VERSION, SB_CLEAN};
 use crate::index::{Index, F_META_DIRTY};
+use crate::meta::NewestMeta;
 use crate::tier::{unavailable, FlashConfig, FlashStats, FlashTier, State};
 use serde::Serialize;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tiercache_tier::{FileKey, RecoveredFile};
 use tiercache_tier::{TierInfo, TierKind, TierSnapshot};
 
 /// What `tiercache flash check PATH [--json]` shows.
@@ -35,6 +40,11 @@ pub struct CheckReport {
     pub dirty_not_valid: u32,
     /// Records with bits set past the set's last block.
     pub stray_bits: u32,
+    /// Files holding dirty blocks (per the newest good records).
+    pub files_with_dirty: u32,
+    /// Of those, files for which some record carries meta (size, mtime, handle): the
+    /// manager can reopen them and restore their size and mtime after a crash.
+    pub files_with_dirty_meta: u32,
 }
 
 /// Largest sector size probed for superblock slot 1 when slot 0 is not valid.
@@ -46,6 +56,7 @@ fn read_sb_at(
     dev: &dyn FlashDevice,
     off: u64,
     why: &mut Vec<String>,
+    other_version: &mut Option<u32>,
 ) -> Result<Option<Superblock>, FlashError> {
     let n = dev.sector_size().max(512);
     if off.checked_add(n as u64).is_none_or(|end| end > dev.len()) {
@@ -54,6 +65,9 @@ fn read_sb_at(
     }
     let mut b = vec![0u8; n];
     dev.read_at(&mut b, off)?;
+    if let Some(v) = Superblock::version_of(&b).filter(|&v| v != FORMAT_VERSION) {
+        *other_version = Some(v);
+    }
     Ok(Superblock::decode(&b)
         .map_err(|e| why.push(format!("offset {off}: {e}")))
         .ok())
@@ -67,12 +81,13 @@ fn read_sb_at(
 /// where its own sector size names that offset. Never an older copy for want of the newer.
 fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashError> {
     let mut why = Vec::new();
-    let slot0 = read_sb_at(dev, 0, &mut why)?;
+    let mut other = None;
+    let slot0 = read_sb_at(dev, 0, &mut why, &mut other)?;
     let slot1 = match slot0 {
         Some(sb0) => {
             let s = u64::from(sb0.geo.sector);
             if s >= 512 && s.is_power_of_two() {
-                read_sb_at(dev, s, &mut why)?.filter(|sb| u64::from(sb.geo.sector) == s)
+                read_sb_at(dev, s, &mut why, &mut other)?.filter(|sb| u64::from(sb.geo.sector) == s)
             } else {
                 None
             }
@@ -82,7 +97,8 @@ fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashErro
             let mut found = None;
             let mut s = min;
             while found.is_none() && s <= MAX_PROBE_SECTOR {
-                found = read_sb_at(dev, s, &mut why)?.filter(|sb| u64::from(sb.geo.sector) == s);
+                found = read_sb_at(dev, s, &mut why, &mut other)?
+                    .filter(|sb| u64::from(sb.geo.sector) == s);
                 s *= 2;
             }
             found
@@ -98,7 +114,12 @@ fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashErro
             }
         }
         (Some(x), None) | (None, Some(x)) => x,
-        (None, None) => return Err(FlashError::NotFormatted(why.join("; "))),
+        (None, None) => {
+            return Err(match other {
+                Some(found) => FlashError::FormatVersion { found },
+                None => FlashError::NotFormatted(why.join("; ")),
+            })
+        }
     };
     let g = &sb.geo;
     let mismatch = || {
@@ -199,6 +220,7 @@ impl FlashTier {
                     version: 0,
                     valid: vec![0; words],
                     dirty: vec![0; words],
+                    meta: None,
                 };
                 let base = i as usize * per;
                 buf[base..base + geo.rec_size as usize]
@@ -225,18 +247,40 @@ impl FlashTier {
             sb,
             idx,
             FlashStats::default(),
+            Vec::new(),
         ))
     }
 
-    fn assemble(
+    /// Opens the tier on `dev`, formatting it first only when it holds no tiercache flash
+    /// superblock at all (a new file or a wiped device). A cache of another format version,
+    /// a geometry mismatch or a damaged superblock is an error, never silently formatted.
+    /// Returns whether it was created.
+    pub fn open_or_create(
         dev: Arc<dyn FlashDevice>,
         cfg: FlashConfig,
+    ) -> Result<(Self, bool), FlashError> {
+        match Self::open(dev.clone(), cfg.clone()) {
+            Ok(t) => Ok((t, false)),
+            Err(FlashError::NotFormatted(_)) if !has_superblock_bytes(dev.as_ref())? => {
+                Ok((Self::create(dev, cfg)?, true))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        dev: Arc<dyn FlashDevice>,
+        mut cfg: FlashConfig,
         geo: Geometry,
         sb: Superblock,
         idx: Index,
         fs: FlashStats,
+        recovered: Vec<RecoveredFile>,
     ) -> Self {
+        cfg.cleaner.free_floor = Self::floor_for(cfg.cleaner.free_floor, geo.sets);
         Self {
+            origin: Instant::now(),
             info: info(&cfg, &geo),
             state: Mutex::new(State {
                 idx,
@@ -245,6 +289,9 @@ impl FlashTier {
                 sb,
                 closed: false,
                 unsynced: false,
+                cleaner: Cleaner::new(cfg.cleaner.clone()),
+                bypassed: 0,
+                recovered,
             }),
             cfg,
             geo,
@@ -275,8 +322,12 @@ impl FlashTier {
         let mut duplicates = Vec::new();
         let mut dirty_twice = Vec::new();
         let mut free = Vec::new();
+        let mut metas = NewestMeta::default();
         scan_records(dev.as_ref(), &sb, |set, rec, bad| {
             fs.torn_records += bad;
+            if let Some((file, _)) = rec.as_ref().and_then(|r| r.tag) {
+                metas.see(file, &rec.as_ref().and_then(|r| r.meta.clone()));
+            }
             let Some(mut rec) = rec else {
                 // No good record: nothing on the device can be trusted here.
                 free.push(set);
@@ -367,15 +418,18 @@ impl FlashTier {
         // Lowest set numbers are allocated first.
         free.sort_unstable_by(|a, b| b.cmp(a));
         idx.free = free;
+        let recovered = metas.restore(&mut idx, geo.set_blocks());
+        fs.recovered_files = recovered.len() as u64;
         // Leave "clean" before anything changes.
         sb.flags &= !SB_CLEAN;
         sb.gen += 1;
         dev.write_at(&sb.encode(), geo.sb_off(sb.gen & 1))?;
         dev.sync()?;
-        let tier = Self::assemble(dev, cfg, geo, sb, idx, fs);
+        let tier = Self::assemble(dev, cfg, geo, sb, idx, fs, recovered);
         if !duplicates.is_empty() {
+            // The freed duplicates may carry a file's newest meta: the carriers first.
             let mut st = tier.st();
-            tier.persist(&mut st, &duplicates)
+            tier.sync_locked(&mut st)
                 .map_err(|e| FlashError::Io(std::io::Error::other(e.to_string())))?;
         }
         Ok(tier)
@@ -395,8 +449,7 @@ impl FlashTier {
                 "close: tainted (an earlier device sync or drop record failed)",
             ));
         }
-        let ids: Vec<u32> = st.idx.pending.clone();
-        self.persist(&mut st, &ids)
+        self.sync_locked(&mut st)
             .map_err(|e| unavailable(&self.info.name, &format!("close: {e}")))?;
         if !st.idx.pending.is_empty() {
             return Err(unavailable(&self.info.name, "close: records still pending"));
@@ -424,7 +477,7 @@ impl FlashTier {
         let g = sb.geo;
         let clean = sb.flags & SB_CLEAN != 0;
         let mut r = CheckReport {
-            format_version: crate::format::FORMAT_VERSION,
+            format_version: FORMAT_VERSION,
             superblocks_valid,
             clean_shutdown: clean,
             block_size: g.block_size() as u64,
@@ -432,7 +485,9 @@ impl FlashTier {
             sets: g.sets,
             ..CheckReport::default()
         };
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
+        let mut files: HashSet<FileKey> = HashSet::new();
+        let mut with_meta: HashSet<FileKey> = HashSet::new();
         scan_records(dev, &sb, |_, rec, bad| {
             r.torn_records += bad;
             let Some(rec) = rec else {
@@ -442,6 +497,12 @@ impl FlashTier {
             r.dirty_not_valid += u32::from(rec.dirty_not_valid());
             r.stray_bits += u32::from(rec.stray_bits(g.set_blocks()));
             let Some(tag) = rec.tag else { return };
+            if rec.meta.is_some() {
+                with_meta.insert(tag.0);
+            }
+            if rec.dirty.iter().any(|&w| w != 0) {
+                files.insert(tag.0);
+            }
             r.mapped_sets += 1;
             if !seen.insert(tag) {
                 r.duplicate_tags += 1;
@@ -450,6 +511,8 @@ impl FlashTier {
             r.valid_blocks += ones(&rec.valid);
             r.dirty_blocks += ones(&rec.dirty);
         })?;
+        r.files_with_dirty = files.len() as u32;
+        r.files_with_dirty_meta = files.iter().filter(|f| with_meta.contains(*f)).count() as u32;
         r.usable_blocks = if clean {
             r.valid_blocks
         } else {
@@ -459,7 +522,24 @@ impl FlashTier {
     }
 }
 
-/// Whether a device holds a valid superblock (e.g. to decide between `open` and `create`).
+/// Whether a device holds a valid superblock, of this format version or another (e.g. to
+/// decide between `open` and `create`: `open` then refuses another version with a clear
+/// error instead of the data being formatted away). [`FlashTier::open_or_create`] decides
+/// more carefully.
 pub fn is_formatted(dev: &dyn FlashDevice) -> bool {
-    read_superblock(dev).is_ok()
+    matches!(
+        read_superblock(dev),
+        Ok(_) | Err(FlashError::FormatVersion { .. })
+    )
+}
+
+/// Whether the superblock area (the first 128 KiB, or less on a smaller device) holds any
+/// non-zero byte: then it is not a new file, and `open_or_create` does not format it.
+fn has_superblock_bytes(dev: &dyn FlashDevice) -> Result<bool, FlashError> {
+    let n = dev.len().min(2 * MAX_PROBE_SECTOR);
+    let sector = dev.sector_size().max(512) as u64;
+    let n = n - n % sector;
+    let mut b = vec![0u8; n as usize];
+    dev.read_at(&mut b, 0)?;
+    Ok(b.iter().any(|&x| x != 0))
 }

@@ -22,6 +22,7 @@
 //! cannot persist a drop may, after a crash, bring back the dropped block dirty with its old
 //! bytes (the manager must not trust a tier whose `sync` failed; `open` cannot tell).
 
+use crate::cleaner::{Cleaner, CleanerConfig, CleanerMode, CleanerState};
 use crate::device::FlashDevice;
 use crate::error::FlashError;
 use crate::format::{Geometry, Record, Superblock};
@@ -29,9 +30,11 @@ use crate::index::{Index, SetId, F_META_DIRTY};
 use serde::Serialize;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 use tiercache_core::Class;
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierSnapshot,
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, TierError,
+    TierInfo, TierKey, TierSnapshot,
 };
 
 /// How a flash tier is built (geometry applies to `create`; `open` takes it from the device).
@@ -46,6 +49,9 @@ pub struct FlashConfig {
     pub max_errors: u64,
     /// Sets looked at from the LRU end for a clean one to reuse (default 64).
     pub alloc_scan: usize,
+    /// The cleaning policy behind `on_request`/`on_tick` (default: idle mode, `free_floor`
+    /// 0 = a tenth of the sets, at least 1; wait 1 s; 4 sets at once; `dirty_max` 0.8).
+    pub cleaner: CleanerConfig,
 }
 
 impl FlashConfig {
@@ -56,34 +62,48 @@ impl FlashConfig {
             set_shift: 8,
             max_errors: 16,
             alloc_scan: 64,
+            cleaner: CleanerConfig::new(CleanerMode::Idle, 0),
         }
     }
 }
 
-/// Flash-specific counters for `stats --json` (`flash.*`).
+/// Flash-specific counters for `stats --json` (`flash.*`; the field names are the JSON keys).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FlashStats {
+    /// The cleaner's state: `"normal"`, `"wait"` or `"writeback"`.
+    pub state: CleanerState,
     pub sets: u32,
-    /// Unmapped sets.
+    /// Sets holding no dirty block (unmapped, or reusable at once): what the cleaner keeps
+    /// at or above its floor.
     pub free_sets: u32,
-    /// Sets holding no dirty block (free or reusable at once).
-    pub reclaimable_sets: u32,
+    /// The cleaner's floor for `free_sets`.
+    pub free_floor: u32,
+    /// Unmapped sets (a subset of `free_sets`).
+    pub unmapped_sets: u32,
     pub dirty_sets: u32,
     pub valid_blocks: u64,
     pub dirty_blocks: u64,
     pub bytes_cleaned: u64,
+    /// Times the cleaning advice said `Bypass` (no free set, or detaching).
+    pub bypassed: u64,
     /// Index RAM (by capacity) / capacity in blocks.
     pub ram_bytes_per_block: f64,
+    /// Too many device errors (or tainted): reads miss, stores are turned down, the manager
+    /// cleans what it can read and detaches (`DataTier::detaching`).
     pub degraded: bool,
     /// A device sync or a drop's record failed: `sync()` fails for good (see the module docs).
     pub tainted: bool,
     pub errors: u64,
     /// Stores turned down because the set holds dirty blocks of another content version.
     pub version_conflicts: u64,
+    /// Files whose meta (size, mtime, handle) is kept in RAM and on the device.
+    pub files_with_meta: u64,
     /// Found at the last open: record slots that were torn or damaged.
     pub torn_records: u32,
     /// Found at the last open: dirty blocks recovered (to be cleaned).
     pub recovered_dirty_blocks: u64,
+    /// Found at the last open: files holding dirty blocks (`recovered_files`).
+    pub recovered_files: u64,
     /// Whether the last open found a clean shutdown (warm restart).
     pub opened_clean: bool,
     pub record_writes: u64,
@@ -99,6 +119,11 @@ pub(crate) struct State {
     pub closed: bool,
     /// Data or records written since the last device sync.
     pub unsynced: bool,
+    pub cleaner: Cleaner,
+    /// Advice that said `Bypass`.
+    pub bypassed: u64,
+    /// Files with dirty blocks found by `open`.
+    pub recovered: Vec<RecoveredFile>,
 }
 
 /// The flash tier; see the module docs.
@@ -109,6 +134,8 @@ pub struct FlashTier {
     pub(crate) geo: Geometry,
     pub(crate) dev: Arc<dyn FlashDevice>,
     pub(crate) state: Mutex<State>,
+    /// Origin of the cleaner's monotonic clock.
+    pub(crate) origin: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,27 +226,37 @@ impl FlashTier {
         Ok(())
     }
 
-    /// Writes the set's record into the other slot (not durable until the next sync).
-    fn write_record(&self, st: &mut State, id: u32) -> io::Result<()> {
+    /// Writes the set's record into the other slot (not durable until the next sync). A
+    /// mapped set whose file has meta in RAM carries it, with a new `meta_gen`; returns it.
+    fn write_record(&self, st: &mut State, id: u32) -> io::Result<Option<(FileKey, FileMeta)>> {
         let r = st.idx.range(id);
         let m = st.idx.sets[id as usize];
+        let mapped = st.idx.is_mapped(id);
+        let meta = mapped
+            .then(|| st.idx.files.get(&m.file).and_then(|e| e.meta.clone()))
+            .flatten();
+        let gen = st.idx.meta_gen + 1;
         let rec = Record {
             set: id,
             seq: m.rec_seq + 1,
-            tag: st.idx.is_mapped(id).then_some((m.file, m.set_index)),
+            tag: mapped.then_some((m.file, m.set_index)),
             version: m.version,
             valid: st.idx.valid[r.clone()].to_vec(),
             dirty: st.idx.dirty[r].to_vec(),
+            meta: meta.map(|x| (x, gen)),
         };
         let bytes = rec.encode(&self.geo, st.sb.instance);
         self.dev
             .write_at(&bytes, self.geo.rec_off(id, rec.seq & 1))?;
         st.fs.record_writes += 1;
         st.unsynced = true;
-        let m = &mut st.idx.sets[id as usize];
-        m.rec_seq = rec.seq;
-        m.flags &= !F_META_DIRTY;
-        Ok(())
+        let s = &mut st.idx.sets[id as usize];
+        s.rec_seq = rec.seq;
+        s.flags &= !F_META_DIRTY;
+        Ok(rec.meta.map(|(meta, g)| {
+            st.idx.meta_gen = g;
+            (m.file, meta)
+        }))
     }
 
     /// Rules 1 and 2: sync, write the sets' records, sync; `disk_dirty` follows when durable.
@@ -232,25 +269,33 @@ impl FlashTier {
     }
 
     fn persist_io(&self, st: &mut State, ids: &[u32]) -> io::Result<()> {
-        self.dev_sync(st)?;
+        if st.unsynced {
+            self.dev_sync(st)?;
+        }
+        let mut carried = Vec::new();
         let mut res = Ok(());
         for &id in ids {
             // What the device may now hold: the old record or this one.
-            let r = st.idx.range(id);
-            for i in r {
-                st.idx.disk_dirty[i] |= st.idx.dirty[i];
-            }
-            if let Err(e) = self.write_record(st, id) {
-                res = Err(e);
-                break;
+            st.idx.disk_dirty_or_dirty(id);
+            match self.write_record(st, id) {
+                Ok(c) => carried.extend(c),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
             }
         }
         res?;
         self.dev_sync(st)?;
         for &id in ids {
-            let r = st.idx.range(id);
-            for i in r {
-                st.idx.disk_dirty[i] = st.idx.dirty[i];
+            st.idx.disk_dirty_is_dirty(id);
+        }
+        // A durable record now carries these metas: no other carrier is needed for them.
+        for (file, meta) in carried {
+            if let Some(e) = st.idx.files.get_mut(&file) {
+                if e.meta.as_ref() == Some(&meta) {
+                    e.changed = false;
+                }
             }
         }
         Ok(())
@@ -455,12 +500,17 @@ impl FlashTier {
     pub fn flash_stats(&self) -> FlashStats {
         let st = self.st();
         let mut f = st.fs.clone();
+        f.state = st.cleaner.state();
         f.sets = self.geo.sets;
-        f.free_sets = st.idx.free.len() as u32;
+        f.free_sets = self.geo.sets - st.idx.dirty_sets;
+        f.free_floor = self.cfg.cleaner.free_floor;
+        f.unmapped_sets = st.idx.free.len() as u32;
         f.dirty_sets = st.idx.dirty_sets;
-        f.reclaimable_sets = self.geo.sets - st.idx.dirty_sets;
         f.valid_blocks = st.idx.valid_blocks;
         f.dirty_blocks = st.idx.dirty_blocks;
+        f.bypassed = st.bypassed;
+        f.files_with_meta = Self::files_with_meta(&st);
+        f.recovered_files = st.recovered.len() as u64;
         f.ram_bytes_per_block = st.idx.ram_bytes() as f64 / self.geo.capacity_blocks() as f64;
         f
     }
@@ -500,7 +550,7 @@ impl FlashTier {
         Self::dirty_of(&mut st, set.0, self.geo.set_shift)
     }
 
-    fn dirty_of(st: &mut State, id: u32, set_shift: u8) -> Vec<DirtyBlock> {
+    pub(crate) fn dirty_of(st: &mut State, id: u32, set_shift: u8) -> Vec<DirtyBlock> {
         let seq = Self::epoch_seq(st, id);
         let m = st.idx.sets[id as usize];
         (0..1usize << set_shift)
@@ -696,7 +746,7 @@ impl DataTier for FlashTier {
         true
     }
 
-    /// Makes every store so far durable, and every mark_clean.
+    /// Makes every store so far durable, every mark_clean, and every file's newest meta.
     fn sync(&self) -> Result<(), TierError> {
         let mut st = self.st();
         if st.closed {
@@ -708,11 +758,7 @@ impl DataTier for FlashTier {
         if st.fs.tainted {
             return Err(self.tainted_err());
         }
-        let ids: Vec<u32> = st.idx.pending.clone();
-        if ids.is_empty() && !st.unsynced {
-            return Ok(());
-        }
-        self.persist(&mut st, &ids)
+        self.sync_locked(&mut st)
     }
 
     fn stats(&self) -> TierSnapshot {
@@ -721,6 +767,30 @@ impl DataTier for FlashTier {
         s.used_blocks = st.idx.valid_blocks;
         s.dirty_blocks = st.idx.dirty_blocks;
         s
+    }
+
+    fn set_file_meta(&self, file: &FileKey, meta: &FileMeta) {
+        self.set_meta(file, meta);
+    }
+
+    /// One entry per (file, content version) holding dirty blocks at `open`, with the meta
+    /// of the file's record with the highest `meta_gen`.
+    fn recovered_files(&self) -> Vec<RecoveredFile> {
+        self.st().recovered.clone()
+    }
+
+    fn on_request(&self) -> CleanAdvice {
+        self.on_request_at(self.now())
+    }
+
+    fn on_tick(&self) -> CleanAdvice {
+        self.on_tick_at(self.now())
+    }
+
+    /// Degraded by `max_errors` device errors, or tainted.
+    fn detaching(&self) -> bool {
+        let st = self.st();
+        st.fs.degraded || st.fs.tainted
     }
 }
 

@@ -44,6 +44,7 @@ fn craft(m: &MemDevice, set: u32, tag_ino: u64, valid: u64, dirty: u64) {
         version: V,
         valid: v,
         dirty: d,
+        meta: None,
     };
     m.poke(g.rec_off(set, 0), &rec.encode(&g, sb.instance));
 }
