@@ -3,7 +3,11 @@
 //! writes injected. After every crash + recovery: nothing the tier returns differs from what
 //! the model allows (never stale: each sector of a recovered block comes from a value written
 //! since it was last durable), and every dirty block acknowledged by `sync()` and not
-//! cleaned or dropped since is still there.
+//! cleaned or dropped since is still there. File meta (format 2): before each dirty store the
+//! model sets the file's meta, as the manager does, and `SetMeta` changes it at random; after
+//! every recovery each file holding dirty blocks is listed by `recovered_files()` with a meta
+//! equal to the one set before the last completed `sync()` or one set later — never older,
+//! never missing, never garbage — and with its exact dirty block count.
 #![allow(clippy::unwrap_used)]
 mod common;
 
@@ -13,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
-use tiercache_tier::{Admit, DataTier, Lookup, TierKey};
+use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta, Lookup, TierKey};
 
 const FILES: u64 = 3;
 const BLOCKS: u64 = 12;
@@ -36,6 +40,7 @@ enum Op {
     CloseReopen,
     Tear(u64),
     DropWrites(u64),
+    SetMeta(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -58,6 +63,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::CloseReopen),
         1 => (0..6u64).prop_map(Op::Tear),
         1 => (0..6u64).prop_map(Op::DropWrites),
+        2 => (0..FILES).prop_map(Op::SetMeta),
     ]
 }
 
@@ -71,8 +77,34 @@ struct M {
     acceptable: Vec<Vec<u8>>,
 }
 
+/// The model of one file's meta.
+#[derive(Debug, Default, Clone)]
+struct MetaModel {
+    /// Metas made so far (each differs).
+    made: u64,
+    /// The newest meta set.
+    current: Option<FileMeta>,
+    /// The newest meta set before the last completed sync.
+    synced: Option<FileMeta>,
+    /// Metas set since the last completed sync.
+    later: Vec<FileMeta>,
+}
+
+/// A meta that differs per file and per `n`, handles of every length 0..=128.
+fn meta_of(f: u64, n: u64) -> FileMeta {
+    FileMeta {
+        size: n * 1000 + f,
+        mtime_ns: n as i64 * 7_000_000_007 + f as i64,
+        handle: FileHandle {
+            kind: f as i32 + 1,
+            bytes: (0..(n * 37 + f) % 129).map(|i| (i + n + f) as u8).collect(),
+        },
+    }
+}
+
 struct World {
     dev: Arc<FaultyDevice>,
+    metas: HashMap<u64, MetaModel>,
     tier: Option<FlashTier>,
     m: HashMap<TierKey, M>,
     bs: usize,
@@ -106,6 +138,19 @@ impl World {
         }
     }
 
+    /// `set_file_meta` with a new meta (`fresh`) or the newest one again.
+    fn set_meta(&mut self, f: u64, fresh: bool) {
+        let mm = self.metas.entry(f).or_default();
+        if fresh || mm.current.is_none() {
+            mm.made += 1;
+            let m = meta_of(f, mm.made);
+            mm.current = Some(m.clone());
+            mm.later.push(m);
+        }
+        let m = mm.current.clone().unwrap();
+        self.tier.as_ref().unwrap().set_file_meta(&file(f), &m);
+    }
+
     fn sector_wise_from(&self, got: &[u8], acceptable: &[Vec<u8>]) -> bool {
         got.chunks(self.sector).enumerate().all(|(i, s)| {
             acceptable
@@ -128,6 +173,15 @@ impl World {
         // A crash that lost the superblock write of the open after a clean close (nothing
         // after it was durable, and the model skipped every op since) is a clean restart.
         let clean = clean || t.flash_stats().opened_clean;
+        if clean {
+            // The close synced every meta.
+            for mm in self.metas.values_mut() {
+                mm.synced = mm.current.clone();
+                mm.later.clear();
+            }
+        }
+        let recovered = t.recovered_files();
+        let mut dirty_per_file: HashMap<u64, u64> = HashMap::new();
         let mut buf = vec![0u8; self.bs];
         let keys: Vec<TierKey> = (0..FILES)
             .flat_map(|f| (0..BLOCKS).map(move |b| key(f, b)))
@@ -135,6 +189,9 @@ impl World {
         for k in keys {
             let e = self.m.get(&k).cloned().unwrap_or_default();
             let rd = t.read_dirty(&k, V, &mut buf).unwrap();
+            if rd.is_some() {
+                *dirty_per_file.entry(k.file.ino).or_default() += 1;
+            }
             if clean {
                 // Clean close: every dirty block exactly as written; clean ones may hit.
                 prop_assert_eq!(rd.is_some(), e.dirty, "dirty state of {:?}", k);
@@ -182,6 +239,37 @@ impl World {
                 Lookup::Miss => prop_assert!(rd.is_none()),
             }
         }
+        // Every file holding dirty blocks is listed once, with its count and an allowed meta.
+        let listed: HashMap<u64, u64> = recovered
+            .iter()
+            .map(|r| (r.file.ino, r.dirty_blocks))
+            .collect();
+        prop_assert_eq!(listed.len(), recovered.len(), "a file listed twice");
+        prop_assert_eq!(&listed, &dirty_per_file, "recovered_files vs dirty blocks");
+        for r in &recovered {
+            prop_assert_eq!(r.file, file(r.file.ino));
+            prop_assert_eq!(r.version, V);
+            let mm = self.metas.entry(r.file.ino).or_default();
+            let Some(got) = &r.meta else {
+                return Err(TestCaseError::fail(format!(
+                    "file {} recovered with dirty blocks and no meta",
+                    r.file.ino
+                )));
+            };
+            let ok = mm.synced.as_ref() == Some(got) || mm.later.contains(got);
+            prop_assert!(
+                ok,
+                "file {}: recovered meta {:?}, synced {:?}, set later {:?}",
+                r.file.ino,
+                got,
+                mm.synced,
+                mm.later
+            );
+            // What the tier now holds in RAM and durably.
+            mm.current = Some(got.clone());
+            mm.synced = Some(got.clone());
+            mm.later.clear();
+        }
         self.tier = Some(t);
         Ok(())
     }
@@ -216,6 +304,8 @@ impl World {
                 }
             }
             Op::Write(f, b, s) => {
+                // As the manager: the file's meta (changed now and then) before its store.
+                self.set_meta(f, s % 3 == 0);
                 let k = key(f, b);
                 let d = data(&k, s, bs);
                 let r = self.t().write_dirty(&k, V, Class::Normal, &d).unwrap();
@@ -338,6 +428,10 @@ impl World {
                 if self.cut() {
                     return Ok(());
                 }
+                for mm in self.metas.values_mut() {
+                    mm.synced = mm.current.clone();
+                    mm.later.clear();
+                }
                 for e in self.m.values_mut() {
                     if e.dirty {
                         e.must_exist = true;
@@ -352,6 +446,7 @@ impl World {
             Op::CloseReopen => self.crash(true)?,
             Op::Tear(n) => self.dev.tear_write_after(Some(n)),
             Op::DropWrites(n) => self.dev.drop_writes_after(Some(n)),
+            Op::SetMeta(f) => self.set_meta(f, true),
         }
         Ok(())
     }
@@ -367,6 +462,7 @@ fn run(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
         sector: dev.sector_size(),
         tier: Some(t),
         dev,
+        metas: HashMap::new(),
         m: HashMap::new(),
     };
     for op in ops {
