@@ -1,6 +1,8 @@
-//! The cleaning policy as decisions, with no I/O: the manager feeds it events and does what
-//! it says (read the sets' dirty blocks with `read_dirty`, write them to BACKING in the order
-//! [`plan_runs`] gives, `mark_clean`, then `sync` the tier).
+//! The cleaning policy as decisions, with no I/O. [`FlashTier`](crate::FlashTier) feeds it
+//! from its own index (`on_request`/`on_tick`, see `advice.rs`) and hands the decisions to
+//! the manager as `CleanAdvice`; the manager does the I/O (read the blocks with
+//! `read_dirty`, write them to BACKING in the order [`plan_runs`] gives, `mark_clean`, then
+//! `sync` the tier).
 //!
 //! `idle` (paper 001's contribution): states `normal → wait → writeback`.
 //! - `normal`: enough sets without dirty blocks (`free_sets ≥ free_floor`), or nothing dirty.

@@ -9,18 +9,26 @@
 //! copies) and two checksummed, sequence-numbered record slots per set, written in an order
 //! that survives a power cut at any point (see [`tier`] and the repository's `docs/design.md` §6).
 //!
+//! Format 2 records also carry their file's meta (logical size, mtime, BACKING file handle)
+//! so that after a crash [`FlashTier`]'s `recovered_files()` tells the manager which files to
+//! reopen (by handle) and write back, up to which size, with which mtime.
+//!
 //! Parts:
 //! - [`device`]: the [`FlashDevice`] trait, [`FileDevice`] (file or block device, optional
 //!   O_DIRECT) and [`MemDevice`];
 //! - [`faulty`]: [`FaultyDevice`], failing, dropping, tearing and power-cut injection;
 //! - [`format`](mod@format): geometry and the byte layout of superblocks and records;
-//! - `index` (private): the RAM index (bitmaps, compact hash table, LRU, free list);
-//! - [`tier`]: [`FlashTier`] (the [`tiercache_tier::DataTier`]), [`FlashConfig`],
-//!   [`FlashStats`]; `recovery` adds `create`/`open`/`close`/`check` ([`CheckReport`]);
-//! - [`cleaner`]: the idle-time cleaning policy (001's normal → wait → writeback) as a pure
-//!   state machine the manager drives, and [`cleaner::plan_runs`] (file/offset order, merged).
+//! - `index` (private): the RAM index (bitmaps, compact hash table, LRU, free list, per-file
+//!   entries);
+//! - [`tier`]: [`FlashTier`] (the [`tiercache_tier::DataTier`]), [`FlashConfig`]; `recovery`
+//!   adds `create`/`open`/`open_or_create`/`close`/`check` ([`CheckReport`]); `meta` keeps
+//!   each dirty file's meta durable (rules in its docs); `advice` turns the cleaner's
+//!   decisions into `on_request`/`on_tick` advice; [`stats`]: [`FlashStats`];
+//! - [`cleaner`]: the idle-time cleaning policy (001's normal → wait → writeback, or eager)
+//!   as a pure state machine, and [`cleaner::plan_runs`] (file/offset order, merged).
 //!
-//! Not wired here: the mount, CLI, stats and simulator use it through the lead's changes.
+//! The manager uses it through `DataTier` calls, plus
+//! [`FlashTier::open_or_create`] and [`FlashTier::flash_stats`]).
 
 mod advice;
 pub mod cleaner;
@@ -31,6 +39,7 @@ pub mod format;
 mod index;
 mod meta;
 mod recovery;
+pub mod stats;
 pub mod tier;
 
 pub use cleaner::{Cleaner, CleanerConfig, CleanerMode, CleanerState, Decision};
