@@ -1,7 +1,7 @@
 //! Formatting, opening (recovery and warm restart), clean close, and the offline check.
 
 use crate::cleaner::Cleaner;
-use crate::device::FlashDevice;
+use crate::device::{FileDevice, FlashDevice};
 use crate::error::FlashError;
 use crate::format::{newest, Geometry, Record, Superblock, FORMAT_VERSION, SB_CLEAN};
 use crate::index::{Index, F_META_DIRTY};
@@ -9,6 +9,7 @@ use crate::meta::NewestMeta;
 use crate::tier::{unavailable, FlashConfig, FlashStats, FlashTier, State};
 use serde::Serialize;
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tiercache_tier::{FileKey, RecoveredFile};
@@ -266,6 +267,34 @@ impl FlashTier {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Opens the cache file or block device at `path` (the manager's entry point): a missing
+    /// or empty regular file is created at `size` bytes (preallocated) and formatted; an
+    /// existing one is opened **as it is** — never resized, since it may hold the only copy
+    /// of dirty blocks (a size other than `size` is logged; remove the file once it is clean
+    /// to resize it); a block device keeps its size. Errors as [`FlashTier::open_or_create`].
+    /// Returns whether it was created.
+    pub fn open_path(
+        path: &Path,
+        size: u64,
+        direct: bool,
+        cfg: FlashConfig,
+    ) -> Result<(Self, bool), FlashError> {
+        let existing = std::fs::metadata(path).ok();
+        let fresh = existing
+            .as_ref()
+            .is_none_or(|m| m.is_file() && m.len() == 0);
+        let dev = FileDevice::open(path, fresh.then_some(size), direct)?;
+        if !fresh && existing.is_some_and(|m| m.is_file()) && dev.len() != size {
+            log::warn!(
+                "flash cache {}: {} bytes, not the {size} asked for; kept as it is (remove the \
+                 file once it is clean to resize it)",
+                path.display(),
+                dev.len()
+            );
+        }
+        Self::open_or_create(Arc::new(dev), cfg)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -1,5 +1,6 @@
 //! Format 2 changed the record; a cache of format 1 is refused by `open` (and `check`) with
-//! one clear line, never formatted over by `open_or_create`; a new file is formatted.
+//! one clear line, never formatted over by `open_or_create`; a new file is formatted, an
+//! existing cache file is never resized by `open_path` (it may hold the only dirty copies).
 #![allow(clippy::unwrap_used)]
 mod common;
 
@@ -66,6 +67,24 @@ fn open_or_create_formats_a_new_file_and_reopens_it_later() {
     let (t, created) = FlashTier::open_or_create(d, config()).unwrap();
     assert!(!created);
     assert_eq!(t.recovered_files().len(), 1);
+}
+
+#[test]
+fn open_path_creates_a_missing_file_and_never_resizes_an_existing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache");
+    let (t, created) = FlashTier::open_path(&path, LEN, false, config()).unwrap();
+    assert!(created);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), LEN);
+    write(&t, &key(1, 0), 1);
+    t.sync().unwrap();
+    t.abandon();
+    // Asked smaller: a resize would cut the dirty block off; the file is kept as it is.
+    let (t, created) = FlashTier::open_path(&path, LEN / 2, false, config()).unwrap();
+    assert!(!created);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), LEN);
+    assert_eq!(t.recovered_files().len(), 1);
+    assert_eq!(t.dirty_blocks(10).len(), 1);
 }
 
 #[test]
