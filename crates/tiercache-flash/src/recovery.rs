@@ -297,7 +297,6 @@ impl FlashTier {
         Self::open_or_create(Arc::new(dev), cfg)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn assemble(
         dev: Arc<dyn FlashDevice>,
         mut cfg: FlashConfig,

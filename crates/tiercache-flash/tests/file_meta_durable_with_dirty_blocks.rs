@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use tiercache_flash::format::Geometry;
+use tiercache_flash::format::{Geometry, Record, Slot};
 use tiercache_flash::{FlashDevice, FlashTier};
 use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta, RecoveredFile, MAX_HANDLE_BYTES};
 
@@ -35,6 +35,29 @@ fn recovered(t: &FlashTier, ino: u64) -> RecoveredFile {
 fn the_record_size_stays_512_bytes_with_the_default_geometry() {
     let g = Geometry::compute(256 << 20, 512, 12, 8).unwrap();
     assert_eq!((g.rec_size, g.sets), (512, 255));
+}
+
+#[test]
+fn a_record_round_trips_its_meta_and_a_checksummed_handle_longer_than_128_is_not_trusted() {
+    let g = Geometry::compute(256 << 20, 512, 12, 8).unwrap();
+    let rec = Record {
+        set: 3,
+        seq: 9,
+        tag: Some((file(1), 2)),
+        version: V,
+        valid: vec![1, 0, 0, 0],
+        dirty: vec![1, 0, 0, 0],
+        meta: Some((meta(77, MAX_HANDLE_BYTES), 41)),
+    };
+    let mut b = rec.encode(&g, 5);
+    assert_eq!(Record::decode(&b, &g, 3, 5), Slot::Good(rec));
+    // Handle length 129 (at 100 + 2W) with a checksum that matches.
+    let o = 72 + 2 * 32;
+    b[o + 28..o + 32].copy_from_slice(&129u32.to_le_bytes());
+    let end = o + 160;
+    let crc = crc32c::crc32c(&b[..end]);
+    b[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(Record::decode(&b, &g, 3, 5), Slot::Bad);
 }
 
 #[test]
