@@ -717,6 +717,11 @@ impl DataTier for FlashTier {
         self.on_tick_at(self.now())
     }
 
+    /// The cleaning policy (idle/eager, `cleaner`) decides when dirty blocks are cleaned.
+    fn has_cleaning_policy(&self) -> bool {
+        true
+    }
+
     /// Degraded by `max_errors` device errors, or tainted.
     fn detaching(&self) -> bool {
         let st = self.st();

@@ -262,6 +262,9 @@ pub struct MemCache {
     shut: Mutex<bool>,
 }
 
+/// How often a dirty tier's cleaning policy is ticked (its idle wait is counted in these).
+const CLEANER_TICK: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl MemCache {
     /// Builds a tier over `device` and starts `cfg.flusher_threads` flusher threads.
     pub fn new(cfg: MemConfig, device: Arc<dyn BackingIo>) -> Result<Self, MemError> {
@@ -322,6 +325,18 @@ impl MemCache {
             let h = std::thread::Builder::new()
                 .name(format!("tiercache-flush-{i}"))
                 .spawn(move || inner.flusher_loop())
+                .map_err(MemError::Io)?;
+            flushers.push(h);
+        }
+        if lower
+            .as_ref()
+            .and_then(|l| l.dirty_tier())
+            .is_some_and(|t| t.has_cleaning_policy())
+        {
+            let inner = Arc::clone(&inner);
+            let h = std::thread::Builder::new()
+                .name("tiercache-clean".into())
+                .spawn(move || inner.cleaner_loop(CLEANER_TICK))
                 .map_err(MemError::Io)?;
             flushers.push(h);
         }

@@ -148,6 +148,9 @@ pub(crate) struct FileState {
     /// started from, renewed when the file is found changed behind the cache's back (not by
     /// the cache's own writes, which invalidate the blocks they change).
     pub version: u64,
+    /// BACKING file handle, kept with dirty blocks in a persistent tier (computed at the first
+    /// write-back into one; `None` until then or when BACKING has no handles).
+    pub handle: Option<tiercache_tier::FileHandle>,
 }
 
 impl FileState {
@@ -173,6 +176,7 @@ impl FileState {
             handles: 1,
             blocks: BTreeSet::new(),
             lower_dirty: BTreeSet::new(),
+            handle: None,
             dirty: BTreeSet::new(),
             dirtied_at: None,
             error: None,
@@ -363,9 +367,8 @@ impl Inner {
             f.generation += 1;
             f.shared.change.fetch_add(1, Ordering::SeqCst);
             f.version = version_of(&now) ^ f.generation.rotate_left(32);
-            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
-                lower.invalidate_file(fk, 0);
-            }
+            // Dropped below after the engine lock (the file is quiesced: `io` + `op`).
+            let invalidate_below = f.fkey;
             f.ra = ReadAhead::default();
             // What the tier remembered of the old version is not this version's.
             f.error = None;
@@ -396,6 +399,9 @@ impl Inner {
                 );
             }
             self.attach(eng, file, backing, mode, class, born);
+            if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+                lower.invalidate_file(fk, 0);
+            }
             return Ok(OpenOutcome {
                 reused_blocks: 0,
                 dropped_blocks: dropped,
@@ -644,10 +650,9 @@ impl Inner {
             f.size = stamp.size;
             f.backing_size = stamp.size;
         }
-        if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
-            // `op` may have changed bytes anywhere (a punched hole): no copy below is current.
-            lower.invalidate_file(fk, 0);
-        }
+        // `op` may have changed bytes anywhere (a punched hole): no copy below is current.
+        // Dropped there after the engine lock (the file is quiesced: `io` + `op`).
+        let invalidate_below = f.fkey;
         f.needs_sync = true;
         if f.dirty.is_empty() {
             f.mtime = None;
@@ -666,6 +671,9 @@ impl Inner {
             }
         }
         drop(eng);
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, 0);
+        }
         result
     }
 

@@ -278,6 +278,37 @@ impl Inner {
                 first.get_or_insert(e.to_io());
             }
         }
+        // What a persistent tier below still holds dirty goes to BACKING too: after `flush`
+        // (and a clean unmount) BACKING is current; the tier keeps clean copies.
+        let below: Vec<(FileId, Arc<crate::files::FileShared>)> = self
+            .lock()
+            .files
+            .iter()
+            .filter(|(_, f)| !f.lower_dirty.is_empty())
+            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
+            .collect();
+        let mut cleaned_any = false;
+        for (file, shared) in below {
+            let _io = lock(&shared.io);
+            match self.clean_lower_locked(file) {
+                Ok(n) => cleaned_any |= n > 0,
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+            if let Err(e) = self.flush_locked(file, Why::Sync(false)) {
+                first.get_or_insert(e);
+            }
+            let fd = self.lock().gc_file(file);
+            drop(fd);
+        }
+        if cleaned_any {
+            if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+                if let Err(e) = t.sync() {
+                    first.get_or_insert(io::Error::other(e.to_string()));
+                }
+            }
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -309,7 +340,7 @@ impl Inner {
             // newer ones in memory then overwrite them).
             self.clean_lower_locked(file)?;
         }
-        let (fd, mode, size, mtime, list, ident) = {
+        let (fd, mode, size, mtime, list, ident, meta, held) = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get(&file) else {
                 return Ok(0);
@@ -319,6 +350,14 @@ impl Inner {
             };
             let (mode, size, mtime) = (f.backing_mode, f.size, f.mtime);
             let ident = f.fkey.map(|k| (k, f.version, f.class));
+            // What a persistent tier keeps with the blocks (size, time of the writes, handle).
+            let meta = (f.handle.clone(), f.mtime.unwrap_or(f.stamp.mtime));
+            let held: std::collections::HashSet<u64> = f
+                .dirty
+                .iter()
+                .filter(|b| f.lower_dirty.contains(b))
+                .copied()
+                .collect();
             let blocks: Vec<u64> = f.dirty.iter().copied().collect();
             let mut list = Vec::with_capacity(blocks.len());
             for block in blocks {
@@ -330,12 +369,22 @@ impl Inner {
                     list.push((block, slot, seq));
                 }
             }
-            (fd, mode, size, mtime, list, ident)
+            (fd, mode, size, mtime, list, ident, meta, held)
         };
         // Into the tier below that takes dirty data, if any; what it turns down, to BACKING.
         let (stored, rest) = match (&below, ident) {
-            (Some(t), Some((fkey, version, class))) => {
-                self.store_dirty_below(&**t, file, fkey, version, class, &list)
+            (Some(t), Some((fkey, version, class))) if !list.is_empty() => {
+                if t.info().persistent {
+                    let handle = self.handle_of(file, &fd, meta.0);
+                    t.set_file_meta(&fkey, &crate::lower_wb::file_meta(size, meta.1, handle));
+                }
+                let ident = crate::lower_wb::Ident {
+                    file,
+                    fkey,
+                    version,
+                    class,
+                };
+                self.store_dirty_below(&**t, ident, &list, &held)
             }
             _ => (Vec::new(), list.clone()),
         };
@@ -372,6 +421,9 @@ impl Inner {
             Ok(wfd) => (self.write_runs(file, &wfd, size, &rest), wfd),
             Err(e) => ((Vec::new(), Some(e), 0), fd),
         };
+        if let (Some(fkey), false) = (ident, copied.is_empty()) {
+            self.fill_written(file, fkey, &copied);
+        }
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
         let mtime_applied = match (mtime, &err) {
@@ -396,6 +448,7 @@ impl Inner {
         let now = Instant::now();
         let mut log_err: Option<u64> = None;
         let mut recovered: Option<u64> = None;
+        let mut discards: Vec<(TierKey, SlotId)> = Vec::new();
         let fd_to_close = {
             let mut eng = self.lock();
             let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
@@ -413,19 +466,21 @@ impl Inner {
                 now_lower.push(key.block.0);
             }
             if let (Some(f), Some((fkey, _, _))) = (eng.files.get_mut(&file), ident) {
-                for &(key, _, _) in &copied {
+                for &(key, slot, _) in &copied {
                     // Newer bytes on BACKING: an older dirty copy below must never be cleaned
-                    // over them (we hold the `io` lock, as cleaning does).
+                    // over them (we hold the `io` lock, as cleaning does). Discarded below,
+                    // outside the engine lock; the slot stays pinned till then, so no read
+                    // can miss memory and find the older copy there meanwhile.
                     if f.lower_dirty.remove(&key.block.0) {
-                        if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
-                            t.discard(&TierKey::new(fkey, key.block.0));
-                        }
+                        discards.push((TierKey::new(fkey, key.block.0), slot));
                     }
                 }
                 f.lower_dirty.extend(now_lower);
             }
             for &(_, slot, _) in &list {
-                eng.unpin(slot);
+                if !discards.iter().any(|&(_, s)| s == slot) {
+                    eng.unpin(slot);
+                }
             }
             if let Some(f) = eng.files.get_mut(&file) {
                 if wrote_end > 0 {
@@ -455,6 +510,9 @@ impl Inner {
             }
             eng.gc_file(file)
         };
+        if !discards.is_empty() {
+            self.discard_below(file, &fd, &discards);
+        }
         drop(fd_to_close);
         Counters::add(&self.counters.writeback_blocks, cleaned as u64);
         if let Some(e) = err {
@@ -505,6 +563,63 @@ impl Inner {
             drop(closed);
         }
         Ok(cleaned)
+    }
+
+    /// Write-through tiers below get a clean copy of the blocks just written to BACKING (those
+    /// whose slot still holds the bytes written: a block written again meanwhile is skipped).
+    fn fill_written(
+        &self,
+        file: FileId,
+        (fkey, version, class): (tiercache_tier::FileKey, u64, tiercache_core::Class),
+        copied: &[Copied],
+    ) {
+        let Some(lower) = self.lower.as_ref().filter(|l| l.fills_on_write()) else {
+            return;
+        };
+        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(&f.shared)) else {
+            return;
+        };
+        for &(key, slot, seq) in copied {
+            // The change counter before the bytes: a write after it makes the store void.
+            let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
+            let g = self.arena.read(slot);
+            if !g.state().holds(key) || self.arena.slot(slot).seq.load(crate::arena::ORD) != seq {
+                continue;
+            }
+            lower.after_write(
+                TierKey::new(fkey, key.block.0),
+                version,
+                class,
+                g.data(),
+                &shared,
+                change,
+            );
+        }
+    }
+
+    /// Newer bytes of blocks the dirty tier holds dirty went to BACKING: they are made
+    /// durable there first, then the tier's older copies are discarded (durably), then the
+    /// slots pinned for the window are let go. A crash before the discard brings the older,
+    /// acknowledged copies back — never older bytes than the last acknowledged ones.
+    fn discard_below(&self, file: FileId, fd: &File, discards: &[(TierKey, SlotId)]) {
+        if let Err(e) = self.dev_sync(file, fd, true) {
+            // Not discarding would let a cleaning write the older copies over the newer
+            // bytes: discard anyway, and say what a power cut now could cost.
+            log::error!(
+                "file {}: syncing BACKING before dropping {} older copies below failed: {e}; a                  power cut before BACKING writes them may lose those blocks' last writes",
+                file.0,
+                discards.len()
+            );
+        }
+        if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+            for (key, _) in discards {
+                t.discard(key);
+            }
+        }
+        let mut eng = self.lock();
+        for &(_, slot) in discards {
+            eng.unpin(slot);
+        }
     }
 
     /// A descriptor of `file` that write-back can write through: `fd` (access mode `mode`)

@@ -27,7 +27,9 @@
 //! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
 //! `files` (per-file state), `forget` (FORGET and inode reuse), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
 //! `lower` (the tier stack: lookups, transit, demotions, fills), `lower_wb` (write-back into
-//! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `owner` (times set as a file's owner on root-squashed
+//! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `handle` (BACKING file
+//! handles), `recover` (a persistent tier's dirty blocks from before a restart, written to
+//! BACKING before serving), `owner` (times set as a file's owner on root-squashed
 //! BACKING), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
 //! `error`.
 
@@ -40,11 +42,13 @@ mod error;
 mod files;
 mod flusher;
 mod forget;
+pub mod handle;
 mod lower;
 mod lower_bypass;
 mod lower_wb;
 mod owner;
 mod read;
+mod recover;
 mod stamp;
 mod stats;
 mod times;
@@ -60,6 +64,7 @@ pub use error::MemError;
 pub use files::{FileStamp, OpenOutcome};
 pub use lower::{LowerStats, LowerTier, SeqBypassStats};
 pub use lower_bypass::MeasuredCosts;
+pub use recover::{clean_recovered, RecoveryReport};
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
 pub use times::LogicalTimes;
 pub use trace::TRACE_HEADER;

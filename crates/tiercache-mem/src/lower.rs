@@ -27,13 +27,15 @@ use crate::cache::lock;
 use crate::files::FileShared;
 use crate::lower_bypass::{Bypass, MeasuredCosts};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Instant;
 use tiercache_core::placement::{Action, Placement, Planner};
 use tiercache_core::seqrun::Threshold;
 use tiercache_core::Class;
-use tiercache_tier::{Admit, DataTier, FileKey, Lookup, TierKey, TierSnapshot};
+use tiercache_tier::{
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, Lookup, TierKey, TierSnapshot,
+};
 
 /// Blocks waiting to be stored in lower tiers, at most.
 const TRANSIT_MAX: usize = 1024;
@@ -46,6 +48,8 @@ pub struct LowerTier {
     /// Reads within a sequential run of at least this many blocks skip the tier (paper 002;
     /// see `lower_bypass`). `None`: never skipped.
     pub seq_bypass: Option<Threshold>,
+    /// Write-through: blocks written back to BACKING are also stored here, clean.
+    pub fill_on_write: bool,
 }
 
 impl LowerTier {
@@ -54,7 +58,14 @@ impl LowerTier {
             tier,
             placement,
             seq_bypass: None,
+            fill_on_write: false,
         }
+    }
+
+    #[must_use]
+    pub fn with_fill_on_write(mut self) -> Self {
+        self.fill_on_write = true;
+        self
     }
 
     #[must_use]
@@ -105,6 +116,7 @@ struct LowerCounters {
     demotions_dropped: AtomicU64,
     fills_dropped: AtomicU64,
     errors: AtomicU64,
+    dirty_bypassed: AtomicU64,
 }
 
 /// What `stats` shows about the stack below memory, besides each tier's own snapshot.
@@ -117,6 +129,9 @@ pub struct LowerStats {
     pub demotions_dropped: u64,
     pub fills_dropped: u64,
     pub errors: u64,
+    /// Dirty blocks written back to BACKING instead of the dirty tier because its cleaning
+    /// policy said there was no room (`Bypass`).
+    pub dirty_bypassed: u64,
     /// Tiers that sequential runs bypass: their current threshold and what bypassed them.
     pub seq_bypass: Vec<SeqBypassStats>,
 }
@@ -151,6 +166,15 @@ pub(crate) struct Lower {
     dirty_target: Option<usize>,
     /// Sequential-run thresholds and their measurements.
     pub bypass: Bypass,
+    /// Planner bits of tiers reads never skip (they may hold dirty blocks): a sequential run
+    /// only stops allocating in them.
+    no_read_skip: u32,
+    /// Cleaning the dirty tier's policy asked for outside the write-back path (reads), for
+    /// the cleaning thread.
+    advised: Mutex<Vec<DirtyBlock>>,
+    /// Per tier: detached after too many device errors (`DataTier::detaching`); no longer
+    /// read, filled or written back to.
+    detached: Vec<AtomicBool>,
 }
 
 impl Lower {
@@ -183,17 +207,14 @@ impl Lower {
         let planner = Planner::new(&placement)?;
         let any_inclusive = tiers.iter().any(|t| t.placement == Placement::Inclusive);
         let tiers_bypass: Vec<_> = tiers.iter().map(|t| t.seq_bypass).collect();
-        if let Some(t) = tiers
+        // Dirty blocks may live there: a read never skips it (a run only stops allocating).
+        let no_read_skip = tiers
             .iter()
-            .find(|t| t.seq_bypass.is_some() && t.tier.info().accepts_dirty)
-        {
-            // Dirty blocks live there: a read must never skip it.
-            return Err(format!(
-                "tier {}: a sequential-run threshold needs a tier without dirty data",
-                t.tier.info().name
-            ));
-        }
+            .enumerate()
+            .filter(|(_, t)| t.tier.info().accepts_dirty)
+            .fold(0u32, |m, (k, _)| m | 1 << (k + 1));
         let dirty_target = tiers.iter().position(|t| t.tier.info().accepts_dirty);
+        let tiers_len = tiers.len();
         Ok(Self {
             planner,
             tiers,
@@ -204,12 +225,54 @@ impl Lower {
             any_inclusive,
             dirty_target,
             bypass: Bypass::new(&tiers_bypass),
+            no_read_skip,
+            advised: Mutex::new(Vec::new()),
+            detached: (0..tiers_len).map(|_| AtomicBool::new(false)).collect(),
         })
+    }
+
+    /// The dirty tier's sequential cutoff in blocks: write-back runs at least this long go to
+    /// BACKING.
+    pub fn dirty_seq_cutoff(&self) -> Option<u64> {
+        self.bypass.threshold(self.dirty_target?)
+    }
+
+    pub fn count_dirty_bypass(&self, blocks: usize) {
+        self.counters
+            .dirty_bypassed
+            .fetch_add(blocks as u64, Relaxed);
+    }
+
+    /// Takes the cleaning advised on the read path (for the cleaning thread).
+    pub fn take_advised(&self) -> Vec<DirtyBlock> {
+        std::mem::take(&mut *lock(&self.advised))
     }
 
     /// The tier write-back goes to instead of BACKING, if any.
     pub fn dirty_tier(&self) -> Option<&Arc<dyn DataTier>> {
-        self.dirty_target.map(|i| &self.tiers[i].tier)
+        self.dirty_target
+            .filter(|&i| !self.is_detached(i))
+            .map(|i| &self.tiers[i].tier)
+    }
+
+    fn is_detached(&self, k: usize) -> bool {
+        self.detached.get(k).is_some_and(|d| d.load(SeqCst))
+    }
+
+    /// Stops using the dirty tier (its readable dirty blocks were cleaned first).
+    pub fn detach_dirty_tier(&self) {
+        if let Some(d) = self.dirty_target {
+            self.detached[d].store(true, SeqCst);
+            log::error!(
+                "tier {} detached after device errors: the mount goes on without it",
+                self.tiers[d].tier.info().name
+            );
+        }
+    }
+
+    /// The dirty tier while it is attached and asks to be detached.
+    pub fn dirty_tier_detaching(&self) -> bool {
+        self.dirty_tier().is_some_and(|t| t.detaching())
     }
 
     /// Whether evictions from memory are demoted (an exclusive tier right below).
@@ -301,8 +364,16 @@ impl Lower {
                 }
             }
         }
+        let skip = skip & !self.no_read_skip;
+        if let Some(d) = self.dirty_target.filter(|&d| !self.is_detached(d)) {
+            // A request reached the dirty tier's level: its cleaning policy hears of it.
+            match self.tiers[d].tier.on_request() {
+                CleanAdvice::Clean(blocks) => lock(&self.advised).extend(blocks),
+                CleanAdvice::Idle | CleanAdvice::Bypass => {}
+            }
+        }
         for (k, lt) in self.tiers.iter().enumerate() {
-            if skip & (1 << (k + 1)) != 0 || !lt.tier.contains(&key) {
+            if skip & (1 << (k + 1)) != 0 || self.is_detached(k) || !lt.tier.contains(&key) {
                 continue;
             }
             let t0 = self.bypass.measuring().then(Instant::now);
@@ -378,6 +449,51 @@ impl Lower {
         }
     }
 
+    /// Whether some tier takes a clean copy of what is written back to BACKING.
+    pub fn fills_on_write(&self) -> bool {
+        self.tiers.iter().any(|t| t.fill_on_write)
+    }
+
+    /// `data` (block `key`, read while the file's change counter was `change`) was written
+    /// back to BACKING: write-through tiers get a clean copy, in the background.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after_write(
+        &self,
+        key: TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        file: &Arc<FileShared>,
+        change: u64,
+    ) {
+        for (k, lt) in self.tiers.iter().enumerate() {
+            if !lt.fill_on_write {
+                continue;
+            }
+            let mut t = lock(&self.transit);
+            if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
+                self.counters.fills_dropped.fetch_add(1, Relaxed);
+                continue;
+            }
+            let mut buf = Self::buffer(&mut t, self.bs);
+            buf.copy_from_slice(data);
+            let seq = t.next_seq;
+            t.next_seq += 1;
+            let job = Job {
+                kind: JobKind::Fill,
+                tier: k + 1,
+                key,
+                version,
+                class,
+                data: buf,
+                seq,
+                file: Arc::clone(file),
+                change,
+            };
+            self.enqueue(&mut t, job);
+        }
+    }
+
     /// A write changed `key`: no lower or transit copy of the old bytes may be served.
     pub fn invalidate(&self, key: TierKey) {
         lock(&self.transit).demoting.remove(&key);
@@ -429,7 +545,7 @@ impl Lower {
             // The bytes are current while the file's change counter has not moved since they
             // were read; the tier asks this under its own lock as it makes the copy visible.
             let current = || job.file.change.load(SeqCst) == job.change;
-            let r = if !current() {
+            let r = if !current() || self.is_detached(job.tier - 1) {
                 Ok(Admit::Rejected)
             } else {
                 let r = match job.kind {
@@ -493,6 +609,7 @@ impl Lower {
             demotions_dropped: c.demotions_dropped.load(Relaxed),
             fills_dropped: c.fills_dropped.load(Relaxed),
             errors: c.errors.load(Relaxed),
+            dirty_bypassed: c.dirty_bypassed.load(Relaxed),
             seq_bypass: self
                 .tiers
                 .iter()

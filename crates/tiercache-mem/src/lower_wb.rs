@@ -23,11 +23,54 @@
 
 use crate::cache::Inner;
 use crate::times::{ctime_of, CtimeMap};
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
+use std::time::SystemTime;
 use tiercache_core::{BlockKey, Class, FileId, SlotId};
-use tiercache_tier::{Admit, DataTier, FileKey, TierKey};
+use tiercache_tier::{
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileKey, FileMeta, TierKey,
+};
+
+/// Which file a write-back batch belongs to, here and below.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ident {
+    pub file: FileId,
+    pub fkey: FileKey,
+    pub version: u64,
+    pub class: Class,
+}
+
+/// The meta a persistent tier keeps with a file's dirty blocks.
+pub(crate) fn file_meta(size: u64, mtime: SystemTime, handle: FileHandle) -> FileMeta {
+    let mtime_ns = match mtime.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    };
+    FileMeta {
+        size,
+        mtime_ns,
+        handle,
+    }
+}
+
+/// For each block of `list` (ascending), whether it is part of a contiguous run of at least
+/// `cutoff` blocks (a sequential stream: it goes straight to BACKING).
+fn long_runs(list: &[Snap], cutoff: Option<u64>) -> Vec<bool> {
+    let mut long = vec![false; list.len()];
+    let Some(n) = cutoff else { return long };
+    let mut start = 0;
+    for i in 1..=list.len() {
+        if i == list.len() || list[i].0 != list[i - 1].0 + 1 {
+            if (i - start) as u64 >= n {
+                long[start..i].iter_mut().for_each(|l| *l = true);
+            }
+            start = i;
+        }
+    }
+    long
+}
 
 /// Bytes per merged write to BACKING while cleaning, at most.
 const MAX_CLEAN_RUN: usize = 1 << 20;
@@ -47,22 +90,69 @@ impl Inner {
         (!sync || t.info().persistent).then(|| Arc::clone(t))
     }
 
+    /// The file's BACKING handle for a persistent tier: `known`, or computed now and kept.
+    pub(crate) fn handle_of(
+        &self,
+        file: FileId,
+        fd: &File,
+        known: Option<FileHandle>,
+    ) -> FileHandle {
+        if let Some(h) = known {
+            return h;
+        }
+        match crate::handle::file_handle(fd) {
+            Ok(h) => {
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.handle = Some(h.clone());
+                }
+                h
+            }
+            Err(e) => {
+                // The daemon checks at mount that BACKING has handles; this file has none.
+                log::warn!("file {}: name_to_handle_at: {e}", file.0);
+                FileHandle::default()
+            }
+        }
+    }
+
     /// Stores the snapshot's dirty blocks into `tier`. Returns those stored (to be marked clean
-    /// in memory and noted as lower-dirty) and the rest, for BACKING.
-    #[allow(clippy::too_many_arguments)]
+    /// in memory and noted as lower-dirty) and the rest, for BACKING. `held`: blocks whose
+    /// older bytes the tier holds dirty — they always go there (it never turns them down), so
+    /// no older copy can be cleaned over newer bytes on BACKING. The others go to BACKING when
+    /// the tier's cleaning policy says `Bypass` (no room without cleaning) or when they are
+    /// part of a contiguous run of at least the tier's sequential cutoff.
     pub(crate) fn store_dirty_below(
         &self,
         tier: &dyn DataTier,
-        file: FileId,
-        fkey: FileKey,
-        version: u64,
-        class: Class,
+        id: Ident,
         list: &[Snap],
+        held: &HashSet<u64>,
     ) -> (Vec<(BlockKey, SlotId, u64)>, Vec<Snap>) {
+        let Ident {
+            file,
+            fkey,
+            version,
+            class,
+        } = id;
         let mut stored = Vec::with_capacity(list.len());
         let mut rest = Vec::new();
         let mut buf = vec![0u8; self.bs];
-        for &(block, slot, seq) in list {
+        let bypass = match tier.on_request() {
+            CleanAdvice::Idle => false,
+            CleanAdvice::Bypass => true,
+            CleanAdvice::Clean(blocks) => {
+                // `eager`: cleaning in the request path (this file's `io` lock is ours).
+                self.clean_advised(blocks, Some(file));
+                false
+            }
+        };
+        let cutoff = self.lower.as_ref().and_then(|l| l.dirty_seq_cutoff());
+        let long = long_runs(list, cutoff);
+        for (i, &(block, slot, seq)) in list.iter().enumerate() {
+            if !held.contains(&block) && (bypass || long[i]) {
+                rest.push((block, slot, seq));
+                continue;
+            }
             let key = Self::key(file, block);
             {
                 let g = self.arena.read(slot);
@@ -81,12 +171,24 @@ impl Inner {
                 }
             }
         }
+        if let (true, Some(l)) = (bypass, &self.lower) {
+            l.count_dirty_bypass(list.len() - stored.len());
+        }
         (stored, rest)
     }
 
     /// Writes `file`'s lower-dirty blocks to BACKING and marks them clean in the tier. The
     /// caller holds the file's `io` lock. Returns the blocks cleaned.
     pub(crate) fn clean_lower_locked(&self, file: FileId) -> io::Result<usize> {
+        self.clean_lower_some(file, None)
+    }
+
+    /// [`Inner::clean_lower_locked`] for the blocks in `only` (all when `None`).
+    pub(crate) fn clean_lower_some(
+        &self,
+        file: FileId,
+        only: Option<&HashSet<u64>>,
+    ) -> io::Result<usize> {
         let Some(tier) = self.lower.as_ref().and_then(|l| l.dirty_tier()).cloned() else {
             return Ok(0);
         };
@@ -103,7 +205,15 @@ impl Inner {
                     "lower-dirty blocks without a backing handle",
                 ));
             };
-            let blocks: Vec<u64> = f.lower_dirty.iter().copied().collect();
+            let blocks: Vec<u64> = f
+                .lower_dirty
+                .iter()
+                .filter(|b| only.is_none_or(|o| o.contains(b)))
+                .copied()
+                .collect();
+            if blocks.is_empty() {
+                return Ok(0);
+            }
             let shared = Arc::clone(&f.shared);
             (
                 fd,
@@ -143,6 +253,8 @@ impl Inner {
         }
         let end_ctime = self.refresh_stamp(file, &wfd);
         let (done, wrote_end, err) = result;
+        let mut drop_below = Vec::new();
+        let mut drop_all_below = false;
         let cleaned = {
             let mut eng = self.lock();
             let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
@@ -167,8 +279,10 @@ impl Inner {
                         cleaned += 1;
                         if f.blocks.contains(&block) {
                             // Memory holds it (maybe newer and dirty): the copy below, clean
-                            // now, must not outlive it as the block's bytes.
-                            tier.invalidate(&TierKey::new(fkey, block));
+                            // now, must not outlive it as the block's bytes. Dropped after the
+                            // engine lock: memory's copy cannot go meanwhile without being
+                            // clean and equal to it (a dirty block is never evicted).
+                            drop_below.push(block);
                         }
                     }
                 }
@@ -179,13 +293,17 @@ impl Inner {
                 if f.lower_dirty.is_empty() && f.forgotten && f.born.is_none() {
                     // Forgotten without a birth time: its identity may name another file
                     // later, so nothing of it stays below once its data is on BACKING.
-                    if let Some(lower) = &self.lower {
-                        lower.invalidate_file(fkey, 0);
-                    }
+                    drop_all_below = true;
                 }
             }
             cleaned
         };
+        for block in drop_below {
+            tier.invalidate(&TierKey::new(fkey, block));
+        }
+        if let (true, Some(lower)) = (drop_all_below, &self.lower) {
+            lower.invalidate_file(fkey, 0);
+        }
         match err {
             Some(e) => {
                 log::error!(
@@ -315,9 +433,134 @@ impl Inner {
         Err(eio())
     }
 
+    /// Cleans the dirty blocks a tier's cleaning policy named: grouped by file, each under its
+    /// `io` lock — taken only if free (`own`: the caller holds it already), so a busy file
+    /// waits for the next advice. Returns the blocks cleaned.
+    pub(crate) fn clean_advised(&self, blocks: Vec<DirtyBlock>, own: Option<FileId>) -> usize {
+        if blocks.is_empty() {
+            return 0;
+        }
+        let mut by_key: HashMap<FileKey, HashSet<u64>> = HashMap::new();
+        for b in blocks {
+            by_key.entry(b.key.file).or_default().insert(b.key.block.0);
+        }
+        let files: Vec<(FileId, Arc<crate::files::FileShared>, HashSet<u64>)> = {
+            let eng = self.lock();
+            eng.files
+                .iter()
+                .filter(|(_, f)| !f.lower_dirty.is_empty())
+                .filter_map(|(id, f)| {
+                    let set = by_key.remove(&f.fkey?)?;
+                    Some((*id, Arc::clone(&f.shared), set))
+                })
+                .collect()
+        };
+        if !by_key.is_empty() {
+            log::debug!(
+                "cleaning advice named blocks of {} files the cache does not know",
+                by_key.len()
+            );
+        }
+        let mut cleaned = 0;
+        for (file, shared, set) in files {
+            let r = if own == Some(file) {
+                self.clean_lower_some(file, Some(&set))
+            } else {
+                let Ok(_io) = shared.io.try_lock() else {
+                    continue;
+                };
+                let r = self.clean_lower_some(file, Some(&set));
+                let fd = self.lock().gc_file(file);
+                drop(fd);
+                r
+            };
+            // Errors are logged; the blocks stay dirty in the tier and are advised again.
+            cleaned += r.unwrap_or(0);
+        }
+        if cleaned > 0 {
+            if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+                // `mark_clean` is lazy: make the cleaning durable (frees sets for good).
+                if let Err(e) = t.sync() {
+                    log::error!("{e}");
+                }
+            }
+        }
+        cleaned
+    }
+
+    /// The cleaning thread of a dirty tier with its own cleaning policy: ticks it and cleans
+    /// what it (and reads) advise, until the cache stops.
+    pub(crate) fn cleaner_loop(&self, period: std::time::Duration) {
+        let Some(lower) = self.lower.clone() else {
+            return;
+        };
+        let Some(tier) = lower.dirty_tier().cloned() else {
+            return;
+        };
+        loop {
+            {
+                let ctl = crate::cache::lock(&self.flush_ctl);
+                if ctl.stop {
+                    return;
+                }
+                let (ctl, _) = self
+                    .flush_cv
+                    .wait_timeout(ctl, period)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if ctl.stop {
+                    return;
+                }
+            }
+            if lower.dirty_tier_detaching() {
+                self.detach_dirty_tier(&lower);
+                return;
+            }
+            let mut blocks = lower.take_advised();
+            if let CleanAdvice::Clean(b) = tier.on_tick() {
+                blocks.extend(b);
+            }
+            self.clean_advised(blocks, None);
+        }
+    }
+
+    /// The dirty tier asks to be detached (device errors): every file's dirty blocks there
+    /// are written to BACKING where they can still be read, then the tier is no longer used.
+    /// Blocks that could not be read stay listed: reading them fails with EIO rather than
+    /// returning BACKING's older bytes.
+    fn detach_dirty_tier(&self, lower: &crate::lower::Lower) {
+        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self
+            .lock()
+            .files
+            .iter()
+            .filter(|(_, f)| !f.lower_dirty.is_empty())
+            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
+            .collect();
+        let mut failed = 0usize;
+        for (file, shared) in files {
+            let _io = crate::cache::lock(&shared.io);
+            if let Err(e) = self.clean_lower_locked(file) {
+                failed += 1;
+                log::error!("file {}: cleaning before detaching the tier: {e}", file.0);
+            }
+        }
+        lower.detach_dirty_tier();
+        if failed > 0 {
+            log::error!("{failed} files kept dirty blocks the detached tier could not return");
+        }
+    }
+
     /// One cleaning round of the flusher: files with lower-dirty blocks, cleaned to BACKING
-    /// (a file being written back by someone else is skipped this round).
+    /// (a file being written back by someone else is skipped this round). A dirty tier with a
+    /// cleaning policy of its own is cleaned by `cleaner_loop` instead.
     pub(crate) fn clean_lower_round(&self) {
+        if self
+            .lower
+            .as_ref()
+            .and_then(|l| l.dirty_tier())
+            .is_some_and(|t| t.has_cleaning_policy())
+        {
+            return;
+        }
         let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self
             .lock()
             .files

@@ -213,8 +213,13 @@ impl Inner {
             return;
         };
         let gone: Vec<u64> = f.lower_dirty.range(first..).copied().collect();
+        for b in &gone {
+            f.lower_dirty.remove(b);
+        }
+        let tier = Arc::clone(tier);
+        drop(eng);
+        // Outside the engine lock: the caller holds the file's `io` and `op` locks.
         for b in gone {
-            f.lower_dirty.remove(&b);
             tier.discard(&TierKey::new(fk, b));
         }
     }
@@ -449,6 +454,7 @@ impl Inner {
         // the new EOF are cut by the truncation).
         self.clean_lower_locked(file)?;
         self.device.set_len(file, fd, new_size)?;
+        let invalidate_below;
         // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written
         // back.
         let stamp = match FileStamp::of_file(fd) {
@@ -465,9 +471,9 @@ impl Inner {
             };
             f.generation += 1;
             f.shared.change.fetch_add(1, Ordering::SeqCst);
-            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
-                lower.invalidate_file(fk, new_size >> self.shift);
-            }
+            // Below, after the engine lock (tier I/O must not stall other files); the file is
+            // quiesced (`io` + `op`), and the copies there carry the old content version.
+            invalidate_below = f.fkey;
             f.ra = ReadAhead::default();
             let old_size = f.size;
             f.size = new_size;
@@ -503,6 +509,9 @@ impl Inner {
                     (false, None) => f.mtime,
                 };
             }
+        }
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, new_size >> self.shift);
         }
         Ok(())
     }

@@ -1,13 +1,11 @@
 //! Tier stacks the live manager cannot run as configured are refused when the cache is built,
 //! with the tier's name, instead of silently doing nothing: an exclusive tier not right below
-//! memory (it would receive no demotions), and a sequential-run threshold on a tier that holds
-//! dirty data (a read must never skip the only copy of a block).
+//! memory (it would receive no demotions).
 #![allow(clippy::unwrap_used)]
 mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
-use tiercache_core::seqrun::Threshold;
 use tiercache_mem::{LowerTier, MemCache, RealBacking};
 
 #[test]
@@ -24,13 +22,4 @@ fn an_exclusive_tier_below_another_lower_tier_is_refused() {
         LowerTier::new(test_tier(16), Placement::Inclusive),
     ];
     MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
-}
-
-#[test]
-fn a_threshold_on_a_tier_that_takes_dirty_data_is_refused() {
-    let lower =
-        vec![LowerTier::new(dirty_tier(16), Placement::Exclusive)
-            .with_seq_bypass(Threshold::Fixed(8))];
-    let err = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap_err();
-    assert!(err.to_string().contains("dirty"), "{err}");
 }

@@ -267,6 +267,11 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     fn on_tick(&self) -> CleanAdvice {
         CleanAdvice::Idle
     }
+    /// Whether the tier's own policy decides when its dirty blocks are cleaned (`on_tick`,
+    /// `on_request`); otherwise the manager cleans them on its own schedule. Default: no.
+    fn has_cleaning_policy(&self) -> bool {
+        false
+    }
     /// The tier counted too many device errors: the manager cleans what it can read and stops
     /// using it. Default: never.
     fn detaching(&self) -> bool {

@@ -5,6 +5,7 @@ use super::partition_flags::PartitionFlags;
 use crate::live::config::{
     self, ConfigFile, MountOptions, RespawnArgs, SizeOrPercent, SizeValue, TierTable,
 };
+use crate::live::config_flash::{apply_flash_flags, FlashFlags};
 use crate::live::config_remote::{apply_remote_flags, RemoteFlags};
 use crate::live::daemon::{self, Settings};
 use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
@@ -84,6 +85,37 @@ pub struct MountArgs {
     /// replace the config file's lower `[[tier]]`s.
     #[arg(long = "tier", value_name = "KIND:SIZE[:PLACEMENT]")]
     pub tier: Vec<String>,
+    /// An SSD tier right below memory (paper 001: set-mapped, write-back, crash-consistent):
+    /// a cache file (created and preallocated with SIZE when missing) or a block device.
+    #[arg(long, value_name = "PATH[:SIZE]")]
+    pub flash: Option<String>,
+    /// writeback | writethrough | writearound [default: writeback].
+    #[arg(long, value_name = "MODE")]
+    pub flash_mode: Option<String>,
+    /// A contiguous stream of at least this many bytes goes straight to BACKING [default: 4M].
+    #[arg(long, value_name = "SIZE")]
+    pub flash_seq_cutoff: Option<String>,
+    /// idle (clean when no request came for --flash-wait) | eager (clean in the request path
+    /// when free sets run short) [default: idle].
+    #[arg(long, value_name = "idle|eager")]
+    pub flash_cleaner: Option<String>,
+    /// Quiet time before idle cleaning starts, in ms [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub flash_wait: Option<u64>,
+    /// Sets without dirty data that cleaning keeps: a count or a percentage [default: 10%].
+    #[arg(long, value_name = "N|P%")]
+    pub flash_free_floor: Option<String>,
+    /// Above this dirty fraction cleaning runs even when busy, at a bounded rate [default: 80%].
+    #[arg(long, value_name = "FRACTION|P%")]
+    pub flash_dirty_max: Option<String>,
+    /// Device errors after which the tier is detached (its readable dirty data written back
+    /// first) [default: 16].
+    #[arg(long, value_name = "N")]
+    pub flash_max_errors: Option<u64>,
+    /// inclusive (allocate on read misses) | exclusive (store clean blocks evicted from memory)
+    /// [default: inclusive].
+    #[arg(long, value_name = "PLACEMENT")]
+    pub flash_placement: Option<String>,
     /// A remote-memory tier on memcached servers, below all others (clean data only,
     /// encrypted): memcached://HOST:PORT[,HOST:PORT...]. Needs --remote-key.
     #[arg(long, value_name = "URL")]
@@ -195,6 +227,21 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
             )
         },
     })
+}
+
+/// The `--flash*` flags.
+fn flash_flags(args: &MountArgs) -> FlashFlags {
+    FlashFlags {
+        device: args.flash.clone(),
+        mode: args.flash_mode.clone(),
+        seq_cutoff: args.flash_seq_cutoff.clone(),
+        cleaner: args.flash_cleaner.clone(),
+        wait_ms: args.flash_wait,
+        free_floor: args.flash_free_floor.clone(),
+        dirty_max: args.flash_dirty_max.clone(),
+        max_errors: args.flash_max_errors,
+        placement: args.flash_placement.clone(),
+    }
 }
 
 /// The `--remote*` flags.
@@ -313,6 +360,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         None => PolicyKind::Lru,
     };
     let tiers = apply_remote_flags(o.tiers.clone(), &remote_flags(args))?;
+    let tiers = apply_flash_flags(tiers, &flash_flags(args))?;
     let lower_tiers = file.lower_tiers(
         tiers.as_deref().unwrap_or_default(),
         block_size.bytes(),

@@ -10,6 +10,7 @@
 //! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
+use super::config_flash::{flash_only_key, FlashSpec, FractionValue};
 use super::config_remote::{remote_only_key, RemoteSpec};
 use super::size::parse_size;
 use serde::{Deserialize, Deserializer};
@@ -199,9 +200,22 @@ pub struct TierTable {
     /// Sequential-run threshold in blocks, or `"auto"`.
     pub threshold: Option<At<SizeValue>>,
     pub timeout_ms: Option<At<u64>>,
+    /// Flash tier only (see `config_flash`).
+    pub path: Option<At<PathBuf>>,
+    pub mode: Option<At<String>>,
+    pub seq_cutoff: Option<At<SizeValue>>,
+    pub cleaner: Option<At<String>>,
+    pub wait_ms: Option<At<u64>>,
+    pub free_floor: Option<At<SizeOrPercent>>,
+    pub dirty_max: Option<At<FractionValue>>,
+    pub max_errors: Option<At<u64>>,
     /// The `--tier` argument this came from; `None` for a `[[tier]]` table.
     #[serde(skip)]
     pub flag: Option<String>,
+    /// Made or changed by the `--flash*` / `--remote*` flags: their prefix (`flash`,
+    /// `remote`), so that a bad value set by one of them names that flag.
+    #[serde(skip)]
+    pub from_flags: Option<&'static str>,
 }
 
 impl TierTable {
@@ -221,7 +235,16 @@ impl TierTable {
             namespace: None,
             threshold: None,
             timeout_ms: None,
+            path: None,
+            mode: None,
+            seq_cutoff: None,
+            cleaner: None,
+            wait_ms: None,
+            free_floor: None,
+            dirty_max: None,
+            max_errors: None,
             flag: None,
+            from_flags: None,
         }
     }
 
@@ -260,6 +283,8 @@ pub struct LowerTierSpec {
     pub accepts_dirty: bool,
     /// Kind `remote` only.
     pub remote: Option<RemoteSpec>,
+    /// Kind `flash` only.
+    pub flash: Option<FlashSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,6 +294,8 @@ pub enum LowerTierKind {
     Test,
     /// memcached servers (clean data only, encrypted).
     Remote,
+    /// An SSD (file or block device): set-mapped, write-back, persistent.
+    Flash,
 }
 
 /// A config file's path and text (for `FILE:LINE` in errors) and what it says.
@@ -283,6 +310,16 @@ impl ConfigFile {
     /// `FILE:LINE` of a value from this file, or `--tier ARG` for one from a flag.
     pub(super) fn place<T>(&self, table: &TierTable, at: &At<T>) -> String {
         self.place_span(table, &at.span)
+    }
+
+    /// [`ConfigFile::place`] for the common key `key` (`size`, `placement`): a value the
+    /// `--flash*`/`--remote*` flags set names their flag.
+    fn place_key<T>(&self, table: &TierTable, at: &At<T>, key: &str) -> String {
+        match (at.span.is_none(), table.from_flags) {
+            (true, Some(prefix)) if key == "size" && prefix == "flash" => "--flash".to_string(),
+            (true, Some(prefix)) => format!("--{prefix}-{key}"),
+            _ => self.place(table, at),
+        }
     }
 
     pub(super) fn place_span(&self, table: &TierTable, span: &Option<Range<usize>>) -> String {
@@ -333,6 +370,12 @@ impl ConfigFile {
                     self.place_span(&t, span)
                 ));
             }
+            if let Some((span, key)) = flash_only_key(&t) {
+                return Err(format!(
+                    "{}: `{key}` is only for kind = \"flash\", not \"memory\"",
+                    self.place_span(&t, span)
+                ));
+            }
             if let Some(size) = &t.size {
                 if self.options.memory.is_some() {
                     return Err(format!(
@@ -380,6 +423,7 @@ impl ConfigFile {
             let kind = match t.kind.value.as_str() {
                 "test" => LowerTierKind::Test,
                 "remote" => LowerTierKind::Remote,
+                "flash" => LowerTierKind::Flash,
                 "memory" => {
                     return Err(format!(
                         "{}: the memory tier is set with --memory and --policy (or a first \
@@ -389,12 +433,19 @@ impl ConfigFile {
                 }
                 other => {
                     return Err(format!(
-                        "{}: unknown tier kind `{other}` (expected memory|test|remote; the SSD \
-                         tier is not implemented yet)",
+                        "{}: unknown tier kind `{other}` (expected memory|test|flash|remote)",
                         here(&t.kind)
                     ))
                 }
             };
+            if kind != LowerTierKind::Flash {
+                if let Some((span, key)) = flash_only_key(t) {
+                    return Err(format!(
+                        "{}: `{key}` is only for kind = \"flash\"",
+                        self.place_span(t, span)
+                    ));
+                }
+            }
             let remote = match kind {
                 LowerTierKind::Remote => Some(self.remote_spec(t)?),
                 LowerTierKind::Test => {
@@ -406,13 +457,19 @@ impl ConfigFile {
                     }
                     None
                 }
+                LowerTierKind::Flash => None,
+            };
+            let flash = match kind {
+                LowerTierKind::Flash => Some(self.flash_spec(t)?),
+                _ => None,
             };
             let capacity_bytes = match (&t.size, kind) {
                 (Some(size), _) => size
                     .value
                     .bytes()
-                    .map_err(|e| format!("{}: size: {e}", self.place(t, size)))?,
-                (None, LowerTierKind::Remote) => 0,
+                    .map_err(|e| format!("{}: size: {e}", self.place_key(t, size, "size")))?,
+                // Remote: the servers' limits; flash: the existing cache's own size.
+                (None, LowerTierKind::Remote | LowerTierKind::Flash) => 0,
                 (None, _) => {
                     return Err(format!(
                         "{}: a {} tier needs `size`",
@@ -424,7 +481,7 @@ impl ConfigFile {
             if let (Some(size), true) = (&t.size, capacity_bytes < block_size) {
                 return Err(format!(
                     "{}: size: {capacity_bytes} bytes is less than one block of {block_size}",
-                    self.place(t, size)
+                    self.place_key(t, size, "size")
                 ));
             }
             let policy = match &t.policy {
@@ -436,7 +493,10 @@ impl ConfigFile {
             };
             let placement = match &t.placement {
                 // Paper 002 stores on a miss; a test tier demotes by default.
-                None if kind == LowerTierKind::Remote => Placement::Inclusive,
+                // Paper 001 allocates on a read miss too.
+                None if matches!(kind, LowerTierKind::Remote | LowerTierKind::Flash) => {
+                    Placement::Inclusive
+                }
                 // Only the first lower tier can be exclusive (see below).
                 None if !specs.is_empty() => Placement::Inclusive,
                 None => Placement::Exclusive,
@@ -444,7 +504,7 @@ impl ConfigFile {
                     Ok(Placement::Pinned { .. }) => {
                         return Err(format!(
                             "{}: placement `{}` is not supported yet (inclusive|exclusive)",
-                            self.place(t, p),
+                            self.place_key(t, p, "placement"),
                             p.value
                         ))
                     }
@@ -452,7 +512,7 @@ impl ConfigFile {
                     Err(_) => {
                         return Err(format!(
                             "{}: unknown placement `{}` (expected inclusive|exclusive)",
-                            self.place(t, p),
+                            self.place_key(t, p, "placement"),
                             p.value
                         ))
                     }
@@ -462,7 +522,7 @@ impl ConfigFile {
                 let at = t
                     .placement
                     .as_ref()
-                    .map_or_else(|| here(&t.kind), |p| self.place(t, p));
+                    .map_or_else(|| here(&t.kind), |p| self.place_key(t, p, "placement"));
                 return Err(format!(
                     "{at}: only the tier right below memory may be exclusive (evictions from \
                      lower tiers are not passed further down yet); use inclusive"
@@ -497,6 +557,7 @@ impl ConfigFile {
                 write_latency: us(&t.write_latency_us),
                 accepts_dirty: t.accepts_dirty.as_ref().is_some_and(|a| a.value),
                 remote,
+                flash,
             });
         }
         Ok(specs)
@@ -571,217 +632,5 @@ impl RespawnArgs {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_known_keys() {
-        let c =
-            parse("memory = \"64M\"\npriority = [\"www/top\"]\nb_pmin = \"30%\"\nomega = 100\n")
-                .unwrap();
-        assert_eq!(c.memory.unwrap().bytes().unwrap(), 64 << 20);
-        assert_eq!(c.priority, Some(vec![PathBuf::from("www/top")]));
-        assert_eq!(c.b_pmin.unwrap().as_text(), "30%");
-    }
-
-    #[test]
-    fn unknown_key_names_its_line() {
-        let (line, msg) = parse("memory = \"64M\"\n\ncolour = \"red\"\n").unwrap_err();
-        assert_eq!(line, 3);
-        assert!(msg.contains("colour"), "{msg}");
-        let (line, _) = parse("memory = \"64M\"\nomega = \"many\"\n").unwrap_err();
-        assert_eq!(line, 2);
-        let (line, msg) =
-            parse("[[tier]]\nkind = \"test\"\nsize = \"1M\"\nspeed = 3\n").unwrap_err();
-        assert_eq!(line, 4, "{msg}");
-        assert!(msg.contains("speed"), "{msg}");
-    }
-
-    #[test]
-    fn flags_win_field_by_field() {
-        let file = parse("memory = \"64M\"\npolicy = \"arc\"\nthreads = 4\n").unwrap();
-        let flags = MountOptions {
-            memory: Some(SizeValue::Text("8M".into())),
-            threads: None,
-            ..MountOptions::default()
-        };
-        let m = flags.over(file);
-        assert_eq!(m.memory.unwrap().bytes().unwrap(), 8 << 20);
-        assert_eq!(m.policy.as_deref(), Some("arc"));
-        assert_eq!(m.threads, Some(4));
-    }
-
-    fn file(text: &str) -> ConfigFile {
-        ConfigFile {
-            path: Some(PathBuf::from("tc.toml")),
-            text: text.to_string(),
-            options: parse(text).unwrap(),
-        }
-    }
-
-    /// The lower tiers of `text` with 4 KiB blocks, or the error.
-    fn lower(text: &str) -> Result<Vec<LowerTierSpec>, String> {
-        let mut f = file(text);
-        let mem = f.fold_memory_tier()?;
-        let tiers = f.options.tiers.clone().unwrap_or_default();
-        f.lower_tiers(&tiers, 4096, &mem)
-    }
-
-    #[test]
-    fn tiers_parse_with_defaults() {
-        let text = "[[tier]]\nkind = \"memory\"\nsize = \"64M\"\npolicy = \"sieve\"\n\n\
-                    [[tier]]\nkind = \"test\"\nsize = \"1G\"\n\n\
-                    [[tier]]\nkind = \"test\"\nname = \"slow\"\nsize = 65536\npolicy = \"arc\"\n\
-                    placement = \"inclusive\"\nread_latency_us = 100\nwrite_latency_us = 200\n\
-                    accepts_dirty = true\n";
-        let mut f = file(text);
-        assert_eq!(f.fold_memory_tier().unwrap(), "memory");
-        assert_eq!(
-            f.options.memory.as_ref().unwrap().bytes().unwrap(),
-            64 << 20
-        );
-        assert_eq!(f.options.policy.as_deref(), Some("sieve"));
-        let tiers = f.options.tiers.clone().unwrap();
-        let specs = f.lower_tiers(&tiers, 4096, "memory").unwrap();
-        assert_eq!(
-            specs,
-            vec![
-                LowerTierSpec {
-                    name: "test".into(),
-                    kind: LowerTierKind::Test,
-                    capacity_bytes: 1 << 30,
-                    policy: PolicyKind::Lru,
-                    placement: Placement::Exclusive,
-                    read_latency: Duration::ZERO,
-                    write_latency: Duration::ZERO,
-                    accepts_dirty: false,
-                    remote: None,
-                },
-                LowerTierSpec {
-                    name: "slow".into(),
-                    kind: LowerTierKind::Test,
-                    capacity_bytes: 65536,
-                    policy: PolicyKind::Arc,
-                    placement: Placement::Inclusive,
-                    read_latency: Duration::from_micros(100),
-                    write_latency: Duration::from_micros(200),
-                    accepts_dirty: true,
-                    remote: None,
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn tier_errors_name_file_and_line() {
-        let cases = [
-            ("[[tier]]\nkind = \"ssd\"\nsize = \"1G\"\n", "tc.toml:2:", "unknown tier kind `ssd`"),
-            ("[[tier]]\nkind = \"test\"\nsize = \"1K\"\n", "tc.toml:3:", "less than one block"),
-            ("[[tier]]\nkind = \"test\"\nsize = \"1Q\"\n", "tc.toml:3:", "not a size"),
-            ("[[tier]]\nkind = \"test\"\n", "tc.toml:2:", "needs `size`"),
-            (
-                "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nplacement = \"pinned\"\n",
-                "tc.toml:4:",
-                "not supported yet",
-            ),
-            (
-                "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nplacement = \"sideways\"\n",
-                "tc.toml:4:",
-                "unknown placement",
-            ),
-            (
-                "[[tier]]\nkind = \"test\"\nsize = \"1M\"\npolicy = \"random\"\n",
-                "tc.toml:4:",
-                "policy",
-            ),
-            (
-                "[[tier]]\nkind = \"test\"\nsize = \"1M\"\n[[tier]]\nkind = \"test\"\nsize = \"2M\"\n",
-                "tc.toml:5:",
-                "`test` is used twice",
-            ),
-            (
-                "[[tier]]\nkind = \"test\"\nsize = \"1M\"\n[[tier]]\nkind = \"memory\"\n",
-                "tc.toml:5:",
-                "must be the first",
-            ),
-            (
-                "memory = \"64M\"\n[[tier]]\nkind = \"memory\"\nsize = \"32M\"\n",
-                "tc.toml:4:",
-                "both given",
-            ),
-            (
-                "policy = \"lru\"\n[[tier]]\nkind = \"memory\"\npolicy = \"arc\"\n",
-                "tc.toml:4:",
-                "both given",
-            ),
-            (
-                "[[tier]]\nkind = \"memory\"\n\npolicy = \"random\"\n",
-                "tc.toml:4:",
-                "policy",
-            ),
-            (
-                "[[tier]]\nkind = \"memory\"\nplacement = \"inclusive\"\n",
-                "tc.toml:3:",
-                "not the memory tier",
-            ),
-            (
-                "[[tier]]\nkind = \"memory\"\nread_latency_us = 5\n",
-                "tc.toml:3:",
-                "only for kind = \"test\"",
-            ),
-            (
-                "[[tier]]\nkind = \"memory\"\nname = \"fast\"\n[[tier]]\nkind = \"test\"\n\
-                 name = \"fast\"\nsize = \"1M\"\n",
-                "tc.toml:6:",
-                "`fast` is used twice",
-            ),
-        ];
-        for (text, place, needle) in cases {
-            let err = lower(text).unwrap_err();
-            assert!(err.starts_with(place), "{text:?}: {err}");
-            assert!(err.contains(needle), "{text:?}: {err}");
-            assert_eq!(err.lines().count(), 1, "{err}");
-        }
-    }
-
-    #[test]
-    fn tier_flags_parse_and_name_themselves() {
-        let f = ConfigFile::default();
-        let flags: Vec<TierTable> = ["test:64M:exclusive", "test:1G", "test:8M:inclusive"]
-            .iter()
-            .map(|a| TierTable::from_flag(a).unwrap())
-            .collect();
-        let specs = f.lower_tiers(&flags, 4096, "memory").unwrap();
-        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["test", "test2", "test3"]);
-        assert_eq!(specs[0].capacity_bytes, 64 << 20);
-        // Below the first lower tier the default is inclusive (exclusive is refused there).
-        assert_eq!(specs[1].placement, Placement::Inclusive);
-        assert_eq!(specs[2].placement, Placement::Inclusive);
-        let two = ["test:1M", "test:1M:exclusive"].map(|a| TierTable::from_flag(a).unwrap());
-        let err = f.lower_tiers(&two, 4096, "memory").unwrap_err();
-        assert!(
-            err.starts_with("--tier test:1M:exclusive: only the tier right below memory"),
-            "{err}"
-        );
-        for (arg, needle) in [
-            ("test", "expected KIND:SIZE[:PLACEMENT]"),
-            ("test:1M:exclusive:x", "expected KIND:SIZE[:PLACEMENT]"),
-        ] {
-            let err = TierTable::from_flag(arg).unwrap_err();
-            assert!(err.starts_with(&format!("--tier {arg}: ")), "{err}");
-            assert!(err.contains(needle), "{err}");
-        }
-        for (arg, needle) in [
-            ("ssd:1G", "unknown tier kind `ssd`"),
-            ("memory:1G", "--memory"),
-            ("test:100", "less than one block"),
-            ("test:1M:pinned", "not supported yet"),
-        ] {
-            let t = TierTable::from_flag(arg).unwrap();
-            let err = f.lower_tiers(&[t], 4096, "memory").unwrap_err();
-            assert!(err.starts_with(&format!("--tier {arg}: ")), "{err}");
-            assert!(err.contains(needle), "{err}");
-        }
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -88,6 +88,7 @@ pub fn apply_remote_flags(
     let Some(t) = table else {
         return Err("--remote: internal error: no tier".to_string());
     };
+    t.from_flags = Some("remote");
     if let Some(url) = &f.url {
         t.servers = Some(At::flag(url.clone()));
     }

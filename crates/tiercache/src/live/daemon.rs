@@ -5,6 +5,7 @@
 use super::adapter::CacheDataPath;
 use super::config::{LowerTierKind, LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
+use super::flash::{self, MountedFlash};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
 use super::remote::{self, MountedRemote};
 use super::{logging, metrics, stats};
@@ -61,6 +62,7 @@ struct Live {
     emulation: Option<String>,
     inodes: tiercache_fuse::InodeStatsReader,
     remotes: Vec<MountedRemote>,
+    flashes: Vec<MountedFlash>,
 }
 
 impl Handler for Live {
@@ -78,6 +80,7 @@ impl Handler for Live {
                 v["inodes"] = stats::inodes_json(&self.inodes.stats());
                 let (remote, all) = remote::stats_json(&self.remotes, ms.lower.as_ref());
                 v["remote"] = remote;
+                v["flash"] = flash::stats_json(&self.flashes);
                 if !all.is_null() {
                     v["remote_tiers"] = all;
                 }
@@ -177,7 +180,8 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         }
         None => (real, None),
     };
-    let (lower, remotes) = build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize)?;
+    let (lower, remotes, flashes) =
+        build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize, &backing)?;
     let mem =
         Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
     if let Some(path) = &s.trace_out {
@@ -238,6 +242,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         emulation: emulation.clone(),
         inodes: handle.inode_stats(),
         remotes,
+        flashes: flashes.clone(),
     });
     if let Err(e) = control::serve(&files, live.clone()) {
         drop(handle);
@@ -266,7 +271,11 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     let mut handle = handle;
     let mut waiting = serve_until_stopped(&mut handle, &stop, &stop_rx, conn, &s.mountpoint);
     drop(handle);
-    let result = final_write_back(&mem, &stop_rx, &mut waiting, conn);
+    let mut result = final_write_back(&mem, &stop_rx, &mut waiting, conn);
+    if result.is_ok() {
+        // Everything is on BACKING: the flash tiers are marked cleanly shut (warm restart).
+        result = flash::close(&flashes);
+    }
     for w in waiting {
         let _ = w.send(result.clone());
     }
@@ -572,13 +581,18 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The tiers below memory (top first), and the remote and flash ones again for their stats.
+type LowerStack = (Vec<LowerTier>, Vec<MountedRemote>, Vec<MountedFlash>);
+
 /// Builds the tiers below memory from their specs, top first; also returns the remote ones
 /// (for their own stats).
 fn build_lower_tiers(
     specs: &[LowerTierSpec],
     block_size: usize,
-) -> Result<(Vec<LowerTier>, Vec<MountedRemote>), String> {
+    backing: &std::path::Path,
+) -> Result<LowerStack, String> {
     let mut remotes = Vec::new();
+    let mut flashes = Vec::new();
     let tiers = specs
         .iter()
         .enumerate()
@@ -608,9 +622,18 @@ fn build_lower_tiers(
                     let lt = LowerTier::new(t, spec.placement).with_seq_bypass(r.threshold);
                     return Ok(lt);
                 }
+                LowerTierKind::Flash => {
+                    let f = spec
+                        .flash
+                        .as_ref()
+                        .ok_or_else(|| format!("tier {}: no flash settings", spec.name))?;
+                    let (lt, mounted) = flash::build(spec, f, block_size, backing)?;
+                    flashes.push(mounted);
+                    return Ok(lt);
+                }
             };
             Ok(LowerTier::new(tier, spec.placement))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok((tiers, remotes))
+    Ok((tiers, remotes, flashes))
 }

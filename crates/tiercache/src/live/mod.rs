@@ -3,9 +3,11 @@
 
 pub mod adapter;
 pub mod config;
+pub mod config_flash;
 pub mod config_remote;
 pub mod control;
 pub mod daemon;
+pub mod flash;
 pub mod logging;
 pub mod metrics;
 pub mod priority;

@@ -1,0 +1,180 @@
+//! Dirty blocks a persistent tier kept across a restart or a crash, written to BACKING before
+//! the mount is served.
+//!
+//! Each file with dirty blocks in the tier comes with the [`FileMeta`] made durable with them
+//! (logical size, mtime, BACKING file handle; see `DataTier::set_file_meta`). The file is
+//! opened by its handle (so a rename since does not matter), its blocks are written in offset
+//! order, the last one clipped at the logical size, the file extended to that size if it is
+//! shorter, synced, its mtime set to the time of the writes; then the blocks are marked clean
+//! and the tier synced. A file deleted since (`ESTALE`) has nowhere to take them: they are
+//! dropped. Nothing here goes through the memory tier: no file is open yet.
+
+use crate::handle::open_by_handle;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use tiercache_tier::{DataTier, DirtyBlock, FileKey, RecoveredFile};
+
+/// What recovery did, for the log and `stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    pub files: u64,
+    /// Blocks written to BACKING.
+    pub blocks_written: u64,
+    /// Blocks of files deleted since (or past their logical end): nothing to write.
+    pub blocks_dropped: u64,
+    /// Blocks of files no handle was kept for: dropped, and logged as an error.
+    pub blocks_unplaced: u64,
+}
+
+/// Writes every dirty block `tier` found at open to BACKING (rooted at `root`). An error that
+/// leaves dirty data unwritten (BACKING refuses, the daemon may not open by handle) stops the
+/// mount: serving BACKING's older bytes would lose acknowledged writes.
+pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryReport, String> {
+    let mut report = RecoveryReport::default();
+    let files = tier.recovered_files();
+    if files.is_empty() {
+        return Ok(report);
+    }
+    let name = tier.info().name.clone();
+    let at = |e: String| format!("tier {name}: recovering dirty blocks: {e}");
+    let root_dir = File::open(root).map_err(|e| at(format!("{}: {e}", root.display())))?;
+    let mut by_file: BTreeMap<FileKey, Vec<DirtyBlock>> = BTreeMap::new();
+    for b in tier.dirty_blocks(usize::MAX) {
+        by_file.entry(b.key.file).or_default().push(b);
+    }
+    log::warn!(
+        "tier {name}: {} files have dirty blocks from before the restart; writing them to BACKING",
+        files.len()
+    );
+    for rf in &files {
+        let mut blocks = by_file.remove(&rf.file).unwrap_or_default();
+        blocks.sort_by_key(|b| b.key.block);
+        report.files += 1;
+        clean_one(tier, &root_dir, rf, &blocks, &mut report).map_err(&at)?;
+    }
+    // Dirty blocks of files not in the list (a tier that reports them only by block).
+    let orphans: u64 = by_file.values().map(|v| v.len() as u64).sum();
+    if orphans > 0 {
+        log::error!("tier {name}: {orphans} dirty blocks belong to no recovered file; dropped");
+        for b in by_file.values().flatten() {
+            tier.discard(&b.key);
+        }
+        report.blocks_unplaced += orphans;
+    }
+    tier.sync().map_err(|e| at(e.to_string()))?;
+    log::warn!(
+        "tier {name}: recovery wrote {} blocks of {} files to BACKING ({} dropped: file deleted \
+         or past its end; {} without a file handle)",
+        report.blocks_written,
+        report.files,
+        report.blocks_dropped,
+        report.blocks_unplaced
+    );
+    Ok(report)
+}
+
+fn clean_one(
+    tier: &dyn DataTier,
+    root: &File,
+    rf: &RecoveredFile,
+    blocks: &[DirtyBlock],
+    report: &mut RecoveryReport,
+) -> Result<(), String> {
+    let id = format!("file (dev {}, inode {})", rf.file.dev, rf.file.ino);
+    let Some(meta) = rf.meta.as_ref().filter(|m| !m.handle.bytes.is_empty()) else {
+        log::error!(
+            "{id}: {} dirty blocks were kept without a file handle; they cannot be placed and \
+             are dropped",
+            blocks.len()
+        );
+        for b in blocks {
+            tier.discard(&b.key);
+        }
+        report.blocks_unplaced += blocks.len() as u64;
+        return Ok(());
+    };
+    let f = match open_by_handle(root, &meta.handle, libc::O_RDWR) {
+        Ok(f) => f,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
+            log::info!(
+                "{id}: deleted since; its {} dirty blocks are dropped",
+                blocks.len()
+            );
+            for b in blocks {
+                tier.discard(&b.key);
+            }
+            report.blocks_dropped += blocks.len() as u64;
+            return Ok(());
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            return Err(format!(
+                "{id}: open_by_handle_at: {e} (reopening files by handle needs \
+                 CAP_DAC_READ_SEARCH: run tiercache as root)"
+            ))
+        }
+        Err(e) => return Err(format!("{id}: open_by_handle_at: {e}")),
+    };
+    let st = f.metadata().map_err(|e| format!("{id}: fstat: {e}"))?;
+    if st.ino() != rf.file.ino {
+        return Err(format!(
+            "{id}: its handle opens inode {} instead; refusing to write there",
+            st.ino()
+        ));
+    }
+    let bs = tier.info().block_size as u64;
+    let mut buf = vec![0u8; bs as usize];
+    let mut done = Vec::with_capacity(blocks.len());
+    for b in blocks {
+        let start = b.key.block.0 * bs;
+        let seq = tier
+            .read_dirty(&b.key, b.version, &mut buf)
+            .map_err(|e| format!("{id}: block {}: {e}", b.key.block.0))?;
+        let Some(seq) = seq else { continue };
+        if start >= meta.size {
+            report.blocks_dropped += 1; // past the logical end: meaningless
+        } else {
+            let n = (meta.size - start).min(bs) as usize;
+            f.write_all_at(&buf[..n], start)
+                .map_err(|e| format!("{id}: writing block {}: {e}", b.key.block.0))?;
+            report.blocks_written += 1;
+        }
+        done.push((b.key, seq));
+    }
+    if st.len() < meta.size {
+        f.set_len(meta.size)
+            .map_err(|e| format!("{id}: extending to {} bytes: {e}", meta.size))?;
+    }
+    f.sync_data().map_err(|e| format!("{id}: fdatasync: {e}"))?;
+    if let Err(e) = set_mtime_ns(&f, meta.mtime_ns) {
+        log::warn!("{id}: setting the mtime after recovery failed: {e}");
+    }
+    for (key, seq) in done {
+        tier.mark_clean(&key, seq);
+    }
+    Ok(())
+}
+
+/// Sets the mtime (ns since the epoch), leaving the atime.
+fn set_mtime_ns(f: &File, ns: i64) -> io::Result<()> {
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: ns.div_euclid(1_000_000_000),
+            tv_nsec: ns.rem_euclid(1_000_000_000),
+        },
+    ];
+    // SAFETY: `times` is two valid timespecs that outlive the call; `f` keeps its fd open.
+    let rc = unsafe { libc::futimens(f.as_raw_fd(), times.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,305 @@
+//! The SSD tier of a mount: opened (or created) from its [`FlashSpec`], its dirty blocks from
+//! before a restart written to BACKING before the mount is served, closed cleanly at the end,
+//! and its `stats --json` `flash` object and `flash_*` metrics.
+
+use super::config::LowerTierSpec;
+use super::config_flash::{CleanerKind, FlashMode, FlashSpec};
+use serde_json::{json, Value};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use tiercache_core::Class;
+use tiercache_flash::{
+    CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashTier, Geometry,
+};
+use tiercache_mem::{LowerTier, RecoveryReport};
+use tiercache_tier::{
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, TierError,
+    TierInfo, TierKey, TierSnapshot,
+};
+
+/// Blocks per set (2^8 = 256: 1 MiB sets of 4 KiB blocks, as in paper 001).
+const SET_SHIFT: u8 = 8;
+
+/// A flash tier of the mount.
+#[derive(Debug, Clone)]
+pub struct MountedFlash {
+    pub tier: Arc<FlashTier>,
+    pub spec: FlashSpec,
+    pub recovery: RecoveryReport,
+}
+
+/// Checks that BACKING can reopen files by handle (a write-back tier needs it to find the
+/// files of its dirty blocks after a crash).
+fn check_handles(backing: &Path) -> Result<(), String> {
+    let root = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
+    let h = tiercache_mem::handle::file_handle(&root).map_err(|e| {
+        format!(
+            "BACKING {} has no file handles (name_to_handle_at: {e}); a write-back flash tier \
+             needs them to find its files after a crash: use --flash-mode writethrough or \
+             writearound",
+            backing.display()
+        )
+    })?;
+    tiercache_mem::handle::open_by_handle(&root, &h, libc::O_RDONLY | libc::O_DIRECTORY).map_err(
+        |e| {
+            format!(
+                "cannot reopen files of BACKING {} by handle (open_by_handle_at: {e}; it needs \
+                 CAP_DAC_READ_SEARCH: run tiercache as root), which a write-back flash tier needs \
+                 after a crash: use --flash-mode writethrough or writearound",
+                backing.display()
+            )
+        },
+    )?;
+    Ok(())
+}
+
+/// Opens the cache at `f.path`: an existing tiercache flash cache is opened (its own size
+/// wins; a different SIZE is an error), a missing file or an empty one is created with SIZE,
+/// anything else is refused rather than overwritten. `cfg` gets the cleaner's floor once the
+/// number of sets is known.
+fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool), String> {
+    let at = f.path.display();
+    let exists = f.path.exists();
+    let empty_file = std::fs::metadata(&f.path).is_ok_and(|m| m.is_file() && m.len() == 0);
+    let fresh = !exists || empty_file;
+    let size = if fresh {
+        Some(f.size.ok_or_else(|| {
+            format!(
+                "{at}: no cache there yet; give its size to create it (--flash {at}:SIZE, or \
+                 `size`)"
+            )
+        })?)
+    } else {
+        None
+    };
+    let dev = FileDevice::open(&f.path, size, false).map_err(|e| format!("{at}: {e}"))?;
+    if !fresh {
+        if !tiercache_flash::is_formatted(&dev) {
+            return Err(format!(
+                "{at}: exists and is not a tiercache flash cache; refusing to overwrite it \
+                 (remove it, or give a new path)"
+            ));
+        }
+        if let Some(size) = f.size.filter(|&s| s != dev.len()) {
+            return Err(format!(
+                "{at}: a flash cache of {} bytes already; it keeps its size (asked for {size}): \
+                 drop SIZE, or remove the file to make a new cache",
+                dev.len()
+            ));
+        }
+    }
+    let geo = Geometry::compute(dev.len(), dev.sector_size(), cfg.block_shift, cfg.set_shift)
+        .map_err(|e| format!("{at}: {} bytes: {e}", dev.len()))?;
+    cfg.cleaner.free_floor = f.free_floor.sets(geo.sets);
+    let dev: Arc<dyn FlashDevice> = Arc::new(dev);
+    let t = if fresh {
+        FlashTier::create(dev, cfg)
+    } else {
+        FlashTier::open(dev, cfg)
+    }
+    .map_err(|e| format!("{at}: {e}"))?;
+    Ok((t, fresh))
+}
+
+/// Opens or creates the tier, writes the dirty blocks it kept to BACKING, and returns it as a
+/// lower tier of the mount.
+pub fn build(
+    spec: &LowerTierSpec,
+    f: &FlashSpec,
+    block_size: usize,
+    backing: &Path,
+) -> Result<(LowerTier, MountedFlash), String> {
+    if f.mode == FlashMode::Writeback {
+        check_handles(backing)?;
+    }
+    let mut cleaner = CleanerConfig::new(
+        match f.cleaner {
+            CleanerKind::Idle => CleanerMode::Idle,
+            CleanerKind::Eager => CleanerMode::Eager,
+        },
+        0,
+    );
+    cleaner.wait = f.wait;
+    cleaner.dirty_max = f.dirty_max;
+    let cfg = FlashConfig {
+        block_shift: block_size.trailing_zeros() as u8,
+        set_shift: SET_SHIFT,
+        max_errors: f.max_errors,
+        cleaner,
+        ..FlashConfig::new(spec.name.clone())
+    };
+    let (tier, created) = open_device(f, cfg)?;
+    let tier = Arc::new(tier);
+    // Before anything is served: what it holds dirty from before goes to BACKING.
+    let recovery = tiercache_mem::clean_recovered(&*tier, backing)?;
+    log::info!(
+        "flash tier {} at {}: {} ({} sets, {} blocks)",
+        spec.name,
+        f.path.display(),
+        if created { "created" } else { "opened" },
+        tier.geometry().sets,
+        tier.info().capacity_blocks
+    );
+    let data: Arc<dyn DataTier> = match f.mode {
+        FlashMode::Writeback => tier.clone(),
+        FlashMode::Writethrough | FlashMode::Writearound => Arc::new(CleanOnly::new(tier.clone())),
+    };
+    let mut lt = LowerTier::new(data, spec.placement).with_seq_bypass(
+        tiercache_core::seqrun::Threshold::Fixed((f.seq_cutoff / block_size as u64).max(1)),
+    );
+    if f.mode == FlashMode::Writethrough {
+        lt = lt.with_fill_on_write();
+    }
+    Ok((
+        lt,
+        MountedFlash {
+            tier,
+            spec: f.clone(),
+            recovery,
+        },
+    ))
+}
+
+/// A flash tier in `writethrough`/`writearound` mode: the same tier, taking no dirty data.
+struct CleanOnly {
+    inner: Arc<FlashTier>,
+    info: TierInfo,
+}
+
+impl CleanOnly {
+    fn new(inner: Arc<FlashTier>) -> Self {
+        let info = TierInfo {
+            accepts_dirty: false,
+            ..inner.info().clone()
+        };
+        Self { inner, info }
+    }
+}
+
+impl fmt::Debug for CleanOnly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CleanOnly({})", self.info.name)
+    }
+}
+
+impl DataTier for CleanOnly {
+    fn info(&self) -> &TierInfo {
+        &self.info
+    }
+    fn contains(&self, key: &TierKey) -> bool {
+        self.inner.contains(key)
+    }
+    fn read(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.inner.read(key, version, buf)
+    }
+    fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.inner.take(key, version, buf)
+    }
+    fn fill(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        self.inner.fill(key, version, class, data, current)
+    }
+    fn demote(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        self.inner.demote(key, version, class, data, current)
+    }
+    fn write_dirty(
+        &self,
+        _key: &TierKey,
+        _version: u64,
+        _class: Class,
+        _data: &[u8],
+    ) -> Result<Admit, TierError> {
+        Ok(Admit::Rejected)
+    }
+    fn invalidate(&self, key: &TierKey) {
+        self.inner.invalidate(key);
+    }
+    fn discard(&self, key: &TierKey) {
+        self.inner.discard(key);
+    }
+    fn read_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<u64>, TierError> {
+        self.inner.read_dirty(key, version, buf)
+    }
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        self.inner.invalidate_file(file, from_block);
+    }
+    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
+        self.inner.dirty_blocks(max)
+    }
+    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool {
+        self.inner.mark_clean(key, seq)
+    }
+    fn sync(&self) -> Result<(), TierError> {
+        self.inner.sync()
+    }
+    fn stats(&self) -> TierSnapshot {
+        self.inner.stats()
+    }
+    fn set_file_meta(&self, file: &FileKey, meta: &FileMeta) {
+        self.inner.set_file_meta(file, meta);
+    }
+    fn recovered_files(&self) -> Vec<RecoveredFile> {
+        self.inner.recovered_files()
+    }
+    fn on_request(&self) -> CleanAdvice {
+        CleanAdvice::Idle
+    }
+    fn on_tick(&self) -> CleanAdvice {
+        CleanAdvice::Idle
+    }
+}
+
+/// Closes the tiers after the final write-back (their clean-shutdown flag: warm restart).
+pub fn close(flashes: &[MountedFlash]) -> Result<(), String> {
+    for f in flashes {
+        f.tier
+            .close()
+            .map_err(|e| format!("closing flash tier {}: {e}", f.spec.path.display()))?;
+    }
+    Ok(())
+}
+
+fn mode_name(m: FlashMode) -> &'static str {
+    match m {
+        FlashMode::Writeback => "writeback",
+        FlashMode::Writethrough => "writethrough",
+        FlashMode::Writearound => "writearound",
+    }
+}
+
+/// `stats --json` `flash`: the first flash tier's state and counters (null without one).
+pub fn stats_json(flashes: &[MountedFlash]) -> Value {
+    let Some(f) = flashes.first() else {
+        return Value::Null;
+    };
+    let mut v = serde_json::to_value(f.tier.flash_stats()).unwrap_or(Value::Null);
+    v["name"] = json!(f.tier.info().name);
+    v["path"] = json!(f.spec.path.display().to_string());
+    v["mode"] = json!(mode_name(f.spec.mode));
+    v["cleaner"] = json!(match f.spec.cleaner {
+        CleanerKind::Idle => "idle",
+        CleanerKind::Eager => "eager",
+    });
+    v["seq_cutoff"] = json!(f.spec.seq_cutoff);
+    v["recovery"] = serde_json::to_value(&f.recovery).unwrap_or(Value::Null);
+    v
+}
