@@ -132,6 +132,8 @@ pub struct LowerStats {
     /// Dirty blocks written back to BACKING instead of the dirty tier because its cleaning
     /// policy said there was no room (`Bypass`).
     pub dirty_bypassed: u64,
+    /// Tiers detached after device errors (not used any more).
+    pub detached: Vec<String>,
     /// Tiers that sequential runs bypass: their current threshold and what bypassed them.
     pub seq_bypass: Vec<SeqBypassStats>,
 }
@@ -610,6 +612,13 @@ impl Lower {
             fills_dropped: c.fills_dropped.load(Relaxed),
             errors: c.errors.load(Relaxed),
             dirty_bypassed: c.dirty_bypassed.load(Relaxed),
+            detached: self
+                .tiers
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| self.is_detached(k))
+                .map(|(_, t)| t.tier.info().name.clone())
+                .collect(),
             seq_bypass: self
                 .tiers
                 .iter()

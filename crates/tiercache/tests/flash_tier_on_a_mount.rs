@@ -108,6 +108,16 @@ impl Drop for Rig {
     }
 }
 
+/// `GET /metrics` from the mount's `--metrics` address.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    body
+}
+
 fn block(i: u64, version: u64) -> Vec<u8> {
     (0..4096u64)
         .map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7) ^ version.wrapping_mul(29)) as u8)
@@ -146,9 +156,20 @@ fn write_scattered(mnt: &Path, name: &str, blocks: u64, version: u64) -> Vec<u8>
 #[test]
 fn fsync_lands_in_the_flash_tier_and_flush_makes_backing_current() {
     let r = Rig::new();
-    r.mount("32M", &["--flash-wait", "600000"]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    r.mount("32M", &["--flash-wait", "600000", "--metrics", &addr]);
     // 256 blocks (1 MiB) through a 64-block memory tier: most leave memory for the SSD.
     let want = write_scattered(&r.mnt, "f", 256, 1);
+    let body = scrape(&addr);
+    let dirty = body
+        .lines()
+        .find(|l| l.starts_with("tiercache_flash_dirty_blocks{tier=\"flash\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(dirty.is_some_and(|d| d > 0.0), "{body}");
+    assert!(body.contains("tiercache_tier_hits_total{tier=\"flash\",kind=\"flash\"}"));
     let st = r.stats();
     assert!(
         st["flash"]["dirty_blocks"].as_u64().unwrap() > 0,

@@ -252,7 +252,9 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         let live = Arc::clone(&live);
         let render: metrics::Render = Arc::new(move || {
             let ms = live.data.mem().stats();
-            stats::prometheus(&ms) + &remote::prometheus(&live.remotes, ms.lower.as_ref())
+            stats::prometheus(&ms)
+                + &remote::prometheus(&live.remotes, ms.lower.as_ref())
+                + &flash::prometheus(&live.flashes)
         });
         metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
     }

@@ -303,3 +303,66 @@ pub fn stats_json(flashes: &[MountedFlash]) -> Value {
     v["recovery"] = serde_json::to_value(&f.recovery).unwrap_or(Value::Null);
     v
 }
+
+/// Prometheus lines of the flash tiers (`flash_*{tier}`); nothing without one.
+pub fn prometheus(flashes: &[MountedFlash]) -> String {
+    let mut o = String::new();
+    if flashes.is_empty() {
+        return o;
+    }
+    let stats: Vec<(String, tiercache_flash::FlashStats)> = flashes
+        .iter()
+        .map(|f| {
+            let name = f.tier.info().name.replace('"', "'");
+            (format!("tier=\"{name}\""), f.tier.flash_stats())
+        })
+        .collect();
+    type Field = fn(&tiercache_flash::FlashStats) -> f64;
+    let series: [(&str, &str, &str, Field); 6] = [
+        (
+            "flash_dirty_blocks",
+            "gauge",
+            "Blocks newer than BACKING.",
+            |s| s.dirty_blocks as f64,
+        ),
+        (
+            "flash_free_sets",
+            "gauge",
+            "Sets holding no dirty block.",
+            |s| f64::from(s.free_sets),
+        ),
+        (
+            "flash_cleaned_bytes_total",
+            "counter",
+            "Bytes cleaned to BACKING.",
+            |s| s.bytes_cleaned as f64,
+        ),
+        (
+            "flash_bypassed_total",
+            "counter",
+            "Requests sent to BACKING because no set was free.",
+            |s| s.bypassed as f64,
+        ),
+        (
+            "flash_cleaning",
+            "gauge",
+            "Cleaner state: 0 normal, 1 wait, 2 writeback.",
+            |s| match s.state {
+                tiercache_flash::CleanerState::Normal => 0.0,
+                tiercache_flash::CleanerState::Wait => 1.0,
+                tiercache_flash::CleanerState::Writeback => 2.0,
+            },
+        ),
+        (
+            "flash_degraded",
+            "gauge",
+            "1 after too many device errors.",
+            |s| f64::from(u8::from(s.degraded)),
+        ),
+    ];
+    for (name, kind, help, field) in series {
+        let samples: Vec<(&str, f64)> = stats.iter().map(|(l, s)| (l.as_str(), field(s))).collect();
+        super::metrics::metric(&mut o, name, kind, help, &samples);
+    }
+    o
+}
