@@ -56,7 +56,8 @@ fn check_handles(backing: &Path) -> Result<(), String> {
 
 /// Opens the cache at `f.path`: an existing tiercache flash cache is opened (its own size
 /// wins; a different SIZE is an error), a missing file or an empty one is created with SIZE,
-/// anything else is refused rather than overwritten. `cfg` gets the cleaner's floor once the
+/// a block device whose first 128 KiB are zero is formatted, anything else is refused rather
+/// than overwritten. `cfg` gets the cleaner's floor once the
 /// number of sets is known.
 fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool), String> {
     let at = f.path.display();
@@ -74,8 +75,11 @@ fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool),
         None
     };
     let dev = FileDevice::open(&f.path, size, false).map_err(|e| format!("{at}: {e}"))?;
+    let regular = std::fs::metadata(&f.path).is_ok_and(|m| m.is_file());
     if !fresh {
-        if !tiercache_flash::is_formatted(&dev) {
+        // A block device is formatted when it holds nothing yet (its first 128 KiB zero,
+        // `open_or_create`); a regular file only when new or empty.
+        if regular && !tiercache_flash::is_formatted(&dev) {
             return Err(format!(
                 "{at}: exists and is not a tiercache flash cache; refusing to overwrite it \
                  (remove it, or give a new path)"
@@ -93,13 +97,17 @@ fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool),
         .map_err(|e| format!("{at}: {} bytes: {e}", dev.len()))?;
     cfg.cleaner.free_floor = f.free_floor.sets(geo.sets);
     let dev: Arc<dyn FlashDevice> = Arc::new(dev);
-    let t = if fresh {
-        FlashTier::create(dev, cfg)
-    } else {
-        FlashTier::open(dev, cfg)
+    if fresh {
+        let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: {e}"))?;
+        return Ok((t, true));
     }
-    .map_err(|e| format!("{at}: {e}"))?;
-    Ok((t, fresh))
+    FlashTier::open_or_create(dev, cfg).map_err(|e| match e {
+        tiercache_flash::FlashError::NotFormatted(_) => format!(
+            "{at}: holds other data and is not a tiercache flash cache; refusing to overwrite \
+             it (to use the device as a cache, zero its first 128 KiB)"
+        ),
+        e => format!("{at}: {e}"),
+    })
 }
 
 /// Opens or creates the tier, writes the dirty blocks it kept to BACKING, and returns it as a
