@@ -280,9 +280,9 @@ fn auto_threshold_is_chosen_from_measured_costs() {
     assert!(c["backing_seek_us"].as_f64().unwrap() > 6000.0, "{r}");
 }
 
-/// memory → a tier that takes write-back (as the SSD tier will) → remote → BACKING: writes go
-/// back into the middle tier and are cleaned to BACKING; the remote tier only ever holds clean
-/// blocks, and every byte read is the newest.
+/// memory → a tier that takes write-back → remote → BACKING: writes go back into the middle
+/// tier and are cleaned to BACKING; the remote tier only ever holds clean blocks, and every
+/// byte read is the newest.
 #[test]
 fn a_remote_tier_below_a_write_back_tier_holds_clean_data_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -294,7 +294,37 @@ fn a_remote_tier_below_a_write_back_tier_holds_clean_data_only() {
     )
     .unwrap();
     let (_mc, m, _keys) = remote_mount(&["--config", s(&cfg)]);
-    two_random_passes(&m, 8);
+    middle_tier_takes_the_writes_and_remote_stays_clean(&m, "test");
+}
+
+/// The same with the SSD tier in the middle (memory → flash → remote → BACKING).
+#[test]
+fn a_remote_tier_below_the_ssd_tier_holds_clean_data_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tc.toml");
+    std::fs::write(&cfg, "flush_interval_ms = 50\ndirty_expire_ms = 100\n").unwrap();
+    let dev = format!("{}:16M", s(&dir.path().join("ssd.cache")));
+    let (_mc, m, _keys) = remote_mount(&[
+        "--config",
+        s(&cfg),
+        "--flash",
+        &dev,
+        "--flash-placement",
+        "exclusive",
+    ]);
+    middle_tier_takes_the_writes_and_remote_stays_clean(&m, "flash");
+    let st = m.stats();
+    let kinds: Vec<&str> = st["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["memory", "flash", "remote"]);
+}
+
+fn middle_tier_takes_the_writes_and_remote_stays_clean(m: &Mount, middle: &str) {
+    two_random_passes(m, 8);
     // Rewrite every block through the mount, then read everything back twice.
     let g = std::fs::OpenOptions::new()
         .write(true)
@@ -326,8 +356,8 @@ fn a_remote_tier_below_a_write_back_tier_holds_clean_data_only() {
         "BACKING after flush"
     );
     let st = m.stats();
-    let (test, remote) = (tier_of_kind(&st, "test"), tier_of_kind(&st, "remote"));
-    assert!(test["writebacks_in"].as_u64().unwrap() > 0, "{test}");
+    let (mid, remote) = (tier_of_kind(&st, middle), tier_of_kind(&st, "remote"));
+    assert!(mid["writebacks_in"].as_u64().unwrap() > 0, "{mid}");
     assert_eq!(remote["writebacks_in"].as_u64().unwrap(), 0, "{remote}");
     assert_eq!(remote["dirty_blocks"].as_u64().unwrap(), 0, "{remote}");
     assert!(
