@@ -162,7 +162,7 @@ pub(crate) struct Lower {
     transit: Mutex<Transit>,
     cv: Condvar,
     counters: LowerCounters,
-    /// Any inclusive lower tier (fills to queue).
+    /// Any inclusive or pinned lower tier (fills to queue).
     any_inclusive: bool,
     /// Index (in `tiers`) of the first tier that takes dirty data: write-back goes there.
     dirty_target: Option<usize>,
@@ -190,12 +190,6 @@ impl Lower {
                     info.name, info.block_size
                 ));
             }
-            if matches!(t.placement, Placement::Pinned { .. }) {
-                return Err(format!(
-                    "tier {}: pinned placement is not supported on a live mount",
-                    info.name
-                ));
-            }
             if t.placement == Placement::Exclusive && placement.len() > 1 {
                 // Only memory's evictions are demoted live: one further down would get nothing.
                 return Err(format!(
@@ -207,7 +201,9 @@ impl Lower {
             placement.push(t.placement);
         }
         let planner = Planner::new(&placement)?;
-        let any_inclusive = tiers.iter().any(|t| t.placement == Placement::Inclusive);
+        let any_inclusive = tiers
+            .iter()
+            .any(|t| matches!(t.placement, Placement::Inclusive | Placement::Pinned { .. }));
         let tiers_bypass: Vec<_> = tiers.iter().map(|t| t.seq_bypass).collect();
         // Dirty blocks may live there: a read never skips it (a run only stops allocating).
         let no_read_skip = tiers
@@ -423,7 +419,22 @@ impl Lower {
         }
         let hit = (from < self.planner.len()).then_some(from);
         for action in self.planner.on_access_skipping(hit, skip).as_slice() {
-            let Action::Fill(i) = *action else { continue };
+            let i = match *action {
+                Action::Fill(i) => i,
+                // Pinned (paper 004): only blocks in the tier's range, and only into room it
+                // has — the tier never evicts for them (the simulator's `insert_if_free`).
+                Action::FillPinned { tier, first } => {
+                    let t = &self.tier(tier).tier;
+                    let cap = t.info().capacity_blocks;
+                    let b = key.block.0;
+                    let in_range = b >= first && b - first < cap;
+                    if !in_range || t.contains(&key) || t.stats().used_blocks >= cap {
+                        continue;
+                    }
+                    tier
+                }
+                _ => continue,
+            };
             if i == 0 {
                 continue; // memory: the read path fills it
             }

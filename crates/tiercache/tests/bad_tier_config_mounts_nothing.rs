@@ -59,8 +59,8 @@ fn a_bad_tier_fails_with_its_place_and_mounts_nothing() {
             format!("{}:4: unknown field `speed`", key.display()),
         ),
         (
-            vec!["--tier", "test:1M:pinned"],
-            "--tier test:1M:pinned: placement `pinned` is not supported yet".to_string(),
+            vec!["--tier", "test:1M:pinned=x"],
+            "--tier test:1M:pinned=x: unknown placement `pinned=x`".to_string(),
         ),
         (
             vec!["--tier", "test"],

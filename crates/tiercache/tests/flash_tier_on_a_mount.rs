@@ -475,7 +475,7 @@ fn bad_flash_settings_mount_nothing_and_name_what_is_wrong() {
         ("--flash-cleaner", "lazy", "unknown cleaner"),
         ("--flash-dirty-max", "2", "fraction"),
         ("--flash-free-floor", "lots", "free floor"),
-        ("--flash-placement", "pinned", "placement"),
+        ("--flash-placement", "sideways", "placement"),
     ] {
         let out = r.try_mount("16M", &[flag, value]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -81,7 +81,7 @@ pub struct MountArgs {
     #[arg(long, value_name = "WHO")]
     pub backing_identity: Option<String>,
     /// A tier below memory, top first; repeatable. KIND `test` (in memory, volatile: for tests
-    /// and experiments), PLACEMENT inclusive|exclusive [default: exclusive]. Given, these
+    /// and experiments), PLACEMENT inclusive|exclusive|pinned[=FIRST] [default: exclusive]. Given, these
     /// replace the config file's lower `[[tier]]`s.
     #[arg(long = "tier", value_name = "KIND:SIZE[:PLACEMENT]")]
     pub tier: Vec<String>,

@@ -501,17 +501,11 @@ impl ConfigFile {
                 None if !specs.is_empty() => Placement::Inclusive,
                 None => Placement::Exclusive,
                 Some(p) => match p.value.parse::<Placement>() {
-                    Ok(Placement::Pinned { .. }) => {
-                        return Err(format!(
-                            "{}: placement `{}` is not supported yet (inclusive|exclusive)",
-                            self.place_key(t, p, "placement"),
-                            p.value
-                        ))
-                    }
                     Ok(pl) => pl,
                     Err(_) => {
                         return Err(format!(
-                            "{}: unknown placement `{}` (expected inclusive|exclusive)",
+                            "{}: unknown placement `{}` (expected inclusive|exclusive|pinned\
+                             [=FIRST_BLOCK])",
                             self.place_key(t, p, "placement"),
                             p.value
                         ))

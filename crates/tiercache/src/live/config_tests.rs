@@ -120,9 +120,9 @@ fn tier_errors_name_file_and_line() {
         ),
         ("[[tier]]\nkind = \"test\"\n", "tc.toml:2:", "needs `size`"),
         (
-            "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nplacement = \"pinned\"\n",
+            "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nplacement = \"pinned=x\"\n",
             "tc.toml:4:",
-            "not supported yet",
+            "unknown placement",
         ),
         (
             "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nplacement = \"sideways\"\n",
@@ -216,7 +216,7 @@ fn tier_flags_parse_and_name_themselves() {
         ("ssd:1G", "unknown tier kind `ssd`"),
         ("memory:1G", "--memory"),
         ("test:100", "less than one block"),
-        ("test:1M:pinned", "not supported yet"),
+        ("test:1M:pinned=-1", "unknown placement"),
     ] {
         let t = TierTable::from_flag(arg).unwrap();
         let err = f.lower_tiers(&[t], 4096, "memory").unwrap_err();
