@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     pub shift: u32,
     pub arena: Arena,
     pub engine: Mutex<Engine>,
+    /// Mount id of BACKING's root (`MemCache::set_backing_root`): a file on another mount (a
+    /// submount) has no handle a persistent tier could reopen it by after a crash.
+    pub backing_mount: std::sync::OnceLock<i32>,
     pub device: Arc<dyn BackingIo>,
     pub counters: Counters,
     pub dirty_limit: usize,
@@ -114,7 +117,8 @@ impl Inner {
     /// Wakes a flusher thread early (dirty data above the background limit).
     pub(crate) fn kick_flusher(&self) {
         lock(&self.flush_ctl).kicks += 1;
-        self.flush_cv.notify_one();
+        // All: the cleaning thread waits on the same condition variable.
+        self.flush_cv.notify_all();
     }
 
     pub(crate) fn dev_read(
@@ -313,6 +317,7 @@ impl MemCache {
             closed_fds: std::sync::atomic::AtomicUsize::new(0),
             closed_fd_gate: Mutex::new(()),
             lower: lower.clone(),
+            backing_mount: std::sync::OnceLock::new(),
             flush_cv: Condvar::new(),
             trace_dropped: Arc::new(AtomicU64::new(0)),
             trace_thread: Mutex::new(None),
@@ -352,6 +357,14 @@ impl MemCache {
             flushers: Mutex::new(flushers),
             shut: Mutex::new(false),
         })
+    }
+
+    /// Names BACKING's root: only files on its mount are written back into a persistent tier
+    /// (their handles reopen them after a crash); others go to BACKING.
+    pub fn set_backing_root(&self, root: &File) -> io::Result<()> {
+        let (_, id) = crate::handle::file_handle_and_mount(root)?;
+        let _ = self.inner.backing_mount.set(id);
+        Ok(())
     }
 
     /// A tier over the real backing files ([`RealBacking`]).

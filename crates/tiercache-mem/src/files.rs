@@ -601,14 +601,26 @@ impl Inner {
         let Some(f) = eng.files.get_mut(&file) else {
             return Ok(());
         };
+        let mut meta = None;
         match stamp {
             Ok(stamp) => {
                 f.stamp = stamp;
                 if mtime {
-                    f.mtime = (!f.dirty.is_empty()).then_some(stamp.mtime);
+                    let pending = !f.dirty.is_empty() || !f.lower_dirty.is_empty();
+                    f.mtime = pending.then_some(stamp.mtime);
+                    // A persistent tier below keeps the new time with the file's dirty blocks.
+                    if let (false, Some(fk), Some(h)) =
+                        (f.lower_dirty.is_empty(), f.fkey, f.handle.clone())
+                    {
+                        meta = Some((fk, crate::lower_wb::file_meta(f.size, stamp.mtime, h)));
+                    }
                 }
             }
             Err(e) => log::warn!("file {}: fstat after set_times failed: {e}", file.0),
+        }
+        drop(eng);
+        if let (Some((fk, m)), Some(t)) = (meta, self.lower.as_ref().and_then(|l| l.dirty_tier())) {
+            t.set_file_meta(&fk, &m);
         }
         Ok(())
     }

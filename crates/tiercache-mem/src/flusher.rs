@@ -290,6 +290,14 @@ impl Inner {
         let mut cleaned_any = false;
         for (file, shared) in below {
             let _io = lock(&shared.io);
+            let same = self
+                .lock()
+                .files
+                .get(&file)
+                .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared));
+            if !same {
+                continue; // replaced meanwhile (its cleaning is its own)
+            }
             match self.clean_lower_locked(file) {
                 Ok(n) => cleaned_any |= n > 0,
                 Err(e) => {
@@ -335,10 +343,15 @@ impl Inner {
             Why::Forget => None,
             _ => self.dirty_tier_for(to_durable),
         };
+        // A cleaning that fails (a block a detached tier cannot return) does not hold back
+        // memory's newer blocks: they are written, then the error is returned.
+        let mut clean_err = None;
         if below.is_none() && to_durable {
             // fsync/flush to BACKING: the file's bytes in a volatile tier below go first (the
             // newer ones in memory then overwrite them).
-            self.clean_lower_locked(file)?;
+            if let Err(e) = self.clean_lower_locked(file) {
+                clean_err = Some(e);
+            }
         }
         let (fd, mode, size, mtime, list, ident, meta, held) = {
             let mut eng = self.lock();
@@ -351,7 +364,11 @@ impl Inner {
             let (mode, size, mtime) = (f.backing_mode, f.size, f.mtime);
             let ident = f.fkey.map(|k| (k, f.version, f.class));
             // What a persistent tier keeps with the blocks (size, time of the writes, handle).
-            let meta = (f.handle.clone(), f.mtime.unwrap_or(f.stamp.mtime));
+            let meta = (
+                f.handle.clone(),
+                f.mtime.unwrap_or(f.stamp.mtime),
+                !f.lower_dirty.is_empty(),
+            );
             let held: std::collections::HashSet<u64> = f
                 .dirty
                 .iter()
@@ -371,13 +388,23 @@ impl Inner {
             }
             (fd, mode, size, mtime, list, ident, meta, held)
         };
-        // Into the tier below that takes dirty data, if any; what it turns down, to BACKING.
-        let (stored, rest) = match (&below, ident) {
-            (Some(t), Some((fkey, version, class))) if !list.is_empty() => {
-                if t.info().persistent {
-                    let handle = self.handle_of(file, &fd, meta.0);
-                    t.set_file_meta(&fkey, &crate::lower_wb::file_meta(size, meta.1, handle));
+        // A persistent tier keeps the file's meta with its dirty blocks: set before every batch
+        // stored there, and whenever some are there (an append patched below needs its size
+        // durable with the `sync` below). No handle: nothing goes there.
+        let mut below_store = below.clone();
+        if let (Some(t), Some((fkey, _, _))) = (&below, ident) {
+            if t.info().persistent && (!list.is_empty() || meta.2) {
+                match self.handle_of(file, &fd, meta.0) {
+                    Some(h) => {
+                        t.set_file_meta(&fkey, &crate::lower_wb::file_meta(size, meta.1, h));
+                    }
+                    None => below_store = None,
                 }
+            }
+        }
+        // Into the tier below that takes dirty data, if any; what it turns down, to BACKING.
+        let (stored, rest) = match (&below_store, ident) {
+            (Some(t), Some((fkey, version, class))) if !list.is_empty() => {
                 let ident = crate::lower_wb::Ident {
                     file,
                     fkey,
@@ -388,7 +415,7 @@ impl Inner {
             }
             _ => (Vec::new(), list.clone()),
         };
-        let to_backing = !rest.is_empty() || below.is_none();
+        let to_backing = !rest.is_empty() || below_store.is_none();
         // Only a read-only handle may be at hand (the file was last opened read-only): write
         // through a read-write reopen of the same inode, or fail (and keep the data dirty).
         let wfd = if rest.is_empty() {
@@ -511,7 +538,7 @@ impl Inner {
             eng.gc_file(file)
         };
         if !discards.is_empty() {
-            self.discard_below(file, &fd, &discards);
+            self.discard_below(file, &fd, &discards, ident);
         }
         drop(fd_to_close);
         Counters::add(&self.counters.writeback_blocks, cleaned as u64);
@@ -562,7 +589,10 @@ impl Inner {
             let closed = self.lock().gc_file(file);
             drop(closed);
         }
-        Ok(cleaned)
+        match clean_err {
+            Some(e) => Err(e),
+            None => Ok(cleaned),
+        }
     }
 
     /// Write-through tiers below get a clean copy of the blocks just written to BACKING (those
@@ -600,20 +630,58 @@ impl Inner {
     /// Newer bytes of blocks the dirty tier holds dirty went to BACKING: they are made
     /// durable there first, then the tier's older copies are discarded (durably), then the
     /// slots pinned for the window are let go. A crash before the discard brings the older,
-    /// acknowledged copies back — never older bytes than the last acknowledged ones.
-    fn discard_below(&self, file: FileId, fd: &File, discards: &[(TierKey, SlotId)]) {
-        if let Err(e) = self.dev_sync(file, fd, true) {
-            // Not discarding would let a cleaning write the older copies over the newer
-            // bytes: discard anyway, and say what a power cut now could cost.
-            log::error!(
-                "file {}: syncing BACKING before dropping {} older copies below failed: {e}; a                  power cut before BACKING writes them may lose those blocks' last writes",
-                file.0,
-                discards.len()
-            );
+    /// acknowledged copies back — never older bytes than the last acknowledged ones. If
+    /// BACKING cannot sync, the newer bytes are stored over the older copies in the tier
+    /// instead (it never turns down a block it holds dirty), and stay lower-dirty.
+    fn discard_below(
+        &self,
+        file: FileId,
+        fd: &File,
+        discards: &[(TierKey, SlotId)],
+        ident: Option<(tiercache_tier::FileKey, u64, tiercache_core::Class)>,
+    ) {
+        let Some(t) = self
+            .lower
+            .as_ref()
+            .and_then(|l| l.dirty_tier_any())
+            .cloned()
+        else {
+            return;
+        };
+        let synced = self.dev_sync(file, fd, true);
+        for &(key, slot) in discards {
+            let kept = match (&synced, ident) {
+                (Err(_), Some((_, version, class))) => {
+                    let g = self.arena.read(slot);
+                    let ok = g.state().holds(Self::key(file, key.block.0))
+                        && matches!(
+                            t.write_dirty(&key, version, class, g.data()),
+                            Ok(tiercache_tier::Admit::Stored)
+                        );
+                    drop(g);
+                    ok
+                }
+                _ => false,
+            };
+            if kept {
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.lower_dirty.insert(key.block.0);
+                }
+            } else {
+                if let Err(e) = &synced {
+                    log::error!(
+                        "file {}: BACKING could not sync block {} and the tier could not take \
+                         it back ({e}); its older copy below is dropped",
+                        file.0,
+                        key.block.0
+                    );
+                }
+                t.discard(&key);
+            }
         }
-        if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
-            for (key, _) in discards {
-                t.discard(key);
+        if synced.is_err() {
+            if let Err(e) = t.sync() {
+                log::error!("{e}");
             }
         }
         let mut eng = self.lock();

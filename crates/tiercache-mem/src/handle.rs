@@ -18,6 +18,12 @@ struct HandleBuf {
 
 /// The handle of the open file `f`.
 pub fn file_handle(f: &File) -> io::Result<FileHandle> {
+    file_handle_and_mount(f).map(|(h, _)| h)
+}
+
+/// The handle of the open file `f`, and the id of the mount it is on (`open_by_handle_at`
+/// resolves a handle only on the file system of the descriptor it is given).
+pub fn file_handle_and_mount(f: &File) -> io::Result<(FileHandle, i32)> {
     let mut buf = HandleBuf {
         handle_bytes: MAX_HANDLE_BYTES as u32,
         handle_type: 0,
@@ -40,10 +46,13 @@ pub fn file_handle(f: &File) -> io::Result<FileHandle> {
         return Err(io::Error::last_os_error());
     }
     let n = (buf.handle_bytes as usize).min(MAX_HANDLE_BYTES);
-    Ok(FileHandle {
-        kind: buf.handle_type,
-        bytes: buf.f_handle[..n].to_vec(),
-    })
+    Ok((
+        FileHandle {
+            kind: buf.handle_type,
+            bytes: buf.f_handle[..n].to_vec(),
+        },
+        mount_id,
+    ))
 }
 
 /// Opens the file `h` names on the file system of `mount` (any open file or directory there),

@@ -253,6 +253,12 @@ impl Lower {
             .map(|i| &self.tiers[i].tier)
     }
 
+    /// The tier that takes dirty data, detached or not: its older copies must still be
+    /// discarded when newer bytes reach BACKING.
+    pub fn dirty_tier_any(&self) -> Option<&Arc<dyn DataTier>> {
+        self.dirty_target.map(|i| &self.tiers[i].tier)
+    }
+
     fn is_detached(&self, k: usize) -> bool {
         self.detached.get(k).is_some_and(|d| d.load(SeqCst))
     }
@@ -366,7 +372,13 @@ impl Lower {
         if let Some(d) = self.dirty_target.filter(|&d| !self.is_detached(d)) {
             // A request reached the dirty tier's level: its cleaning policy hears of it.
             match self.tiers[d].tier.on_request() {
-                CleanAdvice::Clean(blocks) => lock(&self.advised).extend(blocks),
+                CleanAdvice::Clean(blocks) => {
+                    // Until the cleaning thread takes it: one set of advice is enough.
+                    let mut a = lock(&self.advised);
+                    if a.is_empty() {
+                        a.extend(blocks);
+                    }
+                }
                 CleanAdvice::Idle | CleanAdvice::Bypass => {}
             }
         }

@@ -91,28 +91,38 @@ impl Inner {
     }
 
     /// The file's BACKING handle for a persistent tier: `known`, or computed now and kept.
+    /// `None` when it has none that would reopen it after a crash (BACKING without handles,
+    /// or a file on another mount than BACKING's root): its write-back then goes to BACKING.
     pub(crate) fn handle_of(
         &self,
         file: FileId,
         fd: &File,
         known: Option<FileHandle>,
-    ) -> FileHandle {
+    ) -> Option<FileHandle> {
         if let Some(h) = known {
-            return h;
+            return (!h.bytes.is_empty()).then_some(h);
         }
-        match crate::handle::file_handle(fd) {
-            Ok(h) => {
-                if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.handle = Some(h.clone());
-                }
-                h
-            }
-            Err(e) => {
-                // The daemon checks at mount that BACKING has handles; this file has none.
-                log::warn!("file {}: name_to_handle_at: {e}", file.0);
+        let h = match crate::handle::file_handle_and_mount(fd) {
+            Ok((h, mount)) if self.backing_mount.get().is_none_or(|&m| m == mount) => h,
+            Ok(_) => {
+                log::info!(
+                    "file {}: on another mount than BACKING's root: written back to BACKING",
+                    file.0
+                );
                 FileHandle::default()
             }
+            Err(e) => {
+                log::warn!(
+                    "file {}: name_to_handle_at: {e}; written back to BACKING",
+                    file.0
+                );
+                FileHandle::default()
+            }
+        };
+        if let Some(f) = self.lock().files.get_mut(&file) {
+            f.handle = Some(h.clone());
         }
+        (!h.bytes.is_empty()).then_some(h)
     }
 
     /// Stores the snapshot's dirty blocks into `tier`. Returns those stored (to be marked clean
@@ -189,7 +199,23 @@ impl Inner {
         file: FileId,
         only: Option<&HashSet<u64>>,
     ) -> io::Result<usize> {
-        let Some(tier) = self.lower.as_ref().and_then(|l| l.dirty_tier()).cloned() else {
+        let Some(lower) = self.lower.as_ref() else {
+            return Ok(0);
+        };
+        let Some(tier) = lower.dirty_tier().cloned() else {
+            // Detached (or none): what is still listed could not be returned by the tier.
+            let left = self
+                .lock()
+                .files
+                .get(&file)
+                .map_or(0, |f| f.lower_dirty.len());
+            if left > 0 && lower.dirty_tier_any().is_some() {
+                return Err(io::Error::other(format!(
+                    "{left} blocks of file {} are only in a detached tier that could not \
+                     return them",
+                    file.0
+                )));
+            }
             return Ok(0);
         };
         let (fd, mode, size, fkey, version, blocks, mtime, shared) = {
@@ -251,8 +277,16 @@ impl Inner {
                 );
             }
         }
+        let (mut done, wrote_end, mut err) = result;
+        // A persistent tier's copies are let go (marked clean, or dropped) only once BACKING
+        // has the bytes durably: else a power cut could lose what `fsync` acknowledged.
+        if tier.info().persistent && !done.is_empty() {
+            if let Err(e) = self.dev_sync(file, &wfd, true) {
+                done.clear();
+                err.get_or_insert(e);
+            }
+        }
         let end_ctime = self.refresh_stamp(file, &wfd);
-        let (done, wrote_end, err) = result;
         let mut drop_below = Vec::new();
         let mut drop_all_below = false;
         let cleaned = {
@@ -426,6 +460,13 @@ impl Inner {
                 return Ok(false);
             }
         }
+        // A tier that is degrading (or detached) no longer serves reads, but may still return
+        // its dirty copy to the cleaner's path: that is the block's newest bytes.
+        if let Some(t) = lower.dirty_tier_any() {
+            if let Ok(Some(_)) = t.read_dirty(&TierKey::new(fkey, block), version, buf) {
+                return Ok(true);
+            }
+        }
         log::error!(
             "file {}: block {block} is only in the lower tier, which cannot serve it",
             file.0
@@ -469,6 +510,14 @@ impl Inner {
                 let Ok(_io) = shared.io.try_lock() else {
                     continue;
                 };
+                let same = self
+                    .lock()
+                    .files
+                    .get(&file)
+                    .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared));
+                if !same {
+                    continue; // replaced meanwhile: its own lock guards it
+                }
                 let r = self.clean_lower_some(file, Some(&set));
                 let fd = self.lock().gc_file(file);
                 drop(fd);
@@ -541,6 +590,13 @@ impl Inner {
             if let Err(e) = self.clean_lower_locked(file) {
                 failed += 1;
                 log::error!("file {}: cleaning before detaching the tier: {e}", file.0);
+            }
+        }
+        // Best effort: the cleanings' `mark_clean`s durable, so a restart does not bring back
+        // (and write again) what is on BACKING now.
+        if let Some(t) = lower.dirty_tier() {
+            if let Err(e) = t.sync() {
+                log::warn!("{e}");
             }
         }
         lower.detach_dirty_tier();

@@ -28,6 +28,8 @@ pub struct RecoveryReport {
     pub blocks_dropped: u64,
     /// Blocks of files no handle was kept for: dropped, and logged as an error.
     pub blocks_unplaced: u64,
+    /// Blocks the device could not return (they stay dirty there; the mount is refused).
+    pub blocks_unreadable: u64,
 }
 
 /// Writes every dirty block `tier` found at open to BACKING (rooted at `root`). An error that
@@ -42,6 +44,10 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
     let name = tier.info().name.clone();
     let at = |e: String| format!("tier {name}: recovering dirty blocks: {e}");
     let root_dir = File::open(root).map_err(|e| at(format!("{}: {e}", root.display())))?;
+    let root_dev = root_dir
+        .metadata()
+        .map_err(|e| at(format!("{}: {e}", root.display())))?
+        .dev();
     let mut by_file: BTreeMap<FileKey, Vec<DirtyBlock>> = BTreeMap::new();
     for b in tier.dirty_blocks(usize::MAX) {
         by_file.entry(b.key.file).or_default().push(b);
@@ -54,7 +60,7 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         let mut blocks = by_file.remove(&rf.file).unwrap_or_default();
         blocks.sort_by_key(|b| b.key.block);
         report.files += 1;
-        clean_one(tier, &root_dir, rf, &blocks, &mut report).map_err(&at)?;
+        clean_one(tier, &root_dir, root_dev, rf, &blocks, &mut report).map_err(&at)?;
     }
     // Dirty blocks of files not in the list (a tier that reports them only by block).
     let orphans: u64 = by_file.values().map(|v| v.len() as u64).sum();
@@ -66,6 +72,15 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         report.blocks_unplaced += orphans;
     }
     tier.sync().map_err(|e| at(e.to_string()))?;
+    if report.blocks_unreadable > 0 {
+        // Serving BACKING's older bytes for them would lose acknowledged writes.
+        return Err(at(format!(
+            "{} dirty blocks could not be read from the cache device (the rest were written to \
+             BACKING); not mounting, so their older bytes on BACKING are not served. \
+             `tiercache flash check` the cache; to give those blocks up, remove the cache file",
+            report.blocks_unreadable
+        )));
+    }
     log::warn!(
         "tier {name}: recovery wrote {} blocks of {} files to BACKING ({} dropped: file deleted \
          or past its end; {} without a file handle)",
@@ -80,6 +95,7 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
 fn clean_one(
     tier: &dyn DataTier,
     root: &File,
+    root_dev: u64,
     rf: &RecoveredFile,
     blocks: &[DirtyBlock],
     report: &mut RecoveryReport,
@@ -99,6 +115,18 @@ fn clean_one(
     };
     let f = match open_by_handle(root, &meta.handle, libc::O_RDWR) {
         Ok(f) => f,
+        Err(e)
+            if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT))
+                && rf.file.dev != root_dev =>
+        {
+            // Not "deleted": the cache was used with another BACKING.
+            return Err(format!(
+                "{id}: the cache holds dirty blocks of a file on device {}, but BACKING is on \
+                 device {root_dev} (open_by_handle_at: {e}); mount it over the BACKING it was \
+                 used with",
+                rf.file.dev
+            ));
+        }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
             log::info!(
                 "{id}: deleted since; its {} dirty blocks are dropped",
@@ -128,30 +156,41 @@ fn clean_one(
     let bs = tier.info().block_size as u64;
     let mut buf = vec![0u8; bs as usize];
     let mut done = Vec::with_capacity(blocks.len());
+    let mut end = 0u64;
     for b in blocks {
         let start = b.key.block.0 * bs;
-        let seq = tier
-            .read_dirty(&b.key, b.version, &mut buf)
-            .map_err(|e| format!("{id}: block {}: {e}", b.key.block.0))?;
-        let Some(seq) = seq else { continue };
+        let seq = match tier.read_dirty(&b.key, b.version, &mut buf) {
+            Ok(Some(seq)) => seq,
+            Ok(None) => continue,
+            Err(e) => {
+                log::error!("{id}: block {}: {e}", b.key.block.0);
+                report.blocks_unreadable += 1;
+                continue;
+            }
+        };
         if start >= meta.size {
             report.blocks_dropped += 1; // past the logical end: meaningless
         } else {
-            let n = (meta.size - start).min(bs) as usize;
-            f.write_all_at(&buf[..n], start)
+            let n = (meta.size - start).min(bs);
+            f.write_all_at(&buf[..n as usize], start)
                 .map_err(|e| format!("{id}: writing block {}: {e}", b.key.block.0))?;
+            end = end.max(start + n);
             report.blocks_written += 1;
         }
         done.push((b.key, seq));
     }
-    if st.len() < meta.size {
-        f.set_len(meta.size)
-            .map_err(|e| format!("{id}: extending to {} bytes: {e}", meta.size))?;
+    // Grown only as far as the blocks written reach (a size kept from before a truncation
+    // that later records did not see must not grow the file back).
+    let want_len = end.min(meta.size);
+    if st.len() < want_len {
+        f.set_len(want_len)
+            .map_err(|e| format!("{id}: extending to {want_len} bytes: {e}"))?;
     }
-    f.sync_data().map_err(|e| format!("{id}: fdatasync: {e}"))?;
     if let Err(e) = set_mtime_ns(&f, meta.mtime_ns) {
         log::warn!("{id}: setting the mtime after recovery failed: {e}");
     }
+    // Data, size and mtime durable before the tier lets its copies go.
+    f.sync_all().map_err(|e| format!("{id}: fsync: {e}"))?;
     for (key, seq) in done {
         tier.mark_clean(&key, seq);
     }

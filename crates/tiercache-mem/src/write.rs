@@ -208,26 +208,29 @@ impl Inner {
         let Some(f) = eng.files.get_mut(&file) else {
             return;
         };
-        let (Some(fk), Some(tier)) = (f.fkey, self.lower.as_ref().and_then(|l| l.dirty_tier()))
+        // Detached or not: its older copies must not come back after a crash.
+        let (Some(fk), Some(tier)) = (f.fkey, self.lower.as_ref().and_then(|l| l.dirty_tier_any()))
         else {
             return;
         };
         let gone: Vec<u64> = f.lower_dirty.range(first..).copied().collect();
+        if gone.is_empty() {
+            return;
+        }
         for b in &gone {
             f.lower_dirty.remove(b);
         }
         let tier = Arc::clone(tier);
         drop(eng);
-        // Outside the engine lock: the caller holds the file's `io` and `op` locks.
-        for b in gone {
-            tier.discard(&TierKey::new(fk, b));
-        }
+        // Outside the engine lock: the caller holds the file's `io` and `op` locks. One call
+        // for the whole tail (one durable record per set, not per block).
+        tier.invalidate_file(&fk, first);
     }
 
     /// A write-through (no memory slot) of a block whose newest bytes are in the tier below:
     /// patched there, where it stays dirty (a tier never turns down a block it holds dirty),
     /// so a later cleaning cannot write older bytes over it on BACKING. Returns whether it
-    /// went to BACKING after all (cleaned meanwhile).
+    /// went to BACKING after all (cleaned meanwhile, or the tier could not take it).
     fn write_through_below(
         &self,
         file: FileId,
@@ -238,10 +241,11 @@ impl Inner {
     ) -> io::Result<bool> {
         let eio = || io::Error::from_raw_os_error(libc::EIO);
         let fk = plan.fkey.ok_or_else(eio)?;
+        // Detached or not: a detached tier's `write_dirty` fails and the block goes to BACKING.
         let tier = self
             .lower
             .as_ref()
-            .and_then(|l| l.dirty_tier())
+            .and_then(|l| l.dirty_tier_any())
             .ok_or_else(eio)?;
         // One patch at a time, and none while the file is being cleaned: the block stays
         // lower-dirty from the read below to the store (no lost update, nothing untracked).
@@ -254,28 +258,55 @@ impl Inner {
             return Ok(true);
         }
         buf[at..at + chunk.len()].copy_from_slice(chunk);
-        let class = self
-            .lock()
-            .files
-            .get(&file)
-            .map_or(Class::Normal, |f| f.class);
-        match tier.write_dirty(&TierKey::new(fk, block), plan.version, class, &buf) {
+        let end = (block << self.shift) + (at + chunk.len()) as u64;
+        let (class, size, handle) = {
+            let eng = self.lock();
+            let f = eng.files.get(&file);
+            (
+                f.map_or(Class::Normal, |f| f.class),
+                f.map_or(end, |f| f.size.max(end)),
+                f.and_then(|f| f.handle.clone()),
+            )
+        };
+        if tier.info().persistent {
+            // The size this write may make the file is kept with the block (an append).
+            // (The file has a handle: it has blocks there.)
+            if let Some(h) = self.handle_of(file, &plan.fd, handle) {
+                let meta = crate::lower_wb::file_meta(size, SystemTime::now(), h);
+                tier.set_file_meta(&fk, &meta);
+            }
+        }
+        let key = TierKey::new(fk, block);
+        match tier.write_dirty(&key, plan.version, class, &buf) {
             Ok(Admit::Stored) => {
                 if let Some(f) = self.lock().files.get_mut(&file) {
                     f.lower_dirty.insert(block);
                 }
                 Ok(false)
             }
-            Ok(Admit::Rejected) => {
-                log::error!(
-                    "file {}: tier turned down its own dirty block {block}",
-                    file.0
-                );
-                Err(eio())
-            }
-            Err(e) => {
-                log::error!("file {}: {e}", file.0);
-                Err(eio())
+            r => {
+                // The tier cannot take its own dirty block (device error, detaching): the
+                // whole merged block goes to BACKING, durably, and the tier's older copy is
+                // dropped — never left to be cleaned over it, nor served later.
+                match r {
+                    Err(e) => log::error!("file {}: {e}; block {block} goes to BACKING", file.0),
+                    _ => log::error!(
+                        "file {}: tier turned down its own dirty block {block}; it goes to BACKING",
+                        file.0
+                    ),
+                }
+                let fd = self.writable_backing(file, &plan.fd, plan.mode)?;
+                let start = block << self.shift;
+                let n = usize::try_from(size.saturating_sub(start))
+                    .unwrap_or(self.bs)
+                    .min(self.bs);
+                self.dev_write(file, &fd, &buf[..n], start)?;
+                self.dev_sync(file, &fd, true)?;
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.lower_dirty.remove(&block);
+                }
+                tier.discard(&key);
+                Ok(true)
             }
         }
     }
@@ -452,7 +483,15 @@ impl Inner {
         self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
         // The rest of what is only below goes to BACKING first (the tail block's bytes past
         // the new EOF are cut by the truncation).
-        self.clean_lower_locked(file)?;
+        if self.clean_lower_locked(file)? > 0 {
+            // A persistent tier's lazy `mark_clean`s made durable before the size changes: no
+            // record may bring back those blocks, with the old size, after a crash.
+            if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+                if t.info().persistent {
+                    t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+                }
+            }
+        }
         self.device.set_len(file, fd, new_size)?;
         let invalidate_below;
         // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written

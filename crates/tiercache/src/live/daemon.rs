@@ -184,6 +184,15 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize, &backing)?;
     let mem =
         Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
+    if !flashes.is_empty() {
+        // Only files on BACKING's own mount go into a persistent tier (their handles reopen
+        // them after a crash).
+        let root =
+            std::fs::File::open(&backing).map_err(|e| format!("{}: {e}", backing.display()))?;
+        if let Err(e) = mem.set_backing_root(&root) {
+            log::warn!("BACKING {}: no file handles ({e})", backing.display());
+        }
+    }
     if let Some(path) = &s.trace_out {
         let f = std::fs::File::create(path)
             .map_err(|e| format!("--trace-out {}: {e}", path.display()))?;

@@ -27,6 +27,23 @@ pub struct MountedFlash {
     pub tier: Arc<FlashTier>,
     pub spec: FlashSpec,
     pub recovery: RecoveryReport,
+    /// An exclusive `flock` on the cache file or device while the mount uses it.
+    _lock: Arc<std::fs::File>,
+}
+
+/// Takes an exclusive lock on the cache at `path`: two daemons on one cache would corrupt it.
+fn lock_cache(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor `f` owns; no memory is involved.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "{}: in use by another tiercache mount (flock: {e})",
+            path.display()
+        ));
+    }
+    Ok(f)
 }
 
 /// Checks that BACKING can reopen files by handle (a write-back tier needs it to find the
@@ -137,7 +154,13 @@ pub fn build(
         cleaner,
         ..FlashConfig::new(spec.name.clone())
     };
+    // Locked before it is read when it exists; a new file right after it is made.
+    let early = f.path.exists().then(|| lock_cache(&f.path)).transpose()?;
     let (tier, created) = open_device(f, cfg)?;
+    let lock = match early {
+        Some(l) => l,
+        None => lock_cache(&f.path)?,
+    };
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
     let recovery = tiercache_mem::clean_recovered(&*tier, backing)?;
@@ -165,6 +188,7 @@ pub fn build(
             tier,
             spec: f.clone(),
             recovery,
+            _lock: Arc::new(lock),
         },
     ))
 }
