@@ -485,6 +485,13 @@ fn bad_flash_settings_mount_nothing_and_name_what_is_wrong() {
     }
     // A cache of another size keeps its own; asking for another is an error.
     r.mount("16M", &[]);
+    // One mount per cache: a second daemon on it is refused.
+    let other = Rig::new();
+    let dev = format!("{}:16M", s(&r.cache));
+    let out = tc(&["mount", s(&other.backing), s(&other.mnt), "--flash", &dev]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("in use"), "{err}");
+    assert!(!mounted(&other.mnt));
     r.unmount();
     let out = r.try_mount("32M", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
