@@ -147,7 +147,8 @@ impl Inner {
         let mut stored = Vec::with_capacity(list.len());
         let mut rest = Vec::new();
         let mut buf = vec![0u8; self.bs];
-        let bypass = match tier.on_request() {
+        let policy = tier.has_cleaning_policy();
+        let mut bypass = match tier.on_request() {
             CleanAdvice::Idle => false,
             CleanAdvice::Bypass => true,
             CleanAdvice::Clean(blocks) => {
@@ -172,7 +173,23 @@ impl Inner {
                 }
                 buf.copy_from_slice(g.data());
             }
-            match tier.write_dirty(&TierKey::new(fkey, block), version, class, &buf) {
+            let tkey = TierKey::new(fkey, block);
+            let mut r = tier.write_dirty(&tkey, version, class, &buf);
+            if matches!(r, Ok(Admit::Rejected)) && policy && !bypass {
+                // No room: the policy decides again, for this block — `eager` cleans a set in
+                // the request path (001's old scheme: one cleaning per set needed), `idle`
+                // says to bypass.
+                match tier.on_request() {
+                    CleanAdvice::Clean(blocks) => {
+                        if self.clean_advised(blocks, Some(file)) > 0 {
+                            r = tier.write_dirty(&tkey, version, class, &buf);
+                        }
+                    }
+                    CleanAdvice::Bypass => bypass = true,
+                    CleanAdvice::Idle => {}
+                }
+            }
+            match r {
                 Ok(Admit::Stored) => stored.push((key, slot, seq)),
                 Ok(Admit::Rejected) => rest.push((block, slot, seq)),
                 Err(e) => {

@@ -61,18 +61,30 @@ fn concurrent_fill_read_take_invalidate_never_return_wrong_bytes() {
         }));
     }
     let start = Instant::now();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Until enough hits before and after the kill (by count, not time: a loaded machine is
+    // slower, not different).
+    let wait_hits = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while hits.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    wait_hits(100);
     b.kill();
-    std::thread::sleep(Duration::from_millis(1500));
+    let before = hits.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(500));
+    wait_hits(before + 100);
     stop.store(true, Ordering::Relaxed);
     for th in threads {
         th.join().expect("no thread saw wrong bytes");
     }
     let s = t.remote_stats();
     eprintln!("{:?}: {s:?}", start.elapsed());
+    let total = hits.load(Ordering::Relaxed);
     assert!(
-        hits.load(Ordering::Relaxed) > 100,
-        "the test exercised hits: {s:?}"
+        before >= 100 && total >= before + 100,
+        "the test exercised hits before ({before}) and after the kill ({total}): {s:?}"
     );
     assert_eq!(s.auth_failures, 0);
 }
