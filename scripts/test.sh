@@ -15,3 +15,4 @@ cargo bench -p tiercache-core --bench replay -- --test
 ./target/release/tiercache bench fuse --file-size 32M --runtime 1
 ./target/release/tiercache bench meta --files 2000 --dirs 20
 ./target/release/tiercache bench remote --memory 256K --seq-size 4M --servers 1,2
+./target/release/tiercache bench flash --cache 16M --rand-writes 12 --rand-reads 32 --wait-ms 300

@@ -22,6 +22,9 @@ pub enum BenchCommand {
     /// Paper 002: random and sequential reads behind the HDD model, with and without a
     /// remote-memory tier on loopback memcached (needs memcached, root).
     Remote(super::bench_remote::RemoteBenchArgs),
+    /// Paper 001: sequential and random writes and reads behind the HDD model with an SSD tier
+    /// (idle vs eager cleaning), without one, and on the raw device (needs root).
+    Flash(super::bench_flash::FlashBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -59,6 +62,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Fuse(a) => super::bench_fuse::run(a),
         BenchCommand::Meta(a) => super::bench_meta::run(a),
         BenchCommand::Remote(a) => super::bench_remote::run(a),
+        BenchCommand::Flash(a) => super::bench_flash::run(a),
     }
 }
 

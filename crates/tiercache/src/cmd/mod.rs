@@ -1,6 +1,7 @@
 //! Subcommands.
 
 pub mod bench;
+pub mod bench_flash;
 pub mod bench_fuse;
 pub mod bench_meta;
 pub mod bench_remote;
