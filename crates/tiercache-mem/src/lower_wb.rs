@@ -148,19 +148,27 @@ impl Inner {
         let mut rest = Vec::new();
         let mut buf = vec![0u8; self.bs];
         let policy = tier.has_cleaning_policy();
-        let mut bypass = match tier.on_request() {
+        // The tier's policy hears of every block stored (each is a request to the device, as
+        // in 001): `eager` cleans a set in the request path while free sets are below the
+        // floor; `idle` says to bypass once no set is free of dirty blocks.
+        let advise = |bypass: &mut bool| match tier.on_request() {
             CleanAdvice::Idle => false,
-            CleanAdvice::Bypass => true,
-            CleanAdvice::Clean(blocks) => {
-                // `eager`: cleaning in the request path (this file's `io` lock is ours).
-                self.clean_advised(blocks, Some(file));
+            CleanAdvice::Bypass => {
+                *bypass = true;
                 false
             }
+            CleanAdvice::Clean(blocks) => self.clean_advised(blocks, Some(file)) > 0,
         };
         let cutoff = self.lower.as_ref().and_then(|l| l.dirty_seq_cutoff());
         let long = long_runs(list, cutoff);
+        let mut bypassed = 0u64;
         for (i, &(block, slot, seq)) in list.iter().enumerate() {
+            let mut bypass = false;
+            if policy {
+                advise(&mut bypass);
+            }
             if !held.contains(&block) && (bypass || long[i]) {
+                bypassed += u64::from(bypass);
                 rest.push((block, slot, seq));
                 continue;
             }
@@ -175,31 +183,24 @@ impl Inner {
             }
             let tkey = TierKey::new(fkey, block);
             let mut r = tier.write_dirty(&tkey, version, class, &buf);
-            if matches!(r, Ok(Admit::Rejected)) && policy && !bypass {
-                // No room: the policy decides again, for this block — `eager` cleans a set in
-                // the request path (001's old scheme: one cleaning per set needed), `idle`
-                // says to bypass.
-                match tier.on_request() {
-                    CleanAdvice::Clean(blocks) => {
-                        if self.clean_advised(blocks, Some(file)) > 0 {
-                            r = tier.write_dirty(&tkey, version, class, &buf);
-                        }
-                    }
-                    CleanAdvice::Bypass => bypass = true,
-                    CleanAdvice::Idle => {}
-                }
+            if matches!(r, Ok(Admit::Rejected)) && policy && advise(&mut bypass) {
+                // No room, and the policy cleaned a set for it (eager): once more.
+                r = tier.write_dirty(&tkey, version, class, &buf);
             }
             match r {
                 Ok(Admit::Stored) => stored.push((key, slot, seq)),
-                Ok(Admit::Rejected) => rest.push((block, slot, seq)),
+                Ok(Admit::Rejected) => {
+                    bypassed += u64::from(bypass);
+                    rest.push((block, slot, seq));
+                }
                 Err(e) => {
                     log::warn!("{e}; file {} block {block} goes to BACKING", file.0);
                     rest.push((block, slot, seq));
                 }
             }
         }
-        if let (true, Some(l)) = (bypass, &self.lower) {
-            l.count_dirty_bypass(list.len() - stored.len());
+        if let (true, Some(l)) = (bypassed > 0, &self.lower) {
+            l.count_dirty_bypass(bypassed as usize);
         }
         (stored, rest)
     }
