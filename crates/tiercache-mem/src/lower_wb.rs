@@ -1,4 +1,6 @@
-//! Write-back into the lower tier that takes dirty data, and cleaning it to BACKING.
+//! Write-back into the lower tier that takes dirty data, cleaning it to BACKING (on the
+//! manager's schedule, or as the tier's own policy advises), write-through copies, and
+//! dropping older copies below once newer bytes are durable on BACKING.
 //!
 //! The manager writes back "to the next tier that can take dirty data, else BACKING": the
 //! flusher (background, throttled writers, `forget`) stores a file's dirty blocks into the
@@ -443,6 +445,101 @@ impl Inner {
         match flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
             Ok(()) => (done, wrote_end, None),
             Err(e) => (done, wrote_end, Some(e)),
+        }
+    }
+
+    /// Write-through tiers below get a clean copy of the blocks just written to BACKING (those
+    /// whose slot still holds the bytes written: a block written again meanwhile is skipped).
+    pub(crate) fn fill_written(
+        &self,
+        file: FileId,
+        (fkey, version, class): (tiercache_tier::FileKey, u64, tiercache_core::Class),
+        copied: &[(BlockKey, SlotId, u64)],
+    ) {
+        let Some(lower) = self.lower.as_ref().filter(|l| l.fills_on_write()) else {
+            return;
+        };
+        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(&f.shared)) else {
+            return;
+        };
+        for &(key, slot, seq) in copied {
+            // The change counter before the bytes: a write after it makes the store void.
+            let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
+            let g = self.arena.read(slot);
+            if !g.state().holds(key) || self.arena.slot(slot).seq.load(crate::arena::ORD) != seq {
+                continue;
+            }
+            lower.after_write(
+                TierKey::new(fkey, key.block.0),
+                version,
+                class,
+                g.data(),
+                &shared,
+                change,
+            );
+        }
+    }
+
+    /// Newer bytes of blocks the dirty tier holds dirty went to BACKING: they are made
+    /// durable there first, then the tier's older copies are discarded (durably), then the
+    /// slots pinned for the window are let go. A crash before the discard brings the older,
+    /// acknowledged copies back — never older bytes than the last acknowledged ones. If
+    /// BACKING cannot sync, the newer bytes are stored over the older copies in the tier
+    /// instead (it never turns down a block it holds dirty), and stay lower-dirty.
+    pub(crate) fn discard_below(
+        &self,
+        file: FileId,
+        fd: &File,
+        discards: &[(TierKey, SlotId)],
+        ident: Option<(tiercache_tier::FileKey, u64, tiercache_core::Class)>,
+    ) {
+        let Some(t) = self
+            .lower
+            .as_ref()
+            .and_then(|l| l.dirty_tier_any())
+            .cloned()
+        else {
+            return;
+        };
+        let synced = self.dev_sync(file, fd, true);
+        for &(key, slot) in discards {
+            let kept = match (&synced, ident) {
+                (Err(_), Some((_, version, class))) => {
+                    let g = self.arena.read(slot);
+                    let ok = g.state().holds(Self::key(file, key.block.0))
+                        && matches!(
+                            t.write_dirty(&key, version, class, g.data()),
+                            Ok(tiercache_tier::Admit::Stored)
+                        );
+                    drop(g);
+                    ok
+                }
+                _ => false,
+            };
+            if kept {
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.lower_dirty.insert(key.block.0);
+                }
+            } else {
+                if let Err(e) = &synced {
+                    log::error!(
+                        "file {}: BACKING could not sync block {} and the tier could not take \
+                         it back ({e}); its older copy below is dropped",
+                        file.0,
+                        key.block.0
+                    );
+                }
+                t.discard(&key);
+            }
+        }
+        if synced.is_err() {
+            if let Err(e) = t.sync() {
+                log::error!("{e}");
+            }
+        }
+        let mut eng = self.lock();
+        for &(_, slot) in discards {
+            eng.unpin(slot);
         }
     }
 
