@@ -375,7 +375,25 @@ impl Inner {
                 .filter(|b| f.lower_dirty.contains(b))
                 .copied()
                 .collect();
-            let blocks: Vec<u64> = f.dirty.iter().copied().collect();
+            // An appender's partial last block is held back from a background or throttled
+            // write-back while the file is open and its dirty data young: the next write
+            // usually completes it, and writing it now means writing it again (a seek back on
+            // a disk). `fsync`, expiry and the last close write it.
+            let bs = self.bs as u64;
+            let eof_block = size / bs;
+            let hold_eof = matches!(why, Why::Background | Why::Throttle)
+                && f.handles > 0
+                && size % bs != 0
+                && f.dirty.len() > 1
+                && f.dirty.last() == Some(&eof_block)
+                && f.dirtied_at
+                    .is_some_and(|t| t.elapsed() < self.cfg.dirty_expire);
+            let blocks: Vec<u64> = f
+                .dirty
+                .iter()
+                .copied()
+                .filter(|&b| !(hold_eof && b == eof_block))
+                .collect();
             let mut list = Vec::with_capacity(blocks.len());
             for block in blocks {
                 if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
