@@ -331,7 +331,15 @@ impl Inner {
             };
             let mut now = now;
             if below {
-                self.clean_lower_locked(file)?;
+                match self.clean_lower_locked(file) {
+                    Ok(_) => {}
+                    // Unchanged file: what could not be cleaned stays listed and reads of it
+                    // fail alone (a detached tier's leftovers); the open itself is fine.
+                    Err(e) if !changed => {
+                        log::warn!("file {}: cleaning at open: {e}", file.0);
+                    }
+                    Err(e) => return Err(e),
+                }
                 if changed {
                     // The reset below takes BACKING as it is after our cleaning.
                     now = FileStamp::of_file(&backing).unwrap_or(now);

@@ -150,6 +150,7 @@ impl Inner {
         let mut rest = Vec::new();
         let mut buf = vec![0u8; self.bs];
         let policy = tier.has_cleaning_policy();
+        let batch: HashSet<u64> = list.iter().map(|s| s.0).collect();
         // The tier's policy hears of every block stored (each is a request to the device, as
         // in 001): `eager` cleans a set in the request path while free sets are below the
         // floor; `idle` says to bypass once no set is free of dirty blocks.
@@ -159,7 +160,13 @@ impl Inner {
                 *bypass = true;
                 false
             }
-            CleanAdvice::Clean(blocks) => self.clean_advised(blocks, Some(file)) > 0,
+            CleanAdvice::Clean(blocks) => {
+                let blocks: Vec<DirtyBlock> = blocks
+                    .into_iter()
+                    .filter(|b| !(b.key.file == fkey && batch.contains(&b.key.block.0)))
+                    .collect();
+                self.clean_advised(blocks, Some(file)) > 0
+            }
         };
         let cutoff = self.lower.as_ref().and_then(|l| l.dirty_seq_cutoff());
         let long = long_runs(list, cutoff);
@@ -301,7 +308,14 @@ impl Inner {
         // A persistent tier's copies are let go (marked clean, or dropped) only once BACKING
         // has the bytes durably: else a power cut could lose what `fsync` acknowledged.
         if tier.info().persistent && !done.is_empty() {
-            if let Err(e) = self.dev_sync(file, &wfd, true) {
+            // A full fsync: the mtime put back above is what the tier's meta held.
+            if let Err(e) = self.dev_sync(file, &wfd, false) {
+                // This sync may have consumed the EIO of an earlier write-back of the file
+                // (reported once per open file): the next fsync must still fail.
+                if let Some(f) = self.lock().files.get_mut(&file) {
+                    f.error = Some(crate::error::StoredError::of(&e));
+                    f.needs_sync = true;
+                }
                 done.clear();
                 err.get_or_insert(e);
             }
@@ -502,6 +516,14 @@ impl Inner {
             return;
         };
         let synced = self.dev_sync(file, fd, true);
+        if let Err(e) = &synced {
+            // The EIO of an earlier write-back may have been consumed here: the next fsync
+            // must still fail.
+            if let Some(f) = self.lock().files.get_mut(&file) {
+                f.error = Some(crate::error::StoredError::of(e));
+                f.needs_sync = true;
+            }
+        }
         for &(key, slot) in discards {
             let kept = match (&synced, ident) {
                 (Err(_), Some((_, version, class))) => {

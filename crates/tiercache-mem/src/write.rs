@@ -268,11 +268,12 @@ impl Inner {
                 f.and_then(|f| f.handle.clone()),
             )
         };
+        let now = SystemTime::now();
         if tier.info().persistent {
             // The size this write may make the file is kept with the block (an append).
             // (The file has a handle: it has blocks there.)
             if let Some(h) = self.handle_of(file, &plan.fd, handle) {
-                let meta = crate::lower_wb::file_meta(size, SystemTime::now(), h);
+                let meta = crate::lower_wb::file_meta(size, now, h);
                 tier.set_file_meta(&fk, &meta);
             }
         }
@@ -281,6 +282,8 @@ impl Inner {
             Ok(Admit::Stored) => {
                 if let Some(f) = self.lock().files.get_mut(&file) {
                     f.lower_dirty.insert(block);
+                    // The write's time, for `stat` and for the cleaning that restores it.
+                    f.mtime = Some(now);
                 }
                 Ok(false)
             }
@@ -480,7 +483,6 @@ impl Inner {
     /// [`Inner::truncate`] for a caller that holds the file's `io` and `op` locks; `fd` is a
     /// writable descriptor of the file.
     fn truncate_locked(&self, file: FileId, fd: &File, new_size: u64) -> io::Result<()> {
-        self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
         // The rest of what is only below goes to BACKING first (the tail block's bytes past
         // the new EOF are cut by the truncation).
         if self.clean_lower_locked(file)? > 0 {
@@ -493,6 +495,8 @@ impl Inner {
             }
         }
         self.device.set_len(file, fd, new_size)?;
+        // Only once BACKING took the new size: a failed truncate keeps the tail's bytes.
+        self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
         let invalidate_below;
         // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written
         // back.

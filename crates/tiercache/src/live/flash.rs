@@ -154,10 +154,25 @@ pub fn build(
         cleaner,
         ..FlashConfig::new(spec.name.clone())
     };
-    // Locked before it is read when it exists; a new file right after it is made.
-    let early = f.path.exists().then(|| lock_cache(&f.path)).transpose()?;
+    // Locked before anything reads or formats it: a missing file is made empty first (an
+    // empty file counts as new), so two daemons starting together cannot both format it.
+    if !f.path.exists() && f.size.is_some() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&f.path)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => std::fs::File::open(&f.path),
+                _ => Err(e),
+            })
+            .map_err(|e| format!("{}: {e}", f.path.display()))?;
+    }
+    let lock = match f.path.exists() {
+        true => Some(lock_cache(&f.path)?),
+        false => None,
+    };
     let (tier, created) = open_device(f, cfg)?;
-    let lock = match early {
+    let lock = match lock {
         Some(l) => l,
         None => lock_cache(&f.path)?,
     };
