@@ -229,20 +229,9 @@ impl Inner {
         let Some(lower) = self.lower.as_ref() else {
             return Ok(0);
         };
-        let Some(tier) = lower.dirty_tier().cloned() else {
-            // Detached (or none): what is still listed could not be returned by the tier.
-            let left = self
-                .lock()
-                .files
-                .get(&file)
-                .map_or(0, |f| f.lower_dirty.len());
-            if left > 0 && lower.dirty_tier_any().is_some() {
-                return Err(io::Error::other(format!(
-                    "{left} blocks of file {} are only in a detached tier that could not \
-                     return them",
-                    file.0
-                )));
-            }
+        // Detached or not: a detached tier is still asked (`read_dirty` tries the device) for
+        // what it could not return before; if it still cannot, the cleaning fails, loudly.
+        let Some(tier) = lower.dirty_tier_any().cloned() else {
             return Ok(0);
         };
         let (fd, mode, size, fkey, version, blocks, mtime, shared) = {

@@ -48,6 +48,16 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         .metadata()
         .map_err(|e| at(format!("{}: {e}", root.display())))?
         .dev();
+    // A cache used with another BACKING: none of its handles opens here, and its files are on
+    // another device. (One handle that opens, or a file on BACKING's device, says otherwise:
+    // then a handle that does not open is a file deleted since — e.g. in a btrfs subvolume,
+    // whose device number differs from BACKING's root.)
+    let opens = |rf: &RecoveredFile| {
+        rf.meta
+            .as_ref()
+            .is_some_and(|m| open_by_handle(&root_dir, &m.handle, libc::O_RDONLY).is_ok())
+    };
+    let foreign = !files.iter().any(|rf| rf.file.dev == root_dev || opens(rf));
     let mut by_file: BTreeMap<FileKey, Vec<DirtyBlock>> = BTreeMap::new();
     for b in tier.dirty_blocks(usize::MAX) {
         by_file.entry(b.key.file).or_default().push(b);
@@ -60,7 +70,7 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         let mut blocks = by_file.remove(&rf.file).unwrap_or_default();
         blocks.sort_by_key(|b| b.key.block);
         report.files += 1;
-        clean_one(tier, &root_dir, root_dev, rf, &blocks, &mut report).map_err(&at)?;
+        clean_one(tier, &root_dir, foreign, rf, &blocks, &mut report).map_err(&at)?;
     }
     // Dirty blocks of files not in the list (a tier that reports them only by block).
     let orphans: u64 = by_file.values().map(|v| v.len() as u64).sum();
@@ -95,7 +105,7 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
 fn clean_one(
     tier: &dyn DataTier,
     root: &File,
-    root_dev: u64,
+    foreign: bool,
     rf: &RecoveredFile,
     blocks: &[DirtyBlock],
     report: &mut RecoveryReport,
@@ -115,16 +125,12 @@ fn clean_one(
     };
     let f = match open_by_handle(root, &meta.handle, libc::O_RDWR) {
         Ok(f) => f,
-        Err(e)
-            if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT))
-                && rf.file.dev != root_dev =>
-        {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) && foreign => {
             // Not "deleted": the cache was used with another BACKING.
             return Err(format!(
-                "{id}: the cache holds dirty blocks of a file on device {}, but BACKING is on \
-                 device {root_dev} (open_by_handle_at: {e}); mount it over the BACKING it was \
-                 used with",
-                rf.file.dev
+                "{id}: the cache holds dirty blocks of files none of which BACKING knows \
+                 (open_by_handle_at: {e}), on another device than BACKING's; mount it over \
+                 the BACKING it was used with"
             ));
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
