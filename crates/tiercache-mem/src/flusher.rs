@@ -280,13 +280,7 @@ impl Inner {
         }
         // What a persistent tier below still holds dirty goes to BACKING too: after `flush`
         // (and a clean unmount) BACKING is current; the tier keeps clean copies.
-        let below: Vec<(FileId, Arc<crate::files::FileShared>)> = self
-            .lock()
-            .files
-            .iter()
-            .filter(|(_, f)| !f.lower_dirty.is_empty())
-            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
-            .collect();
+        let below: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
         let mut cleaned_any = false;
         for (file, shared) in below {
             let _io = lock(&shared.io);

@@ -450,28 +450,44 @@ impl Lower {
             if i == 0 {
                 continue; // memory: the read path fills it
             }
-            let mut t = lock(&self.transit);
-            if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
-                self.counters.fills_dropped.fetch_add(1, Relaxed);
-                continue;
-            }
-            let mut buf = Self::buffer(&mut t, self.bs);
-            buf.copy_from_slice(data);
-            let seq = t.next_seq;
-            t.next_seq += 1;
-            let job = Job {
-                kind: JobKind::Fill,
-                tier: i,
-                key,
-                version,
-                class,
-                data: buf,
-                seq,
-                file: Arc::clone(file),
-                change,
-            };
-            self.enqueue(&mut t, job);
+            self.queue_fill(i, key, version, class, data, file, change);
         }
+    }
+
+    /// Queues a clean copy of `data` for planner tier `i` (dropped, and counted, past the
+    /// bound: the block is clean, BACKING has it).
+    #[allow(clippy::too_many_arguments)]
+    fn queue_fill(
+        &self,
+        i: usize,
+        key: TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        file: &Arc<FileShared>,
+        change: u64,
+    ) {
+        let mut t = lock(&self.transit);
+        if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
+            self.counters.fills_dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        let mut buf = Self::buffer(&mut t, self.bs);
+        buf.copy_from_slice(data);
+        let seq = t.next_seq;
+        t.next_seq += 1;
+        let job = Job {
+            kind: JobKind::Fill,
+            tier: i,
+            key,
+            version,
+            class,
+            data: buf,
+            seq,
+            file: Arc::clone(file),
+            change,
+        };
+        self.enqueue(&mut t, job);
     }
 
     /// Whether some tier takes a clean copy of what is written back to BACKING.
@@ -492,30 +508,9 @@ impl Lower {
         change: u64,
     ) {
         for (k, lt) in self.tiers.iter().enumerate() {
-            if !lt.fill_on_write {
-                continue;
+            if lt.fill_on_write {
+                self.queue_fill(k + 1, key, version, class, data, file, change);
             }
-            let mut t = lock(&self.transit);
-            if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
-                self.counters.fills_dropped.fetch_add(1, Relaxed);
-                continue;
-            }
-            let mut buf = Self::buffer(&mut t, self.bs);
-            buf.copy_from_slice(data);
-            let seq = t.next_seq;
-            t.next_seq += 1;
-            let job = Job {
-                kind: JobKind::Fill,
-                tier: k + 1,
-                key,
-                version,
-                class,
-                data: buf,
-                seq,
-                file: Arc::clone(file),
-                change,
-            };
-            self.enqueue(&mut t, job);
         }
     }
 

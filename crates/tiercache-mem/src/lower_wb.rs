@@ -703,13 +703,7 @@ impl Inner {
     /// Blocks that could not be read stay listed: reading them fails with EIO rather than
     /// returning BACKING's older bytes.
     fn detach_dirty_tier(&self, lower: &crate::lower::Lower) {
-        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self
-            .lock()
-            .files
-            .iter()
-            .filter(|(_, f)| !f.lower_dirty.is_empty())
-            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
-            .collect();
+        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
         let mut failed = 0usize;
         for (file, shared) in files {
             let _io = crate::cache::lock(&shared.io);
@@ -731,6 +725,16 @@ impl Inner {
         }
     }
 
+    /// The files with blocks whose newest bytes are only below, with their per-file locks.
+    pub(crate) fn files_below(&self) -> Vec<(FileId, Arc<crate::files::FileShared>)> {
+        self.lock()
+            .files
+            .iter()
+            .filter(|(_, f)| !f.lower_dirty.is_empty())
+            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
+            .collect()
+    }
+
     /// One cleaning round of the flusher: files with lower-dirty blocks, cleaned to BACKING
     /// (a file being written back by someone else is skipped this round). A dirty tier with a
     /// cleaning policy of its own is cleaned by `cleaner_loop` instead.
@@ -743,13 +747,7 @@ impl Inner {
         {
             return;
         }
-        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self
-            .lock()
-            .files
-            .iter()
-            .filter(|(_, f)| !f.lower_dirty.is_empty())
-            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
-            .collect();
+        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
         for (file, shared) in files {
             let Ok(_io) = shared.io.try_lock() else {
                 continue;

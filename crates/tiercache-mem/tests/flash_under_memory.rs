@@ -7,10 +7,9 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tiercache_core::placement::Placement;
 use tiercache_core::seqrun::Threshold;
-use tiercache_flash::{FaultyDevice, FlashConfig, FlashDevice, FlashTier, MemDevice};
+use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier, MemDevice};
 use tiercache_mem::{Class, LowerTier, MemCache, RealBacking};
 use tiercache_tier::DataTier;
 
@@ -18,21 +17,7 @@ const BS: u64 = 512;
 
 /// A flash tier of 512-byte blocks in sets of 16 on `dev`.
 fn flash(dev: Arc<dyn FlashDevice>, max_errors: u64) -> Arc<FlashTier> {
-    let cfg = FlashConfig {
-        block_shift: 9,
-        set_shift: 4,
-        max_errors,
-        ..FlashConfig::new("flash")
-    };
-    Arc::new(FlashTier::create(dev, cfg).unwrap())
-}
-
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    Arc::new(FlashTier::create(dev, flash_config(None, max_errors)).unwrap())
 }
 
 #[test]

@@ -11,12 +11,7 @@ const BS: u64 = 512;
 const SET: u64 = 16; // blocks per set (set_shift 4)
 
 fn cfg(cleaner: CleanerConfig) -> FlashConfig {
-    FlashConfig {
-        block_shift: 9,
-        set_shift: 4,
-        cleaner,
-        ..FlashConfig::new("flash")
-    }
+    flash_config(Some(cleaner), 16)
 }
 
 /// Eager cleaning in the request path cleans, from inside this file's own write-back, a block

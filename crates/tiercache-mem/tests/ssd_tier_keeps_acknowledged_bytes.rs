@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tiercache_core::placement::Placement;
 use tiercache_flash::{
     CleanerConfig, CleanerMode, FaultyDevice, FlashConfig, FlashDevice, FlashTier, MemDevice,
@@ -17,24 +17,7 @@ use tiercache_tier::{DataTier, TierKey};
 const BS: u64 = 512;
 
 fn cfg(cleaner: Option<CleanerConfig>, max_errors: u64) -> FlashConfig {
-    let mut c = FlashConfig {
-        block_shift: 9,
-        set_shift: 4,
-        max_errors,
-        ..FlashConfig::new("flash")
-    };
-    if let Some(cl) = cleaner {
-        c.cleaner = cl;
-    }
-    c
-}
-
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    flash_config(cleaner, max_errors)
 }
 
 /// RealBacking that remembers which files have writes not yet synced (what a power cut loses).

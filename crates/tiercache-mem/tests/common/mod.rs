@@ -111,3 +111,33 @@ pub fn dirty_tier(blocks: usize) -> Arc<tiercache_tier::TestTier> {
     cfg.accepts_dirty = true;
     Arc::new(tiercache_tier::TestTier::new(cfg).unwrap())
 }
+
+/// An SSD-tier config for these tests: 512-byte blocks in sets of 16, `max_errors`, and the
+/// cleaner `cleaner` (the default idle one when `None`).
+pub fn flash_config(
+    cleaner: Option<tiercache_flash::CleanerConfig>,
+    max_errors: u64,
+) -> tiercache_flash::FlashConfig {
+    let mut c = tiercache_flash::FlashConfig {
+        block_shift: 9,
+        set_shift: 4,
+        max_errors,
+        ..tiercache_flash::FlashConfig::new("flash")
+    };
+    if let Some(cl) = cleaner {
+        c.cleaner = cl;
+    }
+    c
+}
+
+/// Polls `ok` every 10 ms for up to 20 s; panics naming `what` when it never holds.
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
