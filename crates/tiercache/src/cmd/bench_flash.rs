@@ -24,6 +24,7 @@
 mod report;
 
 use super::bench_fuse::{start_tiercache, Mounts};
+use super::bench_remote::stats;
 use crate::cmd::progress;
 use clap::Args;
 use rand::seq::index::sample;
@@ -35,7 +36,6 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
@@ -185,25 +185,6 @@ struct FlashBench {
     rand_read: Times,
     /// Per mounted configuration and workload: what the tier and BACKING did.
     details: BTreeMap<String, BTreeMap<String, Detail>>,
-}
-
-/// `tiercache stats MP --json` of a running mount.
-fn stats(mp: &Path) -> Result<Value, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = Command::new(exe)
-        .arg("stats")
-        .arg(mp)
-        .arg("--json")
-        .output()
-        .map_err(|e| format!("stats: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "stats {}: {}",
-            mp.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("stats: {e}"))
 }
 
 /// The counters a [`Detail`] is made of, at one moment.

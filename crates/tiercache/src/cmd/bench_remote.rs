@@ -99,7 +99,7 @@ impl Servers {
 }
 
 /// `tiercache stats MP --json` of a running mount.
-fn stats(mp: &Path) -> Result<serde_json::Value, String> {
+pub(super) fn stats(mp: &Path) -> Result<serde_json::Value, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
         .arg("stats")
