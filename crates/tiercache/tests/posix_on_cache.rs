@@ -343,6 +343,65 @@ fn random_ops_on_memory_writing_back_into_a_test_tier() {
     );
 }
 
+/// The SSD tier under memory, small (8 sets of 1 MiB) with a high floor and a short wait, so
+/// write-back lands there, sets run out (bypass), and idle cleaning reaches BACKING while the
+/// workload runs: checked after unmount against the plain directory.
+fn ssd_flags(dir: &Path) -> Vec<String> {
+    [
+        "--partition",
+        "none",
+        "--flash",
+        &format!("{}:9M", s(&dir.join("ssd.cache"))),
+        "--flash-wait",
+        "50",
+        "--flash-free-floor",
+        "50%",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
+fn assert_ssd_tier_worked(m: &CacheMount) {
+    let v = m.stats();
+    let t = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "flash")
+        .unwrap()
+        .clone();
+    eprintln!("ssd tier: {t} {}", v["flash"]);
+    assert!(
+        t["writebacks_in"].as_u64().unwrap() > 0,
+        "no write-back into it: {t}"
+    );
+    assert_eq!(t["errors"], 0, "{t}");
+    assert_eq!(v["lower"]["errors"], 0, "{}", v["lower"]);
+}
+
+#[test]
+fn workload_on_memory_writing_back_into_an_ssd_tier() {
+    let ssd = tempfile::tempdir().unwrap();
+    let flags = ssd_flags(ssd.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    workload_then(&SMALL, &flags, Some(EAGER_FLUSH), assert_ssd_tier_worked);
+}
+
+#[test]
+fn random_ops_on_memory_writing_back_into_an_ssd_tier() {
+    let ssd = tempfile::tempdir().unwrap();
+    let mut flags = ssd_flags(ssd.path());
+    flags.extend(["--flash-cleaner".to_string(), "eager".to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    random_ops_then(
+        &flags,
+        Some(EAGER_FLUSH),
+        [0x0fab_1ed5_5d00_0001, 0x0fab_1ed5_5d00_0002],
+        assert_ssd_tier_worked,
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // (b): random operation sequence
 
