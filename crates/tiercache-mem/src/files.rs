@@ -449,6 +449,7 @@ impl Inner {
     }
 
     pub(crate) fn release(&self, file: FileId) {
+        let mut invalidate_below = None;
         let (fd, kick, holds) = {
             let mut eng = self.lock();
             let Some(f) = eng.files.get_mut(&file) else {
@@ -469,10 +470,9 @@ impl Inner {
                 f.forgotten = true;
                 kick = !f.dirty.is_empty();
                 if f.born.is_none() {
-                    if let (Some(lower), Some(fk), true) =
-                        (&self.lower, f.fkey, f.lower_dirty.is_empty())
-                    {
-                        lower.invalidate_file(fk, 0);
+                    if let (Some(fk), true) = (f.fkey, f.lower_dirty.is_empty()) {
+                        // Clean copies only; dropped after the engine lock.
+                        invalidate_below = Some(fk);
                     }
                     eng.drop_file_blocks(file, false);
                 }
@@ -482,6 +482,9 @@ impl Inner {
             (fd, kick, holds)
         };
         drop(fd);
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, 0);
+        }
         if kick {
             self.kick_flusher();
         }

@@ -75,6 +75,7 @@ impl Inner {
                 .map(|_| ()),
             _ => Ok(()),
         };
+        let mut invalidate_below = None;
         let (dropped, fd) = {
             let mut eng = self.lock();
             if !eng
@@ -113,11 +114,10 @@ impl Inner {
                 if unlinked {
                     f.lower_dirty.clear(); // its data is meaningless now
                 }
-                if let (Some(lower), Some(fk), true) =
-                    (&self.lower, f.fkey, f.lower_dirty.is_empty())
-                {
+                if let (Some(fk), true) = (f.fkey, f.lower_dirty.is_empty()) {
                     // Without a birth time (or once unlinked) the identity may be reused.
-                    lower.invalidate_file(fk, 0);
+                    // Dropped below after the engine lock (the file is quiesced).
+                    invalidate_below = Some(fk);
                 }
             }
             let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
@@ -151,6 +151,9 @@ impl Inner {
             }
         };
         drop(fd);
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, 0);
+        }
         dropped
     }
 
@@ -165,6 +168,21 @@ impl Inner {
     ) -> Option<(Option<Arc<File>>, usize)> {
         // Errors are logged and counted by the write-back itself.
         let _ = self.flush_locked(file, crate::flusher::Why::Forget);
+        let mut invalidate_below = None;
+        let result = self.drop_forgotten_locked(file, shared, &mut invalidate_below);
+        // After the engine lock: the caller holds the file's `io` and `op` locks.
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, 0);
+        }
+        result
+    }
+
+    fn drop_forgotten_locked(
+        &self,
+        file: FileId,
+        shared: &Arc<FileShared>,
+        invalidate_below: &mut Option<tiercache_tier::FileKey>,
+    ) -> Option<(Option<Arc<File>>, usize)> {
         let mut eng = self.lock();
         if !eng
             .files
@@ -177,9 +195,7 @@ impl Inner {
         if let Some(f) = eng.files.get_mut(&file) {
             dirty += f.lower_dirty.len();
             f.lower_dirty.clear();
-            if let (Some(lower), Some(fk)) = (&self.lower, f.fkey) {
-                lower.invalidate_file(fk, 0);
-            }
+            *invalidate_below = f.fkey;
         }
         if dirty > 0 {
             log::error!(
