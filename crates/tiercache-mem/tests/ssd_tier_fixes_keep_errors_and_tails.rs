@@ -5,7 +5,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
 use tiercache_flash::{CleanerConfig, CleanerMode, FlashConfig, FlashTier, MemDevice};
-use tiercache_mem::{Class, LowerTier, MemCache, RealBacking};
+use tiercache_mem::{Class, FaultyBacking, LowerTier, MemCache, RealBacking};
 
 const BS: u64 = 512;
 const SET: u64 = 16; // blocks per set (set_shift 4)
@@ -72,50 +72,6 @@ fn eager_clean_of_own_batch_leaves_no_phantom_lower_dirty_block() {
 }
 
 /// BACKING that can be told to fail writes (ENOSPC) or set_len (EIO).
-#[derive(Debug, Default)]
-struct Failing {
-    writes: std::sync::atomic::AtomicBool,
-    set_len: std::sync::atomic::AtomicBool,
-}
-use std::sync::atomic::Ordering::SeqCst;
-impl tiercache_mem::BackingIo for Failing {
-    fn read_at(
-        &self,
-        f: tiercache_mem::FileId,
-        fd: &std::fs::File,
-        b: &mut [u8],
-        o: u64,
-    ) -> std::io::Result<usize> {
-        RealBacking.read_at(f, fd, b, o)
-    }
-    fn write_at(
-        &self,
-        f: tiercache_mem::FileId,
-        fd: &std::fs::File,
-        b: &[u8],
-        o: u64,
-    ) -> std::io::Result<()> {
-        if self.writes.load(SeqCst) {
-            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-        RealBacking.write_at(f, fd, b, o)
-    }
-    fn sync(&self, f: tiercache_mem::FileId, fd: &std::fs::File, d: bool) -> std::io::Result<()> {
-        RealBacking.sync(f, fd, d)
-    }
-    fn set_len(
-        &self,
-        f: tiercache_mem::FileId,
-        fd: &std::fs::File,
-        len: u64,
-    ) -> std::io::Result<()> {
-        if self.set_len.load(SeqCst) {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        RealBacking.set_len(f, fd, len)
-    }
-}
-
 fn failed_truncate(fail_writes: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 32 * BS as usize, 0));
@@ -123,7 +79,7 @@ fn failed_truncate(fail_writes: bool) {
     let tier =
         Arc::new(FlashTier::create(dev, cfg(CleanerConfig::new(CleanerMode::Idle, 1))).unwrap());
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
-    let backing = Arc::new(Failing::default());
+    let backing = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::with_tiers(small_config(64), backing.clone(), lower).unwrap();
     let id = open(&cache, &path, Class::Normal);
     for b in [2u64, 20] {
@@ -135,15 +91,14 @@ fn failed_truncate(fail_writes: bool) {
     assert_eq!(tier.flash_stats().dirty_blocks, 2);
     cache.invalidate(id); // memory lets go of its clean copies
     if fail_writes {
-        backing.writes.store(true, SeqCst);
+        backing.fail_writes_after(0);
     } else {
-        backing.set_len.store(true, SeqCst);
+        backing.fail_set_len();
     }
     let r = cache.truncate(id, 10 * BS);
     eprintln!("truncate: {r:?}");
     assert!(r.is_err());
-    backing.writes.store(false, SeqCst);
-    backing.set_len.store(false, SeqCst);
+    backing.heal();
     // The truncate failed: the file still has 32 blocks, block 20 the acknowledged bytes.
     let got = cache.read(id, 20 * BS, BS as usize);
     match got {

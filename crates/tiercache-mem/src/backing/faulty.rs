@@ -26,6 +26,8 @@ pub struct FaultyBacking {
     dropped_writes: AtomicU64,
     failed_reads: AtomicU64,
     writes: AtomicU64,
+    /// `set_len` fails with EIO (a truncate BACKING refuses).
+    fail_set_len: AtomicBool,
 }
 
 impl FaultyBacking {
@@ -40,7 +42,13 @@ impl FaultyBacking {
             dropped_writes: AtomicU64::new(0),
             failed_reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            fail_set_len: AtomicBool::new(false),
         }
+    }
+
+    /// From now on `set_len` fails with EIO (until `heal`).
+    pub fn fail_set_len(&self) {
+        self.fail_set_len.store(true, SeqCst);
     }
 
     /// After `n` more successful writes, writes (and syncs) fail with EIO.
@@ -62,6 +70,7 @@ impl FaultyBacking {
 
     /// Stops injecting faults.
     pub fn heal(&self) {
+        self.fail_set_len.store(false, SeqCst);
         self.writes_left.store(UNLIMITED, SeqCst);
         self.reads_left.store(UNLIMITED, SeqCst);
         self.drop_writes.store(false, SeqCst);
@@ -138,6 +147,9 @@ impl BackingIo for FaultyBacking {
     }
 
     fn set_len(&self, file: FileId, fd: &File, len: u64) -> io::Result<()> {
+        if self.fail_set_len.load(SeqCst) {
+            return Err(eio());
+        }
         self.inner.set_len(file, fd, len)
     }
 
