@@ -180,7 +180,7 @@ fn info(cfg: &FlashConfig, geo: &Geometry) -> TierInfo {
         kind: TierKind::Flash,
         capacity_blocks: geo.capacity_blocks(),
         block_size: geo.block_size(),
-        accepts_dirty: true,
+        accepts_dirty: !cfg.clean_only,
         persistent: true,
     }
 }

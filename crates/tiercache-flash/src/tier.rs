@@ -59,6 +59,9 @@ pub struct FlashConfig {
     /// The cleaning policy behind `on_request`/`on_tick` (default: idle mode, `free_floor`
     /// 0 = a tenth of the sets, at least 1; wait 1 s; 4 sets at once; `dirty_max` 0.8).
     pub cleaner: CleanerConfig,
+    /// Takes no dirty data (`writethrough`/`writearound` on the mount): `accepts_dirty` is
+    /// false, `write_dirty` is turned down and there is no cleaning policy (default false).
+    pub clean_only: bool,
 }
 
 impl FlashConfig {
@@ -70,6 +73,7 @@ impl FlashConfig {
             max_errors: 16,
             alloc_scan: 64,
             cleaner: CleanerConfig::new(CleanerMode::Idle, 0),
+            clean_only: false,
         }
     }
 }
@@ -557,6 +561,9 @@ impl DataTier for FlashTier {
         _class: Class,
         data: &[u8],
     ) -> Result<Admit, TierError> {
+        if self.cfg.clean_only {
+            return Ok(Admit::Rejected);
+        }
         self.store(key, version, data, Store::Dirty, &|| true)
     }
 
@@ -710,16 +717,22 @@ impl DataTier for FlashTier {
     }
 
     fn on_request(&self) -> CleanAdvice {
+        if self.cfg.clean_only {
+            return CleanAdvice::Idle;
+        }
         self.on_request_at(self.now())
     }
 
     fn on_tick(&self) -> CleanAdvice {
+        if self.cfg.clean_only {
+            return CleanAdvice::Idle;
+        }
         self.on_tick_at(self.now())
     }
 
     /// The cleaning policy (idle/eager, `cleaner`) decides when dirty blocks are cleaned.
     fn has_cleaning_policy(&self) -> bool {
-        true
+        !self.cfg.clean_only
     }
 
     /// Degraded by `max_errors` device errors, or tainted.

@@ -5,18 +5,13 @@
 use super::config::LowerTierSpec;
 use super::config_flash::{CleanerKind, FlashMode, FlashSpec};
 use serde_json::{json, Value};
-use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
-use tiercache_core::Class;
 use tiercache_flash::{
     CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashTier, Geometry,
 };
 use tiercache_mem::{LowerTier, RecoveryReport};
-use tiercache_tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, TierError,
-    TierInfo, TierKey, TierSnapshot,
-};
+use tiercache_tier::DataTier;
 
 /// Blocks per set (2^8 = 256: 1 MiB sets of 4 KiB blocks, as in paper 001).
 const SET_SHIFT: u8 = 8;
@@ -152,6 +147,7 @@ pub fn build(
         set_shift: SET_SHIFT,
         max_errors: f.max_errors,
         cleaner,
+        clean_only: f.mode != FlashMode::Writeback,
         ..FlashConfig::new(spec.name.clone())
     };
     // Locked before anything reads or formats it: a missing file is made empty first (an
@@ -187,11 +183,7 @@ pub fn build(
         tier.geometry().sets,
         tier.info().capacity_blocks
     );
-    let data: Arc<dyn DataTier> = match f.mode {
-        FlashMode::Writeback => tier.clone(),
-        FlashMode::Writethrough | FlashMode::Writearound => Arc::new(CleanOnly::new(tier.clone())),
-    };
-    let mut lt = LowerTier::new(data, spec.placement).with_seq_bypass(
+    let mut lt = LowerTier::new(tier.clone(), spec.placement).with_seq_bypass(
         tiercache_core::seqrun::Threshold::Fixed((f.seq_cutoff / block_size as u64).max(1)),
     );
     if f.mode == FlashMode::Writethrough {
@@ -206,113 +198,6 @@ pub fn build(
             _lock: Arc::new(lock),
         },
     ))
-}
-
-/// A flash tier in `writethrough`/`writearound` mode: the same tier, taking no dirty data.
-struct CleanOnly {
-    inner: Arc<FlashTier>,
-    info: TierInfo,
-}
-
-impl CleanOnly {
-    fn new(inner: Arc<FlashTier>) -> Self {
-        let info = TierInfo {
-            accepts_dirty: false,
-            ..inner.info().clone()
-        };
-        Self { inner, info }
-    }
-}
-
-impl fmt::Debug for CleanOnly {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CleanOnly({})", self.info.name)
-    }
-}
-
-impl DataTier for CleanOnly {
-    fn info(&self) -> &TierInfo {
-        &self.info
-    }
-    fn contains(&self, key: &TierKey) -> bool {
-        self.inner.contains(key)
-    }
-    fn read(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
-        self.inner.read(key, version, buf)
-    }
-    fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
-        self.inner.take(key, version, buf)
-    }
-    fn fill(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.inner.fill(key, version, class, data, current)
-    }
-    fn demote(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.inner.demote(key, version, class, data, current)
-    }
-    fn write_dirty(
-        &self,
-        _key: &TierKey,
-        _version: u64,
-        _class: Class,
-        _data: &[u8],
-    ) -> Result<Admit, TierError> {
-        Ok(Admit::Rejected)
-    }
-    fn invalidate(&self, key: &TierKey) {
-        self.inner.invalidate(key);
-    }
-    fn discard(&self, key: &TierKey) {
-        self.inner.discard(key);
-    }
-    fn read_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        buf: &mut [u8],
-    ) -> Result<Option<u64>, TierError> {
-        self.inner.read_dirty(key, version, buf)
-    }
-    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
-        self.inner.invalidate_file(file, from_block);
-    }
-    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
-        self.inner.dirty_blocks(max)
-    }
-    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool {
-        self.inner.mark_clean(key, seq)
-    }
-    fn sync(&self) -> Result<(), TierError> {
-        self.inner.sync()
-    }
-    fn stats(&self) -> TierSnapshot {
-        self.inner.stats()
-    }
-    fn set_file_meta(&self, file: &FileKey, meta: &FileMeta) {
-        self.inner.set_file_meta(file, meta);
-    }
-    fn recovered_files(&self) -> Vec<RecoveredFile> {
-        self.inner.recovered_files()
-    }
-    fn on_request(&self) -> CleanAdvice {
-        CleanAdvice::Idle
-    }
-    fn on_tick(&self) -> CleanAdvice {
-        CleanAdvice::Idle
-    }
 }
 
 /// Closes the tiers after the final write-back (their clean-shutdown flag: warm restart).
