@@ -8,7 +8,6 @@
 //!
 //! Invariant: every slot a request pins is unpinned before the request returns, on every path.
 
-use crate::arena::Arena;
 use crate::backing::{BackingIo, RealBacking};
 use crate::config::MemConfig;
 use crate::engine::Engine;
@@ -30,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
+use tiercache_memtier::arena::Arena;
 use tiercache_tier::{TierKind, TierSnapshot};
 
 /// Locks a mutex; a poisoned lock is taken over (nothing in this crate panics while holding

@@ -11,7 +11,6 @@
 //!   BACKING under a write-through of the same block and cache the old bytes;
 //! - a slot is removed from the tier only when unpinned (`Tier::remove` does not check pins).
 
-use crate::arena::{Arena, SlotState, ORD};
 use crate::files::FileState;
 use crate::lower::Lower;
 use crate::stats::Windows;
@@ -23,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::tier::{Evicted, Tier};
 use tiercache_core::{BlockKey, Class, CoreError, FileId, SlotId};
+use tiercache_memtier::arena::{Arena, SlotState, ORD};
 use tiercache_tier::TierKey;
 
 /// The state guarded by the engine lock.

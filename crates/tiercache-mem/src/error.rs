@@ -22,8 +22,8 @@ pub enum MemError {
     #[error(transparent)]
     Core(#[from] CoreError),
     /// The data arena could not be allocated.
-    #[error("cannot allocate a {bytes}-byte arena")]
-    Alloc { bytes: u64 },
+    #[error(transparent)]
+    Arena(#[from] tiercache_memtier::ArenaError),
     /// The file was never opened (or was forgotten), or it has no backing file handle.
     #[error("file {} is not open in the memory tier", .0 .0)]
     UnknownFile(FileId),
@@ -46,7 +46,7 @@ impl MemError {
             MemError::InvalidConfig { .. } => libc::EINVAL,
             MemError::Core(CoreError::Retry { .. }) => libc::EAGAIN,
             MemError::Core(_) => libc::EINVAL,
-            MemError::Alloc { .. } => libc::ENOMEM,
+            MemError::Arena(_) => libc::ENOMEM,
             MemError::UnknownFile(_) => libc::EBADF,
             MemError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -33,7 +33,6 @@
 //! BACKING), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
 //! `error`.
 
-mod arena;
 pub mod backing;
 mod cache;
 mod config;

@@ -469,7 +469,14 @@ impl Inner {
             // The change counter before the bytes: a write after it makes the store void.
             let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
             let g = self.arena.read(slot);
-            if !g.state().holds(key) || self.arena.slot(slot).seq.load(crate::arena::ORD) != seq {
+            if !g.state().holds(key)
+                || self
+                    .arena
+                    .slot(slot)
+                    .seq
+                    .load(tiercache_memtier::arena::ORD)
+                    != seq
+            {
                 continue;
             }
             lower.after_write(

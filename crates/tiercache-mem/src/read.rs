@@ -14,7 +14,6 @@
 //! I/O; a hit on a slot that is not valid (another request is filling it, or its fill failed)
 //! is served from BACKING rather than waiting; bytes at or beyond the logical size are zero.
 
-use crate::arena::SlotState;
 use crate::cache::{read_lock, Inner};
 use crate::error::unknown_file;
 use crate::files::{same_state, FileShared};
@@ -25,6 +24,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::{BlockKey, Class, FileId, SlotId};
+use tiercache_memtier::arena::SlotState;
 use tiercache_tier::{FileKey, TierKey};
 
 #[derive(Debug, Clone, Copy)]

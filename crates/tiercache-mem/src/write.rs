@@ -14,7 +14,6 @@
 //! evicted) until written back, or is written to BACKING before `write` returns; the write
 //! stops at the first failing block and reports the bytes before it (or the error).
 
-use crate::arena::SlotState;
 use crate::cache::{lock, read_lock, write_lock, Inner};
 use crate::engine::Dropped;
 use crate::error::unknown_file;
@@ -27,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use tiercache_core::Class;
 use tiercache_core::{BlockKey, FileId, SlotId};
+use tiercache_memtier::arena::SlotState;
 use tiercache_tier::{Admit, FileKey, TierKey};
 
 #[derive(Debug, Clone, Copy)]

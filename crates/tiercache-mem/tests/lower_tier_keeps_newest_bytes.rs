@@ -5,7 +5,8 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
 use tiercache_mem::{Class, LowerTier, MemCache, RealBacking};
-use tiercache_tier::{DataTier, TestTier, TestTierConfig};
+use tiercache_memtier::{TestTier, TestTierConfig};
+use tiercache_tier::DataTier;
 
 /// Appended data written back into the dirty tier (throttled writer), then the kernel forgets
 /// the inode and it is opened again before a cleaning round.

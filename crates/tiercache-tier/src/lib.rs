@@ -7,18 +7,17 @@
 //!   file + block index) and the content `version` every stored block carries;
 //! - [`tier`]: the [`DataTier`] trait (lookups, reads, fills, demotions, promotions, dirty
 //!   write-back and cleaning by someone else, invalidation, stats) and its outcome types;
-//! - [`test_tier`]: [`TestTier`], an in-memory tier with injectable latency and faults, for
-//!   tests and experiments (volatile: it is not a place for data that must survive a crash).
+//!
+//! The implementations live in their own crates: `tiercache-memtier` (the memory tier, and the
+//! test tier with injectable latency and faults), `tiercache-flash`, `tiercache-remote`.
 //!
 //! Tiers decide nothing about placement: [`tiercache_core::placement::Planner`] decides, the
 //! manager does the I/O through this trait.
 
 pub mod key;
-pub mod test_tier;
 pub mod tier;
 
 pub use key::{FileKey, TierKey};
-pub use test_tier::{TestTier, TestTierConfig};
 pub use tier::{
     Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileMeta, Lookup, RecoveredFile,
     TierError, TierInfo, TierKind, TierSnapshot, MAX_HANDLE_BYTES,

@@ -100,16 +100,16 @@ pub fn assert_bytes(got: &[u8], want: &[u8], ctx: &str) {
 }
 
 /// An in-memory lower tier of `blocks` 512-byte blocks that keeps clean data only.
-pub fn test_tier(blocks: usize) -> Arc<tiercache_tier::TestTier> {
-    let cfg = tiercache_tier::TestTierConfig::new("test", blocks, 512);
-    Arc::new(tiercache_tier::TestTier::new(cfg).unwrap())
+pub fn test_tier(blocks: usize) -> Arc<tiercache_memtier::TestTier> {
+    let cfg = tiercache_memtier::TestTierConfig::new("test", blocks, 512);
+    Arc::new(tiercache_memtier::TestTier::new(cfg).unwrap())
 }
 
 /// An in-memory lower tier of `blocks` 512-byte blocks that takes dirty data (write-back).
-pub fn dirty_tier(blocks: usize) -> Arc<tiercache_tier::TestTier> {
-    let mut cfg = tiercache_tier::TestTierConfig::new("dirty", blocks, 512);
+pub fn dirty_tier(blocks: usize) -> Arc<tiercache_memtier::TestTier> {
+    let mut cfg = tiercache_memtier::TestTierConfig::new("dirty", blocks, 512);
     cfg.accepts_dirty = true;
-    Arc::new(tiercache_tier::TestTier::new(cfg).unwrap())
+    Arc::new(tiercache_memtier::TestTier::new(cfg).unwrap())
 }
 
 /// An SSD-tier config for these tests: 512-byte blocks in sets of 16, `max_errors`, and the

@@ -612,13 +612,16 @@ fn build_lower_tiers(
                 LowerTierKind::Test => {
                     let blocks = usize::try_from(spec.capacity_bytes / block_size as u64)
                         .map_err(|_| format!("tier {}: too large", spec.name))?;
-                    let mut cfg =
-                        tiercache_tier::TestTierConfig::new(spec.name.clone(), blocks, block_size);
+                    let mut cfg = tiercache_memtier::TestTierConfig::new(
+                        spec.name.clone(),
+                        blocks,
+                        block_size,
+                    );
                     cfg.policy = spec.policy;
                     cfg.read_latency = spec.read_latency;
                     cfg.write_latency = spec.write_latency;
                     cfg.accepts_dirty = spec.accepts_dirty;
-                    Arc::new(tiercache_tier::TestTier::new(cfg)?)
+                    Arc::new(tiercache_memtier::TestTier::new(cfg)?)
                 }
                 LowerTierKind::Remote => {
                     let r = spec

@@ -23,15 +23,22 @@
 //! - `SlotState::valid` is true only when the bytes hold `key`'s current data; cached bytes at or
 //!   beyond the file's logical size are zero.
 
-use crate::error::MemError;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use tiercache_core::{BlockKey, SlotId};
 
+/// The arena could not be allocated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArenaError {
+    #[error("cannot allocate a memory tier of {bytes} bytes")]
+    Alloc { bytes: u64 },
+}
+
 /// What a slot's bytes hold, guarded by the slot's lock together with the bytes.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SlotState {
+pub struct SlotState {
     /// The block this slot was given to by the engine (set at insertion).
     pub key: Option<BlockKey>,
     /// The bytes hold `key`'s data (false while it is being filled, or after a failed fill).
@@ -47,7 +54,7 @@ impl SlotState {
 
 /// Per-slot header.
 #[derive(Debug, Default)]
-pub(crate) struct Slot {
+pub struct Slot {
     state: RwLock<SlotState>,
     /// Dirty sequence: bumped (under the engine lock) each time a write to the slot is
     /// committed. The flusher marks a block clean only if it is unchanged since the snapshot
@@ -56,7 +63,7 @@ pub(crate) struct Slot {
 }
 
 /// The arena. See the module docs for its invariants.
-pub(crate) struct Arena {
+pub struct Arena {
     bytes: Box<[UnsafeCell<u8>]>,
     slots: Box<[Slot]>,
     block: usize,
@@ -78,20 +85,20 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     /// `capacity` slots of `block` bytes each, zeroed (lazily, by the allocator).
-    pub fn new(capacity: usize, block: usize) -> Result<Self, MemError> {
+    pub fn new(capacity: usize, block: usize) -> Result<Self, ArenaError> {
         let total = capacity
             .checked_mul(block)
             .filter(|&t| t > 0 && t <= isize::MAX as usize)
-            .ok_or(MemError::Alloc {
+            .ok_or(ArenaError::Alloc {
                 bytes: (capacity as u64).saturating_mul(block as u64),
             })?;
-        let layout = std::alloc::Layout::array::<u8>(total).map_err(|_| MemError::Alloc {
+        let layout = std::alloc::Layout::array::<u8>(total).map_err(|_| ArenaError::Alloc {
             bytes: total as u64,
         })?;
         // SAFETY: `layout` has a non-zero size (checked above).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(MemError::Alloc {
+            return Err(ArenaError::Alloc {
                 bytes: total as u64,
             });
         }
@@ -180,7 +187,7 @@ impl Arena {
 }
 
 /// A shared guard over one slot's state and bytes.
-pub(crate) struct ReadSlot<'a> {
+pub struct ReadSlot<'a> {
     guard: RwLockReadGuard<'a, SlotState>,
     ptr: *mut u8,
     len: usize,
@@ -199,7 +206,7 @@ impl ReadSlot<'_> {
 }
 
 /// An exclusive guard over one slot's state and bytes.
-pub(crate) struct WriteSlot<'a> {
+pub struct WriteSlot<'a> {
     guard: RwLockWriteGuard<'a, SlotState>,
     ptr: *mut u8,
     len: usize,
@@ -245,7 +252,7 @@ impl std::fmt::Debug for WriteSlot<'_> {
 
 /// Loads with sequentially consistent ordering: these counters are read and bumped under the
 /// engine lock or together with a slot guard, so the ordering is belt and braces.
-pub(crate) const ORD: Ordering = Ordering::SeqCst;
+pub const ORD: Ordering = Ordering::SeqCst;
 
 #[cfg(test)]
 mod tests {

@@ -1,49 +1,46 @@
-//! [`TestTier`]: an in-memory [`DataTier`] for tests and experiments.
+//! [`MemoryTier`]: the memory tier as a [`DataTier`].
 //!
-//! Its index is the engine's own fully associative [`Tier`] (policy per `TestTierConfig`), so
-//! it evicts like the memory tier and never evicts a dirty block. Latency is a MODEL (slept,
-//! not measured). Faults are injected per operation kind: a failing read returns an error (the
-//! manager then reads the next source), a failing store returns an error (the manager drops a
-//! clean block, and falls back to BACKING for a dirty one). It is volatile: dirty data in it is
-//! lost with the process, so it must not be used to hold data that has to survive a crash.
+//! Its bytes live in an [`Arena`] (the arena the live manager's top tier uses), its index is the
+//! engine's fully associative [`Tier`] (policy per [`MemoryTierConfig`]), so it evicts by the
+//! same policies and never evicts a dirty block. One `Mutex` guards the index and the per-slot
+//! metadata; bytes are copied under it (through the slot's guard, which nobody else takes), so
+//! a store and the reads after it are totally ordered. It is volatile: dirty data in it is lost
+//! with the process.
+//!
+//! Invariants (under the lock): a slot is in `files[f].1` iff the index holds it; its
+//! `SlotInfo::seq != 0` iff it is dirty iff it is in `dirty` under that sequence and the
+//! index's slot meta says dirty (so the index never evicts it).
 
-use crate::key::{FileKey, TierKey};
-use crate::tier::{
-    Admit, DataTier, DirtyBlock, Lookup, TierError, TierInfo, TierKind, TierSnapshot,
-};
+use crate::arena::{Arena, SlotState};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 use tiercache_core::index::TierIndex;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId, SlotId};
+use tiercache_tier::{
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierKind,
+    TierSnapshot,
+};
 
-/// How a [`TestTier`] is built.
+/// How a [`MemoryTier`] is built.
 #[derive(Debug, Clone)]
-pub struct TestTierConfig {
+pub struct MemoryTierConfig {
     pub name: String,
     pub capacity_blocks: usize,
     pub block_size: usize,
     pub policy: PolicyKind,
-    /// Slept on every read that hits (a latency MODEL).
-    pub read_latency: Duration,
-    /// Slept on every store.
-    pub write_latency: Duration,
     pub accepts_dirty: bool,
 }
 
-impl TestTierConfig {
+impl MemoryTierConfig {
     pub fn new(name: impl Into<String>, capacity_blocks: usize, block_size: usize) -> Self {
         Self {
             name: name.into(),
             capacity_blocks,
             block_size,
             policy: PolicyKind::Lru,
-            read_latency: Duration::ZERO,
-            write_latency: Duration::ZERO,
             accepts_dirty: false,
         }
     }
@@ -60,7 +57,6 @@ struct SlotInfo {
 struct State {
     /// Any index implementation; the engine's fully associative `Tier` by default.
     index: Box<dyn TierIndex>,
-    data: Vec<u8>,
     slots: Vec<SlotInfo>,
     /// FileKey → interned id and the blocks held.
     files: HashMap<FileKey, (FileId, BTreeSet<u64>)>,
@@ -72,21 +68,24 @@ struct State {
     snap: TierSnapshot,
 }
 
-/// An in-memory tier; see the module docs.
+/// The memory tier; see the module docs.
 #[derive(Debug)]
-pub struct TestTier {
+pub struct MemoryTier {
     info: TierInfo,
-    cfg: TestTierConfig,
+    arena: Arena,
     state: Mutex<State>,
-    fail_reads: AtomicBool,
-    fail_writes: AtomicBool,
 }
 
-impl TestTier {
-    pub fn new(cfg: TestTierConfig) -> Result<Self, String> {
+impl MemoryTier {
+    pub fn new(cfg: &MemoryTierConfig) -> Result<Self, String> {
+        Self::with_kind(cfg, TierKind::Memory)
+    }
+
+    /// As `new`, reporting `kind` (the test tier is this tier under another name).
+    pub(crate) fn with_kind(cfg: &MemoryTierConfig, kind: TierKind) -> Result<Self, String> {
         if cfg.block_size == 0 || cfg.capacity_blocks == 0 {
             return Err(format!(
-                "test tier {}: capacity and block size must be positive",
+                "{kind} tier {}: capacity and block size must be positive",
                 cfg.name
             ));
         }
@@ -96,15 +95,13 @@ impl TestTier {
                 cfg.capacity_blocks,
                 cfg.policy,
             ))
-            .map_err(|e| format!("test tier {}: {e}", cfg.name))?,
+            .map_err(|e| format!("{kind} tier {}: {e}", cfg.name))?,
         );
-        let bytes = cfg
-            .capacity_blocks
-            .checked_mul(cfg.block_size)
-            .ok_or_else(|| format!("test tier {}: size overflows", cfg.name))?;
+        let arena = Arena::new(cfg.capacity_blocks, cfg.block_size)
+            .map_err(|e| format!("{kind} tier {}: {e}", cfg.name))?;
         let info = TierInfo {
             name: cfg.name.clone(),
-            kind: TierKind::Test,
+            kind,
             capacity_blocks: cfg.capacity_blocks as u64,
             block_size: cfg.block_size,
             accepts_dirty: cfg.accepts_dirty,
@@ -112,15 +109,15 @@ impl TestTier {
         };
         let snap = TierSnapshot {
             name: cfg.name.clone(),
-            kind: TierKind::Test.to_string(),
+            kind: kind.to_string(),
             capacity_blocks: cfg.capacity_blocks as u64,
             ..TierSnapshot::default()
         };
         Ok(Self {
             info,
+            arena,
             state: Mutex::new(State {
                 index,
-                data: vec![0; bytes],
                 slots: vec![SlotInfo::default(); cfg.capacity_blocks],
                 files: HashMap::new(),
                 ids: HashMap::new(),
@@ -129,40 +126,16 @@ impl TestTier {
                 next_seq: 1,
                 snap,
             }),
-            cfg,
-            fail_reads: AtomicBool::new(false),
-            fail_writes: AtomicBool::new(false),
         })
-    }
-
-    /// From now on every read fails (`true`) or works again (`false`).
-    pub fn fail_reads(&self, on: bool) {
-        self.fail_reads.store(on, Ordering::Relaxed);
-    }
-    /// From now on every store fails (`true`) or works again (`false`).
-    pub fn fail_writes(&self, on: bool) {
-        self.fail_writes.store(on, Ordering::Relaxed);
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn fault(&self, flag: &AtomicBool, what: &str) -> Result<(), TierError> {
-        if flag.load(Ordering::Relaxed) {
-            self.state().snap.errors += 1;
-            return Err(TierError::Io {
-                tier: self.info.name.clone(),
-                source: io::Error::other(format!("injected {what} fault")),
-            });
-        }
-        Ok(())
-    }
-
-    fn sleep(d: Duration) {
-        if !d.is_zero() {
-            std::thread::sleep(d);
-        }
+    /// Counts a failed operation (a wrapper's injected fault).
+    pub(crate) fn count_error(&self) {
+        self.state().snap.errors += 1;
     }
 
     fn lookup_read(
@@ -172,41 +145,33 @@ impl TestTier {
         buf: &mut [u8],
         take: bool,
     ) -> Result<Lookup, TierError> {
-        self.fault(&self.fail_reads, "read")?;
-        let bs = self.cfg.block_size;
-        let r = {
-            let mut st = self.state();
-            match st.find(key) {
-                Some((bkey, slot)) if st.slots[slot.index()].version == version => {
-                    let class = st.index.meta(slot).class;
-                    let _ = st.index.lookup(bkey, class);
-                    let off = slot.index() * bs;
-                    buf[..bs].copy_from_slice(&st.data[off..off + bs]);
-                    let dirty = st.slots[slot.index()].seq != 0;
-                    st.snap.hits += 1;
-                    if take && !dirty {
-                        st.remove(bkey, slot);
-                        st.snap.promotions_out += 1;
-                    }
-                    Lookup::Hit { dirty }
+        let mut st = self.state();
+        let r = match st.find(key) {
+            Some((bkey, slot)) if st.slots[slot.index()].version == version => {
+                let class = st.index.meta(slot).class;
+                let _ = st.index.lookup(bkey, class);
+                buf[..self.info.block_size].copy_from_slice(self.arena.read(slot).data());
+                let dirty = st.slots[slot.index()].seq != 0;
+                st.snap.hits += 1;
+                if take && !dirty {
+                    st.remove(bkey, slot);
+                    st.snap.promotions_out += 1;
                 }
-                Some((bkey, slot)) => {
-                    // Another version: never served; a clean stale copy goes.
-                    if st.slots[slot.index()].seq == 0 {
-                        st.remove(bkey, slot);
-                    }
-                    st.snap.misses += 1;
-                    Lookup::Miss
+                Lookup::Hit { dirty }
+            }
+            Some((bkey, slot)) => {
+                // Another version: never served; a clean stale copy goes.
+                if st.slots[slot.index()].seq == 0 {
+                    st.remove(bkey, slot);
                 }
-                None => {
-                    st.snap.misses += 1;
-                    Lookup::Miss
-                }
+                st.snap.misses += 1;
+                Lookup::Miss
+            }
+            None => {
+                st.snap.misses += 1;
+                Lookup::Miss
             }
         };
-        if matches!(r, Lookup::Hit { .. }) {
-            Self::sleep(self.cfg.read_latency);
-        }
         Ok(r)
     }
 
@@ -219,8 +184,7 @@ impl TestTier {
         how: Store,
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.fault(&self.fail_writes, "write")?;
-        let bs = self.cfg.block_size;
+        let bs = self.info.block_size;
         if data.len() != bs {
             return Err(TierError::Io {
                 tier: self.info.name.clone(),
@@ -230,7 +194,6 @@ impl TestTier {
                 ),
             });
         }
-        Self::sleep(self.cfg.write_latency);
         let mut st = self.state();
         if !current() {
             st.snap.rejected += 1;
@@ -264,8 +227,15 @@ impl TestTier {
                 ins.slot
             }
         };
-        let off = slot.index() * bs;
-        st.data[off..off + bs].copy_from_slice(data);
+        {
+            // Only this tier takes its slots' locks, always under `state`: never contended.
+            let mut g = self.arena.write(slot);
+            g.data_mut().copy_from_slice(data);
+            g.set_state(SlotState {
+                key: st.index.key_at(slot),
+                valid: true,
+            });
+        }
         let old_seq = st.slots[slot.index()].seq;
         st.slots[slot.index()].version = version;
         match how {
@@ -392,7 +362,7 @@ impl State {
     }
 }
 
-impl DataTier for TestTier {
+impl DataTier for MemoryTier {
     fn info(&self) -> &TierInfo {
         &self.info
     }
@@ -438,7 +408,7 @@ impl DataTier for TestTier {
         class: Class,
         data: &[u8],
     ) -> Result<Admit, TierError> {
-        if !self.cfg.accepts_dirty {
+        if !self.info.accepts_dirty {
             self.state().snap.rejected += 1;
             return Ok(Admit::Rejected);
         }
@@ -467,8 +437,6 @@ impl DataTier for TestTier {
         version: u64,
         buf: &mut [u8],
     ) -> Result<Option<u64>, TierError> {
-        self.fault(&self.fail_reads, "read")?;
-        let bs = self.cfg.block_size;
         let st = self.state();
         let Some((_, slot)) = st.find(key) else {
             return Ok(None);
@@ -477,8 +445,7 @@ impl DataTier for TestTier {
         if info.seq == 0 || info.version != version {
             return Ok(None);
         }
-        let off = slot.index() * bs;
-        buf[..bs].copy_from_slice(&st.data[off..off + bs]);
+        buf[..self.info.block_size].copy_from_slice(self.arena.read(slot).data());
         Ok(Some(info.seq))
     }
 

@@ -1,0 +1,210 @@
+//! [`TestTier`]: the memory tier ([`MemoryTier`]) with a latency MODEL and injectable faults,
+//! for tests and experiments.
+//!
+//! Latency is slept, not measured: every read that hits sleeps `read_latency`, every store
+//! `write_latency`. Faults are injected per operation kind: a failing read returns an error
+//! (the manager then reads the next source), a failing store returns an error (the manager
+//! drops a clean block, and falls back to BACKING for a dirty one). Volatile, like the memory
+//! tier: it must not hold data that has to survive a crash.
+
+use crate::memory::{MemoryTier, MemoryTierConfig};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tiercache_core::policy::PolicyKind;
+use tiercache_core::Class;
+use tiercache_tier::{
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierKind,
+    TierSnapshot,
+};
+
+/// How a [`TestTier`] is built.
+#[derive(Debug, Clone)]
+pub struct TestTierConfig {
+    pub name: String,
+    pub capacity_blocks: usize,
+    pub block_size: usize,
+    pub policy: PolicyKind,
+    /// Slept on every read that hits (a latency MODEL).
+    pub read_latency: Duration,
+    /// Slept on every store.
+    pub write_latency: Duration,
+    pub accepts_dirty: bool,
+}
+
+impl TestTierConfig {
+    pub fn new(name: impl Into<String>, capacity_blocks: usize, block_size: usize) -> Self {
+        Self {
+            name: name.into(),
+            capacity_blocks,
+            block_size,
+            policy: PolicyKind::Lru,
+            read_latency: Duration::ZERO,
+            write_latency: Duration::ZERO,
+            accepts_dirty: false,
+        }
+    }
+}
+
+/// The memory tier with latency and faults; see the module docs.
+#[derive(Debug)]
+pub struct TestTier {
+    inner: MemoryTier,
+    read_latency: Duration,
+    write_latency: Duration,
+    fail_reads: AtomicBool,
+    fail_writes: AtomicBool,
+}
+
+impl TestTier {
+    pub fn new(cfg: TestTierConfig) -> Result<Self, String> {
+        let mc = MemoryTierConfig {
+            name: cfg.name,
+            capacity_blocks: cfg.capacity_blocks,
+            block_size: cfg.block_size,
+            policy: cfg.policy,
+            accepts_dirty: cfg.accepts_dirty,
+        };
+        Ok(Self {
+            inner: MemoryTier::with_kind(&mc, TierKind::Test)?,
+            read_latency: cfg.read_latency,
+            write_latency: cfg.write_latency,
+            fail_reads: AtomicBool::new(false),
+            fail_writes: AtomicBool::new(false),
+        })
+    }
+
+    /// From now on every read fails (`true`) or works again (`false`).
+    pub fn fail_reads(&self, on: bool) {
+        self.fail_reads.store(on, Ordering::Relaxed);
+    }
+    /// From now on every store fails (`true`) or works again (`false`).
+    pub fn fail_writes(&self, on: bool) {
+        self.fail_writes.store(on, Ordering::Relaxed);
+    }
+
+    /// Checks the tier's own invariants (tests).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.inner.check_invariants()
+    }
+
+    fn fault(&self, flag: &AtomicBool, what: &str) -> Result<(), TierError> {
+        if flag.load(Ordering::Relaxed) {
+            self.inner.count_error();
+            return Err(TierError::Io {
+                tier: self.inner.info().name.clone(),
+                source: io::Error::other(format!("injected {what} fault")),
+            });
+        }
+        Ok(())
+    }
+
+    fn sleep(d: Duration) {
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
+    }
+
+    fn after_read(&self, r: Result<Lookup, TierError>) -> Result<Lookup, TierError> {
+        if matches!(r, Ok(Lookup::Hit { .. })) {
+            Self::sleep(self.read_latency);
+        }
+        r
+    }
+}
+
+impl DataTier for TestTier {
+    fn info(&self) -> &TierInfo {
+        self.inner.info()
+    }
+
+    fn contains(&self, key: &TierKey) -> bool {
+        self.inner.contains(key)
+    }
+
+    fn read(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.fault(&self.fail_reads, "read")?;
+        self.after_read(self.inner.read(key, version, buf))
+    }
+
+    fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError> {
+        self.fault(&self.fail_reads, "read")?;
+        self.after_read(self.inner.take(key, version, buf))
+    }
+
+    fn fill(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        Self::sleep(self.write_latency);
+        self.inner.fill(key, version, class, data, current)
+    }
+
+    fn demote(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        Self::sleep(self.write_latency);
+        self.inner.demote(key, version, class, data, current)
+    }
+
+    fn write_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        Self::sleep(self.write_latency);
+        self.inner.write_dirty(key, version, class, data)
+    }
+
+    fn invalidate(&self, key: &TierKey) {
+        self.inner.invalidate(key);
+    }
+
+    fn discard(&self, key: &TierKey) {
+        self.inner.discard(key);
+    }
+
+    fn read_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<u64>, TierError> {
+        self.fault(&self.fail_reads, "read")?;
+        self.inner.read_dirty(key, version, buf)
+    }
+
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        self.inner.invalidate_file(file, from_block);
+    }
+
+    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
+        self.inner.dirty_blocks(max)
+    }
+
+    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool {
+        self.inner.mark_clean(key, seq)
+    }
+
+    fn sync(&self) -> Result<(), TierError> {
+        self.inner.sync()
+    }
+
+    fn stats(&self) -> TierSnapshot {
+        self.inner.stats()
+    }
+}
