@@ -5,7 +5,7 @@
 //! (`statx` `STATX_BTIME`; 0 where BACKING does not report one, e.g. NFS — then the content
 //! `version` below is what tells versions apart). Every block a tier stores also carries the
 //! `version` of its file's content the manager had when the block was stored (a fingerprint of
-//! size and mtime at open; see `tiercache-mem`'s design notes): a lookup with another version
+//! size and mtime at open; see `tiercache-manager`'s design notes): a lookup with another version
 //! is a miss, so a copy left from before a change behind the cache's back is never served.
 
 use serde::Serialize;

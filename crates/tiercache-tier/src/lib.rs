@@ -1,4 +1,4 @@
-//! tiercache-tier: the contract between the cache manager (`tiercache-mem`) and the data tiers
+//! tiercache-tier: the contract between the cache manager (`tiercache-manager`) and the data tiers
 //! below its memory tier. A flash, remote or test tier depends on this crate only — never on
 //! the memory tier's internals.
 //!

@@ -7,7 +7,7 @@
 //! files, used by path.
 //!
 //! Nothing is normalised: the manifests compare no `st_blocks` or atime, and the mtimes and
-//! ctimes that write-back would move are kept by the memory tier (`tiercache_mem` `times`).
+//! ctimes that write-back would move are kept by the memory tier (`tiercache_manager` `times`).
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../tiercache-fuse/tests/common/mod.rs"]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tiercache_core::partition::{Amount, PartitionKind};
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::BlockSize;
-use tiercache_mem::MemConfig;
+use tiercache_manager::MemConfig;
 
 /// Default memory tier size: enough to show the effect on a first run, small beside a server's
 /// RAM. A size larger than the machine's RAM is refused.
@@ -386,8 +386,8 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
     )?;
     let emulate = match o.emulate.as_deref() {
         None | Some("none") => None,
-        Some("hdd") => Some(tiercache_mem::DeviceModel::hdd()),
-        Some("ssd") => Some(tiercache_mem::DeviceModel::ssd()),
+        Some("hdd") => Some(tiercache_manager::DeviceModel::hdd()),
+        Some("ssd") => Some(tiercache_manager::DeviceModel::ssd()),
         Some(other) => {
             return Err(format!(
                 "{}: unknown model `{other}` (expected none|hdd|ssd)",

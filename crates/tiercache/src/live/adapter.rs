@@ -1,5 +1,5 @@
 //! The live data path: FUSE requests for regular-file data go to the memory tier
-//! (`tiercache_mem::MemCache`), which serves hits, fills misses from BACKING and writes back.
+//! (`tiercache_manager::MemCache`), which serves hits, fills misses from BACKING and writes back.
 //!
 //! Classes come from priority directories: at open, the file's path inside the mount (from
 //! `/proc/self/fd` of its backing descriptor) decides. The last path seen per inode is kept so a
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
 use tiercache_core::{Class, FileId};
 use tiercache_fuse::{DataPath, FileHandleInfo, TimesOverride};
-use tiercache_mem::{FileStamp, MemCache};
+use tiercache_manager::{FileStamp, MemCache};
 
 /// Per-inode state the adapter keeps, for reclassification only: the memory tier counts the
 /// open handles itself (under its engine lock, with the opens), and decides what a forget means
@@ -225,7 +225,7 @@ impl DataPath for CacheDataPath {
         // open: FORGET may overtake RELEASE). The FUSE layer calls this after removing the
         // node, without a lock, so a new lookup and open of the same inode may come first: the
         // tier never drops the state of an open handle, and a forget overtaken by an open stops
-        // (see `tiercache_mem::MemCache::forget`).
+        // (see `tiercache_manager::MemCache::forget`).
         self.mem.forget(FileId(ino));
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         match known.get_mut(&ino) {

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tiercache_mem::{
+use tiercache_manager::{
     BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig, RealBacking,
 };
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tiercache_flash::{
     CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashTier, Geometry,
 };
-use tiercache_mem::{LowerTier, RecoveryReport};
+use tiercache_manager::{LowerTier, RecoveryReport};
 use tiercache_tier::DataTier;
 
 /// Blocks per set (2^8 = 256: 1 MiB sets of 4 KiB blocks, as in paper 001).
@@ -45,7 +45,7 @@ fn lock_cache(path: &Path) -> Result<std::fs::File, String> {
 /// files of its dirty blocks after a crash).
 fn check_handles(backing: &Path) -> Result<(), String> {
     let root = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
-    let h = tiercache_mem::handle::file_handle(&root).map_err(|e| {
+    let h = tiercache_manager::handle::file_handle(&root).map_err(|e| {
         format!(
             "BACKING {} has no file handles (name_to_handle_at: {e}); a write-back flash tier \
              needs them to find its files after a crash: use --flash-mode writethrough or \
@@ -53,16 +53,15 @@ fn check_handles(backing: &Path) -> Result<(), String> {
             backing.display()
         )
     })?;
-    tiercache_mem::handle::open_by_handle(&root, &h, libc::O_RDONLY | libc::O_DIRECTORY).map_err(
-        |e| {
+    tiercache_manager::handle::open_by_handle(&root, &h, libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|e| {
             format!(
                 "cannot reopen files of BACKING {} by handle (open_by_handle_at: {e}; it needs \
                  CAP_DAC_READ_SEARCH: run tiercache as root), which a write-back flash tier needs \
                  after a crash: use --flash-mode writethrough or writearound",
                 backing.display()
             )
-        },
-    )?;
+        })?;
     Ok(())
 }
 
@@ -174,7 +173,7 @@ pub fn build(
     };
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
-    let recovery = tiercache_mem::clean_recovered(&*tier, backing)?;
+    let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks)",
         spec.name,

@@ -5,7 +5,7 @@ use super::config::LowerTierSpec;
 use super::config_remote::RemoteSpec;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tiercache_mem::{LowerStats, SeqBypassStats};
+use tiercache_manager::{LowerStats, SeqBypassStats};
 use tiercache_remote::{RemoteConfig, RemoteTier};
 
 /// A remote tier of the mount, and its position in the lower stack (for its threshold).

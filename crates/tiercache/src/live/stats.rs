@@ -5,7 +5,7 @@ use super::metrics::metric;
 use serde_json::{json, Value};
 use std::path::Path;
 use tiercache_core::{Class, PoolId};
-use tiercache_mem::{ClassStats, MemStats, PoolStats};
+use tiercache_manager::{ClassStats, MemStats, PoolStats};
 
 fn pool(pools: &[PoolStats], id: PoolId) -> Option<&PoolStats> {
     pools.iter().find(|p| p.pool == id)

@@ -13,7 +13,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tiercache_mem::{BackingIo, Class, FileId, MemCache, RealBacking};
+use tiercache_manager::{BackingIo, Class, FileId, MemCache, RealBacking};
 
 const BS: u64 = 512;
 /// Per-writer private regions, then one region every writer overwrites with the same bytes.

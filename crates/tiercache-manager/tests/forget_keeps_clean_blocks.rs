@@ -13,7 +13,7 @@ use common::{file_handle, make_file, open, small_config};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
-use tiercache_mem::{Class, FileStamp, MemCache};
+use tiercache_manager::{Class, FileStamp, MemCache};
 
 const LEN: usize = 8192;
 
@@ -28,7 +28,7 @@ fn require_birth_time(path: &Path) {
 }
 
 /// Opens `path` under `id` with the stamp BACKING reports now.
-fn reopen(cache: &MemCache, id: tiercache_mem::FileId, path: &Path) -> usize {
+fn reopen(cache: &MemCache, id: tiercache_manager::FileId, path: &Path) -> usize {
     let f = file_handle(path);
     let stamp = FileStamp::of_file(&f).unwrap();
     cache

@@ -1,12 +1,19 @@
-//! tiercache-mem: the memory tier that holds file DATA for the live mount.
+//! tiercache-manager: the cache manager of the live mount.
 //!
 //! The FUSE layer calls [`MemCache`] through a small adapter; this crate has no FUSE code and no
 //! path-to-class logic. Callers identify a file by [`FileId`] (the backing inode number), hand
 //! over its open backing [`std::fs::File`] and its [`Class`], and read and write bytes.
 //!
+//! The manager owns what does not depend on any tier: the file table and per-file locks,
+//! staleness (a file changed behind the cache's back), forget, truncate, logical times,
+//! write-back scheduling, BACKING I/O. The tiers are elsewhere: the memory tier's arena is
+//! `tiercache-memtier`'s (the manager drives the top memory tier through the arena and the
+//! engine's slot index under one lock, because FUSE requests touch parts of blocks in place);
+//! the tiers below it are `dyn DataTier`s (`tiercache-tier`), whatever crate implements them.
+//!
 //! What it does:
-//! - keeps block data in one arena of fixed-size slots indexed by the engine's `SlotId`, with a
-//!   per-slot header (pin count, generation, dirty sequence) — see the `arena` module;
+//! - keeps the top tier's block data in a `tiercache_memtier::Arena` of fixed-size slots
+//!   indexed by the engine's `SlotId` (per-slot header: state lock, dirty sequence);
 //! - reads: hits are copied out under a per-slot shared lock without holding the engine lock;
 //!   misses are coalesced into one `pread` per contiguous run, with read-ahead for sequential
 //!   streams; when no slot can be had the bytes are served uncached (bypass);
@@ -24,7 +31,7 @@
 //! tier that takes dirty data and is cleaned from there to BACKING — placement decided by
 //! `tiercache_core::placement::Planner`, the simulator's own code.
 //!
-//! Module map: `arena` (slot memory), `engine` (glue around `tiercache_core::tier::Tier`),
+//! Module map: `engine` (glue around `tiercache_core::tier::Tier`),
 //! `files` (per-file state), `forget` (FORGET and inode reuse), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
 //! `lower` (the tier stack: lookups, transit, demotions, fills), `lower_wb` (write-back into
 //! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `handle` (BACKING file

@@ -6,7 +6,7 @@ mod common;
 use common::{make_file, open, pattern, read_file, small_config};
 use std::fs::OpenOptions;
 use std::sync::Arc;
-use tiercache_mem::{Class, FileStamp, MemCache};
+use tiercache_manager::{Class, FileStamp, MemCache};
 
 #[test]
 fn truncate_of_a_closed_cached_file_goes_through_the_given_descriptor() {
@@ -49,7 +49,7 @@ fn truncate_with_of_an_unknown_file_truncates_backing() {
     let path = make_file(dir.path(), "f", &pattern(0, 3000, 2));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
     let w = OpenOptions::new().write(true).open(&path).unwrap();
-    let id = tiercache_mem::FileId(std::os::unix::fs::MetadataExt::ino(&w.metadata().unwrap()));
+    let id = tiercache_manager::FileId(std::os::unix::fs::MetadataExt::ino(&w.metadata().unwrap()));
     cache.truncate_with(id, &w, 7).unwrap();
     assert_eq!(read_file(&path), pattern(0, 7, 2));
     assert_eq!(cache.file_blocks(id), (0, 0));

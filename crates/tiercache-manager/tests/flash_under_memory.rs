@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tiercache_core::placement::Placement;
 use tiercache_core::seqrun::Threshold;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier, MemDevice};
-use tiercache_mem::{Class, LowerTier, MemCache, RealBacking};
+use tiercache_manager::{Class, LowerTier, MemCache, RealBacking};
 use tiercache_tier::DataTier;
 
 const BS: u64 = 512;

@@ -6,7 +6,7 @@ mod common;
 use common::{make_file, open, small_config};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_mem::{BackingIo, Class, FaultyBacking, FileId, MemCache, RealBacking};
+use tiercache_manager::{BackingIo, Class, FaultyBacking, FileId, MemCache, RealBacking};
 
 #[test]
 fn a_background_write_back_error_is_reported_once() {

@@ -11,7 +11,9 @@ use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_mem::{BackingIo, Class, FaultyBacking, FileId, FileStamp, MemCache, RealBacking};
+use tiercache_manager::{
+    BackingIo, Class, FaultyBacking, FileId, FileStamp, MemCache, RealBacking,
+};
 
 const LEN: usize = 8192;
 

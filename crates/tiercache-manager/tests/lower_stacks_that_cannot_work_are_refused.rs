@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
-use tiercache_mem::{LowerTier, MemCache, RealBacking};
+use tiercache_manager::{LowerTier, MemCache, RealBacking};
 
 #[test]
 fn an_exclusive_tier_below_another_lower_tier_is_refused() {

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tiercache_mem::{BackingIo, Class, FaultyBacking, MemCache, RealBacking};
+use tiercache_manager::{BackingIo, Class, FaultyBacking, MemCache, RealBacking};
 
 #[test]
 fn fsync_puts_bytes_on_backing_before_a_crash() {

@@ -7,7 +7,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
 use tiercache_core::seqrun::Threshold;
-use tiercache_mem::{Class, LowerTier, MemCache, MemConfig, RealBacking};
+use tiercache_manager::{Class, LowerTier, MemCache, MemConfig, RealBacking};
 use tiercache_tier::DataTier;
 
 fn config() -> MemConfig {

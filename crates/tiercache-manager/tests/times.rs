@@ -11,7 +11,7 @@ use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
-use tiercache_mem::{Class, MemCache};
+use tiercache_manager::{Class, MemCache};
 
 /// Lets the file system clock move on (coarse timestamps).
 fn tick() {
@@ -126,7 +126,7 @@ fn forget_drops_the_ctime_mapping_with_the_rest_of_the_file() {
     assert_eq!(cache.file_blocks(id).1, 0, "nothing dirty stays");
     assert_eq!(
         cache.logical_times(id, backing_after),
-        tiercache_mem::LogicalTimes::default()
+        tiercache_manager::LogicalTimes::default()
     );
 }
 

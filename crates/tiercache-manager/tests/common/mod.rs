@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tiercache_mem::{Class, FileId, FileStamp, MemCache, MemConfig};
+use tiercache_manager::{Class, FileId, FileStamp, MemCache, MemConfig};
 
 /// A small, deterministic configuration: no background flusher, 512-byte blocks.
 pub fn small_config(capacity: usize) -> MemConfig {
@@ -48,7 +48,7 @@ pub fn reopen(
     path: &Path,
     id: FileId,
     class: Class,
-) -> tiercache_mem::OpenOutcome {
+) -> tiercache_manager::OpenOutcome {
     let f = OpenOptions::new()
         .read(true)
         .write(true)

@@ -8,7 +8,7 @@ use common::*;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tiercache_mem::{
+use tiercache_manager::{
     BackingIo, Class, DeviceModel, EmulatedBacking, FileId, MemCache, RealBacking, TRACE_HEADER,
 };
 
@@ -59,7 +59,7 @@ fn sequential_reads_are_coalesced_with_read_ahead() {
     let content = pattern(0, 256 * 512, 3);
     let path = make_file(dir.path(), "s", &content);
     let dev = Arc::new(hdd());
-    let cfg = tiercache_mem::MemConfig {
+    let cfg = tiercache_manager::MemConfig {
         readahead_max_blocks: 32,
         ..small_config(512)
     };

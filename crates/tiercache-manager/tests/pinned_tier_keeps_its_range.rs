@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
-use tiercache_mem::{Class, LowerTier, MemCache, RealBacking};
+use tiercache_manager::{Class, LowerTier, MemCache, RealBacking};
 use tiercache_tier::DataTier;
 
 const BS: u64 = 512;

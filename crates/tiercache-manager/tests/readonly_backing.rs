@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use tiercache_mem::{Class, FileId, FileStamp, MemCache};
+use tiercache_manager::{Class, FileId, FileStamp, MemCache};
 
 fn open_ro(cache: &MemCache, path: &Path, id: FileId) {
     let f = OpenOptions::new().read(true).open(path).unwrap();

@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use tiercache_mem::{BackingIo, Class, DeviceModel, EmulatedBacking, MemCache, RealBacking};
+use tiercache_manager::{BackingIo, Class, DeviceModel, EmulatedBacking, MemCache, RealBacking};
 
 #[test]
 fn an_append_split_mid_block_is_written_back_in_one_stream() {
@@ -16,7 +16,7 @@ fn an_append_split_mid_block_is_written_back_in_one_stream() {
     let dev =
         Arc::new(EmulatedBacking::new(Arc::new(RealBacking), DeviceModel::hdd()).without_sleep());
     // 64 blocks of 512 bytes; writers throttle above a quarter dirty.
-    let cfg = tiercache_mem::MemConfig {
+    let cfg = tiercache_manager::MemConfig {
         dirty_ratio: 0.25,
         dirty_background_ratio: 0.1,
         ..small_config(64)

@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use tiercache_core::partition::{DirprioParams, PartitionConfig, PartitionKind};
 use tiercache_core::PoolId;
-use tiercache_mem::{Class, MemCache, MemConfig, MemStats};
+use tiercache_manager::{Class, MemCache, MemConfig, MemStats};
 
 fn pool_blocks(s: &MemStats, pool: PoolId) -> u64 {
     s.pools.iter().find(|p| p.pool == pool).unwrap().blocks

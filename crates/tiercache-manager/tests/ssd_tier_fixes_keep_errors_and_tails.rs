@@ -5,7 +5,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
 use tiercache_flash::{CleanerConfig, CleanerMode, FlashConfig, FlashTier, MemDevice};
-use tiercache_mem::{Class, FaultyBacking, LowerTier, MemCache, RealBacking};
+use tiercache_manager::{Class, FaultyBacking, LowerTier, MemCache, RealBacking};
 
 const BS: u64 = 512;
 const SET: u64 = 16; // blocks per set (set_shift 4)
@@ -167,7 +167,7 @@ fn a_file_with_a_detached_leftover_can_still_be_opened_after_forget() {
         id,
         Arc::new(f),
         Class::Normal,
-        tiercache_mem::FileStamp::from_metadata(&m),
+        tiercache_manager::FileStamp::from_metadata(&m),
     );
     eprintln!("open after forget: {r:?}");
     assert!(r.is_ok(), "open failed: {r:?}");
@@ -242,10 +242,10 @@ struct Errseq {
     poison_at: std::sync::Mutex<Option<(u64, u64)>>, // (file, offset)
     pending: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
-impl tiercache_mem::BackingIo for Errseq {
+impl tiercache_manager::BackingIo for Errseq {
     fn read_at(
         &self,
-        f: tiercache_mem::FileId,
+        f: tiercache_manager::FileId,
         fd: &std::fs::File,
         b: &mut [u8],
         o: u64,
@@ -254,7 +254,7 @@ impl tiercache_mem::BackingIo for Errseq {
     }
     fn write_at(
         &self,
-        f: tiercache_mem::FileId,
+        f: tiercache_manager::FileId,
         fd: &std::fs::File,
         b: &[u8],
         o: u64,
@@ -264,7 +264,12 @@ impl tiercache_mem::BackingIo for Errseq {
         }
         RealBacking.write_at(f, fd, b, o)
     }
-    fn sync(&self, f: tiercache_mem::FileId, fd: &std::fs::File, d: bool) -> std::io::Result<()> {
+    fn sync(
+        &self,
+        f: tiercache_manager::FileId,
+        fd: &std::fs::File,
+        d: bool,
+    ) -> std::io::Result<()> {
         if self.pending.lock().unwrap().remove(&f.0) {
             return Err(std::io::Error::from_raw_os_error(libc::EIO));
         }
@@ -272,7 +277,7 @@ impl tiercache_mem::BackingIo for Errseq {
     }
     fn set_len(
         &self,
-        f: tiercache_mem::FileId,
+        f: tiercache_manager::FileId,
         fd: &std::fs::File,
         len: u64,
     ) -> std::io::Result<()> {

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-use tiercache_mem::{BackingIo, Class, FileId, MemCache, RealBacking};
+use tiercache_manager::{BackingIo, Class, FileId, MemCache, RealBacking};
 
 #[test]
 fn a_release_leaves_the_other_open_handles_of_the_file_working() {

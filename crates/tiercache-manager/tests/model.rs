@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::Duration;
 use tiercache_core::placement::Placement;
-use tiercache_mem::{Class, FileId, LowerTier, MemCache, MemConfig, MemStats, RealBacking};
+use tiercache_manager::{Class, FileId, LowerTier, MemCache, MemConfig, MemStats, RealBacking};
 use tiercache_tier::DataTier;
 
 struct Shadow {
