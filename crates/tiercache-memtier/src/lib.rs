@@ -6,7 +6,9 @@
 //!   here, and so does [`MemoryTier`];
 //! - [`memory`]: [`MemoryTier`], the memory tier as a [`tiercache_tier::DataTier`]: arena +
 //!   the engine's slot index (`tiercache_core::tier::Tier`, pools and policies) behind one lock;
-//! - [`test_tier`]: [`TestTier`], a `MemoryTier` with a latency MODEL and injectable faults.
+//! - [`test_tier`]: [`TestTier`], a `MemoryTier` with a latency MODEL and injectable faults;
+//! - [`shm`]: the zero-copy shared region (slot headers, hint table, slot bytes in one memfd)
+//!   and its lock-free pin protocol.
 //!
 //! The manager (`tiercache-manager`) drives the *top* memory tier through the arena and the
 //! index directly, under its own engine lock, rather than through `DataTier`'s block copies: a
@@ -15,6 +17,7 @@
 
 pub mod arena;
 pub mod memory;
+pub mod shm;
 pub mod test_tier;
 
 pub use arena::{Arena, ArenaError, ReadSlot, SlotState, WriteSlot};
