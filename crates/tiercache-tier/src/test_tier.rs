@@ -6,10 +6,12 @@
 //! manager then reads the next source), a failing store returns an error (the manager drops a
 //! clean block, and falls back to BACKING for a dirty one). It is volatile: dirty data in it is
 //! lost with the process, so it must not be used to hold data that has to survive a crash.
+//! Its `*_spilling` stores hand the block the index evicts (clean) to the caller.
 
 use crate::key::{FileKey, TierKey};
 use crate::tier::{
-    Admit, DataTier, DirtyBlock, Lookup, TierError, TierInfo, TierKind, TierSnapshot,
+    Admit, DataTier, DirtyBlock, Lookup, Spill, Spilled, TierError, TierInfo, TierKind,
+    TierSnapshot,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -210,6 +212,9 @@ impl TestTier {
         Ok(r)
     }
 
+    /// Stores `data`; a clean block the index evicts for it goes to `spill` (when given) with
+    /// the bytes still in the slot the new block takes.
+    #[allow(clippy::too_many_arguments)]
     fn store(
         &self,
         key: &TierKey,
@@ -218,6 +223,7 @@ impl TestTier {
         data: &[u8],
         how: Store,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         self.fault(&self.fail_writes, "write")?;
         let bs = self.cfg.block_size;
@@ -259,6 +265,20 @@ impl TestTier {
                 // when it was that file's last block, and the new block's id is that entry's.
                 st.note(key, true);
                 if let Some(ev) = ins.evicted {
+                    // Clean (the index never evicts a dirty block); its bytes and version are
+                    // still those of `ins.slot`, which the new block takes below.
+                    if let (Some(spill), Some(&file)) = (spill, st.ids.get(&ev.key.file)) {
+                        let off = ins.slot.index() * bs;
+                        spill(Spilled {
+                            key: TierKey {
+                                file,
+                                block: ev.key.block,
+                            },
+                            version: st.slots[ins.slot.index()].version,
+                            class: ev.class,
+                            data: &st.data[off..off + bs],
+                        });
+                    }
                     st.forget_key(ev.key);
                 }
                 ins.slot
@@ -417,7 +437,7 @@ impl DataTier for TestTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Fill, current)
+        self.store(key, version, class, data, Store::Fill, current, None)
     }
 
     fn demote(
@@ -428,7 +448,39 @@ impl DataTier for TestTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Demote, current)
+        self.store(key, version, class, data, Store::Demote, current, None)
+    }
+
+    fn fill_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, class, data, Store::Fill, current, Some(spill))
+    }
+
+    fn demote_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.store(
+            key,
+            version,
+            class,
+            data,
+            Store::Demote,
+            current,
+            Some(spill),
+        )
     }
 
     fn write_dirty(
@@ -442,7 +494,7 @@ impl DataTier for TestTier {
             self.state().snap.rejected += 1;
             return Ok(Admit::Rejected);
         }
-        self.store(key, version, class, data, Store::Dirty, &|| true)
+        self.store(key, version, class, data, Store::Dirty, &|| true, None)
     }
 
     fn invalidate(&self, key: &TierKey) {
