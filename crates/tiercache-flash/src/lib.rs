@@ -22,8 +22,9 @@
 //!   entries);
 //! - [`tier`]: [`FlashTier`] (the [`tiercache_tier::DataTier`]), [`FlashConfig`]; `recovery`
 //!   adds `create`/`open`/`open_or_create`/`close`/`check` ([`CheckReport`]); `meta` keeps
-//!   each dirty file's meta durable (rules in its docs); `advice` turns the cleaner's
-//!   decisions into `on_request`/`on_tick` advice; [`stats`]: [`FlashStats`];
+//!   each dirty file's meta durable (rules in its docs); `spill` hands the clean blocks of a
+//!   set reused for a clean store to the caller (to go further down); `advice` turns the
+//!   cleaner's decisions into `on_request`/`on_tick` advice; [`stats`]: [`FlashStats`];
 //! - [`cleaner`]: the idle-time cleaning policy (001's normal → wait → writeback, or eager)
 //!   as a pure state machine, and [`cleaner::plan_runs`] (file/offset order, merged).
 //!
@@ -39,6 +40,7 @@ pub mod format;
 mod index;
 mod meta;
 mod recovery;
+mod spill;
 pub mod stats;
 pub mod tier;
 

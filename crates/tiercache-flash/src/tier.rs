@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tiercache_core::Class;
 use tiercache_tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, TierError,
-    TierInfo, TierKey, TierSnapshot,
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, Spill,
+    TierError, TierInfo, TierKey, TierSnapshot,
 };
 
 /// How a flash tier is built (geometry applies to `create`; `open` takes it from the device).
@@ -304,8 +304,9 @@ impl FlashTier {
         }
     }
 
-    /// A free set, or the least recently used set without dirty blocks (its clean blocks go).
-    fn allocate(&self, st: &mut State) -> Option<u32> {
+    /// A free set, or the least recently used set without dirty blocks (its clean blocks go,
+    /// to `spill` when given).
+    fn allocate(&self, st: &mut State, spill: Option<&mut Spill<'_>>) -> Option<u32> {
         if let Some(id) = st.idx.free.pop() {
             return Some(id);
         }
@@ -314,6 +315,9 @@ impl FlashTier {
             .lru_from_cold()
             .take(self.cfg.alloc_scan)
             .find(|&id| !st.idx.set_dirty_any(id))?;
+        if let Some(spill) = spill {
+            self.spill_set(st, victim, spill);
+        }
         st.idx.drop_clean(victim);
         if st.idx.disk_dirty_any(victim) && self.persist_drop(st, &[victim]).is_err() {
             return None;
@@ -382,6 +386,8 @@ impl FlashTier {
         Ok(Lookup::Hit { dirty })
     }
 
+    /// Stores `data`; the clean blocks of a set reused for it go to `spill` when given (those
+    /// of an older version dropped for a version change do not: they are stale).
     fn store(
         &self,
         key: &TierKey,
@@ -389,6 +395,7 @@ impl FlashTier {
         data: &[u8],
         how: Store,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         let bs = self.geo.block_size();
         check_len(&self.info.name, data.len() == bs, data.len(), bs)?;
@@ -435,7 +442,7 @@ impl FlashTier {
                 id
             }
             None => {
-                let Some(id) = self.allocate(&mut st) else {
+                let Some(id) = self.allocate(&mut st, spill) else {
                     st.snap.rejected += 1;
                     return Ok(Admit::Rejected);
                 };
@@ -540,7 +547,7 @@ impl DataTier for FlashTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, data, Store::Fill, current)
+        self.store(key, version, data, Store::Fill, current, None)
     }
 
     fn demote(
@@ -551,7 +558,31 @@ impl DataTier for FlashTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, data, Store::Demote, current)
+        self.store(key, version, data, Store::Demote, current, None)
+    }
+
+    fn fill_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        _class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, data, Store::Fill, current, Some(spill))
+    }
+
+    fn demote_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        _class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, data, Store::Demote, current, Some(spill))
     }
 
     fn write_dirty(
@@ -564,7 +595,7 @@ impl DataTier for FlashTier {
         if self.cfg.clean_only {
             return Ok(Admit::Rejected);
         }
-        self.store(key, version, data, Store::Dirty, &|| true)
+        self.store(key, version, data, Store::Dirty, &|| true, None)
     }
 
     fn invalidate(&self, key: &TierKey) {

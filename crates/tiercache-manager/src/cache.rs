@@ -346,9 +346,10 @@ impl MemCache {
             flushers.push(h);
         }
         if let Some(l) = lower {
+            let inner = Arc::clone(&inner);
             let h = std::thread::Builder::new()
                 .name("tiercache-lower".into())
-                .spawn(move || l.worker_loop())
+                .spawn(move || l.worker_loop(&|k| inner.lock().holds_tier_key(k)))
                 .map_err(MemError::Io)?;
             flushers.push(h);
         }

@@ -143,6 +143,14 @@ impl Engine {
         Some(ins.slot)
     }
 
+    /// Whether memory holds (or is filling) `key` of a lower tier: its file is found by the
+    /// inode number, which is the `FileId` ([`crate::MemCache::open`]).
+    pub fn holds_tier_key(&self, key: &TierKey) -> bool {
+        self.files
+            .get(&FileId(key.file.ino))
+            .is_some_and(|f| f.fkey == Some(key.file) && f.blocks.contains(&key.block.0))
+    }
+
     /// Bookkeeping for a block the tier pushed out (it was clean and unpinned).
     fn on_evicted(&mut self, ev: Evicted) {
         if let Some(f) = self.files.get_mut(&ev.key.file) {

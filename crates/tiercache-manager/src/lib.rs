@@ -27,13 +27,15 @@
 //!
 //! Below the memory tier, a stack of [`tiercache_tier::DataTier`]s ([`LowerTier`],
 //! [`MemCache::with_tiers`]): misses ask them before BACKING, evictions are demoted into an
-//! exclusive tier in the background, inclusive tiers are filled, write-back goes into the first
+//! exclusive tier in the background (and a lower tier's own evictions on into an exclusive
+//! tier below it), inclusive tiers are filled, write-back goes into the first
 //! tier that takes dirty data and is cleaned from there to BACKING — placement decided by
 //! `tiercache_core::placement::Planner`, the simulator's own code.
 //!
 //! Module map: `engine` (glue around `tiercache_core::tier::Tier`),
 //! `files` (per-file state), `forget` (FORGET and inode reuse), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
-//! `lower` (the tier stack: lookups, transit, demotions, fills), `lower_wb` (write-back into
+//! `lower` (the tier stack: lookups, fills, invalidation), `lower_transit` (blocks on their way
+//! down: demotions, fills, cascading spills, the background mover), `lower_wb` (write-back into
 //! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `handle` (BACKING file
 //! handles), `recover` (a persistent tier's dirty blocks from before a restart, written to
 //! BACKING before serving), `owner` (times set as a file's owner on root-squashed
@@ -51,6 +53,7 @@ mod forget;
 pub mod handle;
 mod lower;
 mod lower_bypass;
+mod lower_transit;
 mod lower_wb;
 mod owner;
 mod read;

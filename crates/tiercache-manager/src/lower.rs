@@ -3,7 +3,7 @@
 //!
 //! Placement is decided by [`Planner`] (the simulator's own code): the memory tier is planner
 //! tier 0, lower tier `k` is planner tier `k + 1`.
-//! - A read that misses memory asks the demotions in transit, then each lower tier in order
+//! - A read that misses memory asks the blocks in transit, then each lower tier in order
 //!   (a `contains` pre-check first, so a miss costs no I/O); an exclusive tier hands the block
 //!   up (`take`), an inclusive one keeps it. BACKING serves what none has.
 //! - Inclusive lower tiers above the source are filled in the background with a copy.
@@ -11,34 +11,33 @@
 //!   buffer (before its slot is reused) and registered in the transit map; a background thread
 //!   stores them into the exclusive tier below and then removes them from the map. Reads look
 //!   in the map, so at every moment the block is in its slot, in transit or in the tier below.
+//! - Evictions cascade: what a lower tier evicts while the background thread stores into it
+//!   is spilled (`DataTier::fill_spilling` / `demote_spilling`) into the transit map and on
+//!   into the exclusive tier below it, level by level (`lower_transit`).
 //! - Writes and truncation invalidate lower copies (and transit entries) of the blocks they
-//!   change; a lower copy is also keyed by the file content `version`, so one left over from
-//!   before a change behind the cache's back is never served.
+//!   change, top down (`invalidate_from`); a lower copy is also keyed by the file content
+//!   `version`, so one left over from before a change behind the cache's back is never served.
 //!
-//! Bounds and back-pressure: at most `TRANSIT_MAX` blocks wait (demotions and fills together);
-//! past that a clean block is not demoted or filled (counted in `demotions_dropped` /
-//! `fills_dropped`) — it is clean, BACKING has it — so the request path never waits for a
-//! lower tier. Buffers are recycled: no allocation per block in steady state.
+//! Bounds and back-pressure: at most `TRANSIT_MAX` blocks wait (demotions, spills and fills
+//! together); past that a clean block is not demoted or filled (counted in
+//! `demotions_dropped` / `fills_dropped`) — it is clean, BACKING has it — so the request path
+//! never waits for a lower tier. Buffers are recycled: no allocation per block in steady state.
 //!
-//! Lock order: engine → transit. The background thread takes the transit lock alone and calls
-//! tiers with no lock held; tiers never call back.
+//! Lock order: engine → transit; tier → transit (a tier's callbacks). The background thread
+//! takes the engine or the transit lock alone and calls tiers with neither held; tiers never
+//! call back into the manager except through the `current` and `spill` callbacks it hands them.
 
 use crate::cache::lock;
 use crate::files::FileShared;
 use crate::lower_bypass::{Bypass, MeasuredCosts};
-use std::collections::{HashMap, VecDeque};
+use crate::lower_transit::Transit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 use tiercache_core::placement::{Action, Placement, Planner};
 use tiercache_core::seqrun::Threshold;
 use tiercache_core::Class;
-use tiercache_tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, Lookup, TierKey, TierSnapshot,
-};
-
-/// Blocks waiting to be stored in lower tiers, at most.
-const TRANSIT_MAX: usize = 1024;
+use tiercache_tier::{CleanAdvice, DataTier, DirtyBlock, FileKey, Lookup, TierKey, TierSnapshot};
 
 /// One tier of the stack below memory, with its placement.
 #[derive(Debug, Clone)]
@@ -75,48 +74,15 @@ impl LowerTier {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JobKind {
-    Demote,
-    Fill,
-}
-
-#[derive(Debug)]
-struct Job {
-    kind: JobKind,
-    /// Planner tier index (≥ 1).
-    tier: usize,
-    key: TierKey,
-    version: u64,
-    class: Class,
-    data: Box<[u8]>,
-    seq: u64,
-    /// The file's change counter when `data` was read: a store made after it moved is undone.
-    file: Arc<FileShared>,
-    change: u64,
-}
-
-#[derive(Debug, Default)]
-struct Transit {
-    queue: VecDeque<Job>,
-    /// Demotions waiting: key → (version, job seq). Their bytes are in the queued job.
-    demoting: HashMap<TierKey, (u64, u64)>,
-    free: Vec<Box<[u8]>>,
-    /// A job popped and being stored right now (counts against the bound).
-    busy: usize,
-    next_seq: u64,
-    stop: bool,
-}
-
 /// Counters of the lower stack.
 #[derive(Debug, Default)]
-struct LowerCounters {
-    hits: AtomicU64,
-    transit_hits: AtomicU64,
-    demotions_dropped: AtomicU64,
-    fills_dropped: AtomicU64,
-    errors: AtomicU64,
-    dirty_bypassed: AtomicU64,
+pub(crate) struct LowerCounters {
+    pub hits: AtomicU64,
+    pub transit_hits: AtomicU64,
+    pub demotions_dropped: AtomicU64,
+    pub fills_dropped: AtomicU64,
+    pub errors: AtomicU64,
+    pub dirty_bypassed: AtomicU64,
 }
 
 /// What `stats` shows about the stack below memory, besides each tier's own snapshot.
@@ -126,6 +92,8 @@ pub struct LowerStats {
     pub hits: u64,
     pub transit_hits: u64,
     pub transit_blocks: u64,
+    /// Blocks evicted from memory or spilled by a lower tier, not passed down: the transit
+    /// bound was reached.
     pub demotions_dropped: u64,
     pub fills_dropped: u64,
     pub errors: u64,
@@ -158,10 +126,13 @@ pub struct SeqBypassStats {
 pub(crate) struct Lower {
     pub planner: Planner,
     tiers: Vec<LowerTier>,
-    bs: usize,
-    transit: Mutex<Transit>,
-    cv: Condvar,
-    counters: LowerCounters,
+    pub(crate) bs: usize,
+    /// Blocks waiting to be stored below (`lower_transit`).
+    pub(crate) transit: Mutex<Transit>,
+    pub(crate) cv: Condvar,
+    pub(crate) counters: LowerCounters,
+    /// Per tier (index in `tiers`): its evictions are spilled into the exclusive tier below.
+    spills: Vec<bool>,
     /// Any inclusive or pinned lower tier (fills to queue).
     any_inclusive: bool,
     /// Index (in `tiers`) of the first tier that takes dirty data: write-back goes there.
@@ -190,14 +161,6 @@ impl Lower {
                     info.name, info.block_size
                 ));
             }
-            if t.placement == Placement::Exclusive && placement.len() > 1 {
-                // Only memory's evictions are demoted live: one further down would get nothing.
-                return Err(format!(
-                    "tier {}: exclusive placement is supported only right below memory (evictions \
-                     from lower tiers are not passed further down yet); use inclusive",
-                    info.name
-                ));
-            }
             placement.push(t.placement);
         }
         let planner = Planner::new(&placement)?;
@@ -213,10 +176,14 @@ impl Lower {
             .fold(0u32, |m, (k, _)| m | 1 << (k + 1));
         let dirty_target = tiers.iter().position(|t| t.tier.info().accepts_dirty);
         let tiers_len = tiers.len();
+        let spills = (1..=tiers_len)
+            .map(|i| planner.on_evict(i).is_some())
+            .collect();
         Ok(Self {
             planner,
             tiers,
             bs,
+            spills,
             transit: Mutex::new(Transit::default()),
             cv: Condvar::new(),
             counters: LowerCounters::default(),
@@ -259,7 +226,8 @@ impl Lower {
         self.dirty_target.map(|i| &self.tiers[i].tier)
     }
 
-    fn is_detached(&self, k: usize) -> bool {
+    /// Whether lower tier `k` (index in `tiers`) is detached.
+    pub(crate) fn is_detached(&self, k: usize) -> bool {
         self.detached.get(k).is_some_and(|d| d.load(SeqCst))
     }
 
@@ -284,59 +252,8 @@ impl Lower {
         self.planner.on_evict(0).is_some()
     }
 
-    fn tier(&self, planner_index: usize) -> &LowerTier {
+    pub(crate) fn tier(&self, planner_index: usize) -> &LowerTier {
         &self.tiers[planner_index - 1]
-    }
-
-    /// Takes a recycled block buffer or makes one.
-    fn buffer(t: &mut Transit, bs: usize) -> Box<[u8]> {
-        t.free
-            .pop()
-            .unwrap_or_else(|| vec![0u8; bs].into_boxed_slice())
-    }
-
-    fn enqueue(&self, t: &mut Transit, job: Job) {
-        t.queue.push_back(job);
-        // All: `drain` waits on the same condition variable.
-        self.cv.notify_all();
-    }
-
-    /// Phase 1 of a demotion, under the engine lock: copies the victim's bytes into a transit
-    /// buffer (its slot is about to be reused). False when the bound is reached (dropped).
-    pub fn demote_victim(
-        &self,
-        key: TierKey,
-        version: u64,
-        class: Class,
-        bytes: &[u8],
-        file: &Arc<FileShared>,
-    ) -> bool {
-        let Some(tier) = self.planner.on_evict(0) else {
-            return false;
-        };
-        let mut t = lock(&self.transit);
-        if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
-            self.counters.demotions_dropped.fetch_add(1, Relaxed);
-            return false;
-        }
-        let mut data = Self::buffer(&mut t, self.bs);
-        data.copy_from_slice(bytes);
-        let seq = t.next_seq;
-        t.next_seq += 1;
-        t.demoting.insert(key, (version, seq));
-        let job = Job {
-            kind: JobKind::Demote,
-            tier,
-            key,
-            version,
-            class,
-            data,
-            seq,
-            file: Arc::clone(file),
-            change: file.change.load(SeqCst),
-        };
-        self.enqueue(&mut t, job);
-        true
     }
 
     /// Looks for `key` (with `version`) below memory: transit buffers first, then each tier.
@@ -351,22 +268,8 @@ impl Lower {
         skip: u32,
         buf: &mut [u8],
     ) -> Option<usize> {
-        {
-            let mut t = lock(&self.transit);
-            if let Some(&(v, seq)) = t.demoting.get(&key) {
-                if v == version {
-                    if let Some(job) = t.queue.iter().find(|j| j.seq == seq) {
-                        buf.copy_from_slice(&job.data);
-                        if take {
-                            // Memory takes it back: the queued store is cancelled.
-                            t.demoting.remove(&key);
-                        }
-                        self.counters.transit_hits.fetch_add(1, Relaxed);
-                        self.counters.hits.fetch_add(1, Relaxed);
-                        return Some(self.planner.on_evict(0).unwrap_or(1));
-                    }
-                }
-            }
+        if let Some(i) = self.transit_read(key, version, take, buf) {
+            return Some(i);
         }
         let skip = skip & !self.no_read_skip;
         if let Some(d) = self.dirty_target.filter(|&d| !self.is_detached(d)) {
@@ -407,6 +310,10 @@ impl Lower {
                     log::warn!("{e}; reading the block from the next source");
                 }
             }
+        }
+        // A tier may have spilled the block after the first look and before it was asked.
+        if self.spills.contains(&true) {
+            return self.transit_read(key, version, take, buf);
         }
         None
     }
@@ -454,42 +361,6 @@ impl Lower {
         }
     }
 
-    /// Queues a clean copy of `data` for planner tier `i` (dropped, and counted, past the
-    /// bound: the block is clean, BACKING has it).
-    #[allow(clippy::too_many_arguments)]
-    fn queue_fill(
-        &self,
-        i: usize,
-        key: TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        file: &Arc<FileShared>,
-        change: u64,
-    ) {
-        let mut t = lock(&self.transit);
-        if t.stop || t.queue.len() + t.busy >= TRANSIT_MAX {
-            self.counters.fills_dropped.fetch_add(1, Relaxed);
-            return;
-        }
-        let mut buf = Self::buffer(&mut t, self.bs);
-        buf.copy_from_slice(data);
-        let seq = t.next_seq;
-        t.next_seq += 1;
-        let job = Job {
-            kind: JobKind::Fill,
-            tier: i,
-            key,
-            version,
-            class,
-            data: buf,
-            seq,
-            file: Arc::clone(file),
-            change,
-        };
-        self.enqueue(&mut t, job);
-    }
-
     /// Whether some tier takes a clean copy of what is written back to BACKING.
     pub fn fills_on_write(&self) -> bool {
         self.tiers.iter().any(|t| t.fill_on_write)
@@ -516,104 +387,41 @@ impl Lower {
 
     /// A write changed `key`: no lower or transit copy of the old bytes may be served.
     pub fn invalidate(&self, key: TierKey) {
+        self.invalidate_from(0, key);
+    }
+
+    /// The clean copy of `key` in the dirty tier (cleaned while memory holds newer bytes)
+    /// must go, and whatever the tier spilled of it on the way.
+    pub fn invalidate_from_dirty_tier(&self, key: TierKey) {
+        if let Some(d) = self.dirty_target {
+            self.invalidate_from(d, key);
+        }
+    }
+
+    /// Lower tiers `first..` (indices in `tiers`) drop their clean copies of `key`, and the
+    /// transit map its entry. Top down, the map again after each tier that spills: a block a
+    /// tier spilled before it was invalidated is in the map by then (see `lower_transit`).
+    fn invalidate_from(&self, first: usize, key: TierKey) {
         lock(&self.transit).demoting.remove(&key);
-        for lt in &self.tiers {
+        for (k, lt) in self.tiers.iter().enumerate().skip(first) {
             lt.tier.invalidate(&key);
+            if self.spills[k] {
+                lock(&self.transit).demoting.remove(&key);
+            }
         }
     }
 
     /// Blocks of `file` from `from_block` on changed (truncation, change behind our back).
+    /// Same order as `invalidate_from`.
     pub fn invalidate_file(&self, file: FileKey, from_block: u64) {
-        lock(&self.transit)
-            .demoting
-            .retain(|k, _| !(k.file == file && k.block.0 >= from_block));
-        for lt in &self.tiers {
+        let doomed = |k: &TierKey| k.file == file && k.block.0 >= from_block;
+        lock(&self.transit).demoting.retain(|k, _| !doomed(k));
+        for (i, lt) in self.tiers.iter().enumerate() {
             lt.tier.invalidate_file(&file, from_block);
-        }
-    }
-
-    /// The background mover: stores queued demotions and fills until `stop`.
-    pub fn worker_loop(&self) {
-        loop {
-            let job = {
-                let mut t = lock(&self.transit);
-                loop {
-                    if let Some(job) = t.queue.pop_front() {
-                        // A demotion cancelled meanwhile (taken back, or invalidated) is skipped.
-                        let live = job.kind == JobKind::Fill
-                            || t.demoting.get(&job.key).is_some_and(|&(_, s)| s == job.seq);
-                        if live {
-                            t.busy += 1;
-                            break job;
-                        }
-                        t.free.push(job.data);
-                        if t.queue.is_empty() && t.busy == 0 {
-                            self.cv.notify_all(); // `drain` waits for this
-                        }
-                        continue;
-                    }
-                    if t.stop {
-                        return;
-                    }
-                    t = self.cv.wait(t).unwrap_or_else(PoisonError::into_inner);
-                }
-            };
-            let tier = &self.tier(job.tier).tier;
-            // The file changed since its bytes were read: they may be stale. A store that
-            // raced a change is undone after the fact (the writer's own invalidation may have
-            // come before it).
-            // The bytes are current while the file's change counter has not moved since they
-            // were read; the tier asks this under its own lock as it makes the copy visible.
-            let current = || job.file.change.load(SeqCst) == job.change;
-            let r = if !current() || self.is_detached(job.tier - 1) {
-                Ok(Admit::Rejected)
-            } else {
-                let r = match job.kind {
-                    JobKind::Demote => {
-                        tier.demote(&job.key, job.version, job.class, &job.data, &current)
-                    }
-                    JobKind::Fill => {
-                        tier.fill(&job.key, job.version, job.class, &job.data, &current)
-                    }
-                };
-                if job.file.change.load(SeqCst) != job.change {
-                    tier.invalidate(&job.key);
-                }
-                r
-            };
-            match r {
-                Ok(Admit::Stored | Admit::Rejected) => {}
-                Err(e) => {
-                    self.counters.errors.fetch_add(1, Relaxed);
-                    log::warn!("{e}; block not stored there (it is clean: nothing is lost)");
-                }
-            }
-            let mut t = lock(&self.transit);
-            t.busy -= 1;
-            if job.kind == JobKind::Demote
-                && t.demoting.get(&job.key).is_some_and(|&(_, s)| s == job.seq)
-            {
-                t.demoting.remove(&job.key);
-            }
-            t.free.push(job.data);
-            if t.queue.is_empty() && t.busy == 0 {
-                self.cv.notify_all();
+            if self.spills[i] {
+                lock(&self.transit).demoting.retain(|k, _| !doomed(k));
             }
         }
-    }
-
-    /// Waits until nothing is queued or being stored (tests, shutdown).
-    pub fn drain(&self) {
-        let mut t = lock(&self.transit);
-        while !(t.stop || t.queue.is_empty() && t.busy == 0) {
-            t = self.cv.wait(t).unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-
-    /// Stops the worker once the queue is empty.
-    pub fn stop(&self) {
-        lock(&self.transit).stop = true;
-        self.cv.notify_all();
     }
 
     pub fn stats(&self) -> (LowerStats, Vec<TierSnapshot>) {

@@ -356,7 +356,8 @@ impl Inner {
             cleaned
         };
         for block in drop_below {
-            tier.invalidate(&TierKey::new(fkey, block));
+            // With what the tier may have spilled of it since it became clean.
+            lower.invalidate_from_dirty_tier(TierKey::new(fkey, block));
         }
         if let (true, Some(lower)) = (drop_all_below, &self.lower) {
             lower.invalidate_file(fkey, 0);

@@ -282,6 +282,31 @@ fn random_ops_match_shadow_model_over_an_exclusive_lower_tier() {
     assert!(hits > 0, "no read was served by the lower tier");
 }
 
+/// What the first tier evicts goes on into the second (slow, so spills wait in transit while
+/// writes, truncations and invalidations race them).
+#[test]
+fn random_ops_match_shadow_model_over_two_exclusive_lower_tiers() {
+    let (mut spilled, mut hits) = (0, 0);
+    for seed in 700..730 {
+        let a = test_tier(8);
+        let mut cb = tiercache_memtier::TestTierConfig::new("b", 24, 512);
+        cb.write_latency = std::time::Duration::from_micros(300);
+        let b = Arc::new(tiercache_memtier::TestTier::new(cb).unwrap());
+        let lower = vec![
+            LowerTier::new(a.clone(), Placement::Exclusive),
+            LowerTier::new(b.clone(), Placement::Exclusive),
+        ];
+        run_over(seed, small_config(6), lower, 300, true);
+        a.check_invariants().unwrap();
+        b.check_invariants().unwrap();
+        spilled += b.stats().demotions_in;
+        hits += b.stats().hits;
+    }
+    eprintln!("spilled into the second tier {spilled}, hits there {hits}");
+    assert!(spilled > 0, "nothing cascaded into the second tier");
+    assert!(hits > 0, "no read was served by the second tier");
+}
+
 #[test]
 fn random_ops_match_shadow_model_over_an_inclusive_lower_tier() {
     let mut fills = 0;
@@ -335,6 +360,30 @@ fn random_ops_match_shadow_model_writing_back_into_a_lower_tier() {
     eprintln!("written back below {stored}, cleaned {cleaned}, lower hits {hits}");
     assert!(stored > 0, "no write-back went into the lower tier");
     assert!(cleaned > 0, "nothing was cleaned from the lower tier");
+}
+
+/// Write-back into an exclusive tier whose evictions (clean blocks, some cleaned while memory
+/// holds newer bytes) cascade into an exclusive tier below it.
+#[test]
+fn random_ops_match_writing_back_into_a_lower_tier_that_spills_into_another() {
+    let mut spilled = 0;
+    for seed in 800..830 {
+        let a = dirty_tier(12);
+        let b = test_tier(32);
+        let lower = vec![
+            LowerTier::new(a.clone(), Placement::Exclusive),
+            LowerTier::new(b.clone(), Placement::Exclusive),
+        ];
+        let mut cfg = small_config(8);
+        cfg.dirty_ratio = 0.25;
+        cfg.dirty_background_ratio = 0.1;
+        run_over(seed, cfg, lower, 300, true);
+        a.check_invariants().unwrap();
+        b.check_invariants().unwrap();
+        assert_eq!(a.stats().dirty_blocks, 0, "seed {seed}: dirty left below");
+        spilled += b.stats().demotions_in;
+    }
+    assert!(spilled > 0, "nothing cascaded below the dirty tier");
 }
 
 /// The same with background flushers and cleaning rounds racing the operations.

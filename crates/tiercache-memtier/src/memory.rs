@@ -5,7 +5,8 @@
 //! same policies and never evicts a dirty block. One `Mutex` guards the index and the per-slot
 //! metadata; bytes are copied under it (through the slot's guard, which nobody else takes), so
 //! a store and the reads after it are totally ordered. It is volatile: dirty data in it is lost
-//! with the process.
+//! with the process. Its `*_spilling` stores hand the block the index evicts (clean) to the
+//! caller.
 //!
 //! Invariants (under the lock): a slot is in `files[f].1` iff the index holds it; its
 //! `SlotInfo::seq != 0` iff it is dirty iff it is in `dirty` under that sequence and the
@@ -20,8 +21,8 @@ use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId, SlotId};
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierKind,
-    TierSnapshot,
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, TierError, TierInfo, TierKey,
+    TierKind, TierSnapshot,
 };
 
 /// How a [`MemoryTier`] is built.
@@ -175,6 +176,9 @@ impl MemoryTier {
         Ok(r)
     }
 
+    /// Stores `data`; a clean block the index evicts for it goes to `spill` (when given) with
+    /// the bytes still in the slot the new block takes.
+    #[allow(clippy::too_many_arguments)]
     fn store(
         &self,
         key: &TierKey,
@@ -183,6 +187,7 @@ impl MemoryTier {
         data: &[u8],
         how: Store,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         let bs = self.info.block_size;
         if data.len() != bs {
@@ -222,6 +227,20 @@ impl MemoryTier {
                 // when it was that file's last block, and the new block's id is that entry's.
                 st.note(key, true);
                 if let Some(ev) = ins.evicted {
+                    // Clean (the index never evicts a dirty block); its bytes and version are
+                    // still those of `ins.slot`, which the new block takes below.
+                    if let (Some(spill), Some(&file)) = (spill, st.ids.get(&ev.key.file)) {
+                        let g = self.arena.read(ins.slot);
+                        spill(Spilled {
+                            key: TierKey {
+                                file,
+                                block: ev.key.block,
+                            },
+                            version: st.slots[ins.slot.index()].version,
+                            class: ev.class,
+                            data: g.data(),
+                        });
+                    }
                     st.forget_key(ev.key);
                 }
                 ins.slot
@@ -387,7 +406,7 @@ impl DataTier for MemoryTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Fill, current)
+        self.store(key, version, class, data, Store::Fill, current, None)
     }
 
     fn demote(
@@ -398,7 +417,39 @@ impl DataTier for MemoryTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Demote, current)
+        self.store(key, version, class, data, Store::Demote, current, None)
+    }
+
+    fn fill_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.store(key, version, class, data, Store::Fill, current, Some(spill))
+    }
+
+    fn demote_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.store(
+            key,
+            version,
+            class,
+            data,
+            Store::Demote,
+            current,
+            Some(spill),
+        )
     }
 
     fn write_dirty(
@@ -412,7 +463,7 @@ impl DataTier for MemoryTier {
             self.state().snap.rejected += 1;
             return Ok(Admit::Rejected);
         }
-        self.store(key, version, class, data, Store::Dirty, &|| true)
+        self.store(key, version, class, data, Store::Dirty, &|| true, None)
     }
 
     fn invalidate(&self, key: &TierKey) {

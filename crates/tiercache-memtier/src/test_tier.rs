@@ -14,7 +14,7 @@ use std::time::Duration;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::Class;
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierKind,
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, TierError, TierInfo, TierKey, TierKind,
     TierSnapshot,
 };
 
@@ -156,6 +156,36 @@ impl DataTier for TestTier {
         self.fault(&self.fail_writes, "write")?;
         Self::sleep(self.write_latency);
         self.inner.demote(key, version, class, data, current)
+    }
+
+    fn fill_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        Self::sleep(self.write_latency);
+        self.inner
+            .fill_spilling(key, version, class, data, current, spill)
+    }
+
+    fn demote_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        Self::sleep(self.write_latency);
+        self.inner
+            .demote_spilling(key, version, class, data, current, spill)
     }
 
     fn write_dirty(

@@ -1,7 +1,8 @@
 //! Op-sequence property test of the memory tier (`MemoryTier`, and `TestTier` built on it)
 //! against a map model: a hit returns exactly the
 //! bytes last stored for that key and version, a dirty block is never lost until it is marked
-//! clean, a stale version is never served, and the tier's invariants hold after every step.
+//! clean, a stale version is never served, a clean store hands over exactly the clean blocks it
+//! evicts (with their version and bytes), and the tier's invariants hold after every step.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use tiercache_core::Class;
 use tiercache_memtier::{MemoryTier, MemoryTierConfig, TestTier, TestTierConfig};
-use tiercache_tier::{Admit, DataTier, FileKey, Lookup, TierKey};
+use tiercache_tier::{Admit, DataTier, FileKey, Lookup, Spilled, TierKey};
 
 const BS: usize = 16;
 
@@ -89,17 +90,54 @@ fn check_against_model(
 ) -> Result<(), TestCaseError> {
     let mut model: Model = HashMap::new();
     let mut buf = [0u8; BS];
+    let mut spills = 0u64;
     for op in ops {
         match op {
             Op::Fill(f, b, v, d) | Op::Demote(f, b, v, d) | Op::Dirty(f, b, v, d) => {
                 let k = key(f, b);
                 let dirty = matches!(op, Op::Dirty(..));
+                let held: Vec<TierKey> = model.keys().filter(|x| t.contains(x)).copied().collect();
+                let mut spilled = Vec::new();
+                let mut spill = |s: Spilled<'_>| spilled.push((s.key, s.version, s.data.to_vec()));
                 let r = match op {
-                    Op::Fill(..) => t.fill(&k, u64::from(v), Class::Normal, &[d; BS], &|| true),
-                    Op::Demote(..) => t.demote(&k, u64::from(v), Class::Normal, &[d; BS], &|| true),
+                    Op::Fill(..) => t.fill_spilling(
+                        &k,
+                        u64::from(v),
+                        Class::Normal,
+                        &[d; BS],
+                        &|| true,
+                        &mut spill,
+                    ),
+                    Op::Demote(..) => t.demote_spilling(
+                        &k,
+                        u64::from(v),
+                        Class::Normal,
+                        &[d; BS],
+                        &|| true,
+                        &mut spill,
+                    ),
                     _ => t.write_dirty(&k, u64::from(v), Class::Normal, &[d; BS]),
                 }
                 .unwrap();
+                // What a clean store evicts is handed over: a clean block of the model, with
+                // its version and bytes, and gone from the tier.
+                if !dirty {
+                    for x in held.iter().filter(|&&x| x != k && !t.contains(&x)) {
+                        prop_assert!(spilled.iter().any(|s| s.0 == *x), "evicted, not spilled");
+                    }
+                }
+                for (sk, sv, sd) in spilled {
+                    prop_assert_ne!(sk, k, "spilled the block being stored");
+                    let (mv, md, mdirty) = model
+                        .get(&sk)
+                        .copied()
+                        .ok_or_else(|| TestCaseError::fail("spilled a block never stored"))?;
+                    prop_assert!(!mdirty, "spilled a dirty block");
+                    prop_assert_eq!(sv, mv, "spilled with another version");
+                    prop_assert_eq!(sd, vec![md; BS], "spilled other bytes");
+                    prop_assert!(!t.contains(&sk), "spilled but still held");
+                    spills += 1;
+                }
                 let held_dirty = model.get(&k).is_some_and(|e| e.2);
                 if r == Admit::Stored {
                     prop_assert!(dirty || !held_dirty, "a clean store replaced a dirty block");
@@ -183,6 +221,8 @@ fn check_against_model(
         prop_assert_eq!(t.stats().dirty_blocks, dirty_now);
         model.retain(|k, e| e.2 || t.contains(k));
     }
+    // A store into a full tier evicts at most one block.
+    prop_assert!(spills <= t.stats().fills + t.stats().demotions_in);
     Ok(())
 }
 

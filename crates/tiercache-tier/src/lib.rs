@@ -5,8 +5,9 @@
 //! Parts:
 //! - [`key`]: persistent block identity ([`FileKey`]: device, inode, birth time; [`TierKey`]:
 //!   file + block index) and the content `version` every stored block carries;
-//! - [`tier`]: the [`DataTier`] trait (lookups, reads, fills, demotions, promotions, dirty
-//!   write-back and cleaning by someone else, invalidation, stats) and its outcome types;
+//! - [`tier`]: the [`DataTier`] trait (lookups, reads, fills, demotions, promotions, clean
+//!   blocks evicted by a store handed back to be demoted further, dirty write-back and
+//!   cleaning by someone else, invalidation, stats) and its outcome types;
 //!
 //! The implementations live in their own crates: `tiercache-memtier` (the memory tier, and the
 //! test tier with injectable latency and faults), `tiercache-flash`, `tiercache-remote`.
@@ -19,6 +20,6 @@ pub mod tier;
 
 pub use key::{FileKey, TierKey};
 pub use tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileMeta, Lookup, RecoveredFile,
-    TierError, TierInfo, TierKind, TierSnapshot, MAX_HANDLE_BYTES,
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileMeta, Lookup, RecoveredFile, Spill,
+    Spilled, TierError, TierInfo, TierKind, TierSnapshot, MAX_HANDLE_BYTES,
 };

@@ -5,15 +5,24 @@
 //!   content `version` it was stored with; a read with another version is a miss and drops the
 //!   old copy if it is clean (a dirty one stays until cleaned), so a tier never returns bytes
 //!   of another version;
-//! - a clean store (`fill`, `demote`) is made visible only if its `current` check, asked
-//!   under the same lock that makes it visible, still holds — so a write that makes the bytes
-//!   stale either comes first (the store is turned down) or invalidates after it;
+//! - a clean store (`fill`, `demote` and their `_spilling` forms) is made visible only if its
+//!   `current` check, asked under the same lock that makes it visible, still holds — so a
+//!   write that makes the bytes stale either comes first (the store is turned down) or
+//!   invalidates after it;
 //! - reads either fill the whole buffer with the stored bytes or report a miss or an error —
 //!   never partial or unverified bytes (a tier that cannot verify its medium reports a miss);
 //! - clean blocks may be dropped at any time (BACKING or a tier above has them); dirty blocks
 //!   (only in tiers with [`TierInfo::accepts_dirty`]) are kept until [`DataTier::mark_clean`];
+//! - a clean store through [`DataTier::fill_spilling`] / [`DataTier::demote_spilling`] hands
+//!   each block it evicts to make room (always clean: dirty blocks are never evicted) to the
+//!   caller's `spill` ([`Spilled`]: key, version, class and the whole stored bytes), under
+//!   the lock that drops it and before its bytes are overwritten, so the caller can demote it
+//!   further down; a victim whose bytes cannot be read back is dropped unspilled, never handed
+//!   over with other bytes. `spill` must not call into this tier. A tier that evicts out of
+//!   sight (memcached) spills nothing (the default methods);
 //! - all methods take `&self` and are safe to call from several threads; none blocks on
-//!   another tier or on the manager's locks;
+//!   another tier or on the manager's locks (its `current` and `spill` callbacks take only the
+//!   manager's short transit lock);
 //! - `Admit::Rejected` (full of dirty blocks, or declined) is an outcome, not an error: the
 //!   caller goes on without this tier.
 
@@ -177,6 +186,21 @@ pub struct TierSnapshot {
     pub errors: u64,
 }
 
+/// A clean block a tier evicted to make room for a clean store, handed to the caller of
+/// [`DataTier::fill_spilling`] / [`DataTier::demote_spilling`] so it can go one tier further
+/// down. `data` is the whole block as stored, with the `version` it was stored with.
+#[derive(Debug, Clone, Copy)]
+pub struct Spilled<'a> {
+    pub key: TierKey,
+    pub version: u64,
+    /// The class it was stored with (a tier that keeps none says [`Class::Normal`]).
+    pub class: Class,
+    pub data: &'a [u8],
+}
+
+/// Where a store hands the clean blocks it evicts (see [`Spilled`]).
+pub type Spill<'s> = dyn FnMut(Spilled<'_>) + 's;
+
 /// One cache tier below the memory tier. Object safe: the manager holds `Arc<dyn DataTier>`.
 pub trait DataTier: Send + Sync + fmt::Debug {
     fn info(&self) -> &TierInfo;
@@ -208,6 +232,34 @@ pub trait DataTier: Send + Sync + fmt::Debug {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError>;
+    /// Like `fill`, handing each clean block evicted to make room to `spill` (see the module
+    /// docs). Default: `fill`, nothing spilled.
+    fn fill_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        let _ = spill;
+        self.fill(key, version, class, data, current)
+    }
+    /// Like `demote`, handing each clean block evicted to make room to `spill`. Default:
+    /// `demote`, nothing spilled.
+    fn demote_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        let _ = spill;
+        self.demote(key, version, class, data, current)
+    }
     /// Stores dirty data written back from above. Only called when `accepts_dirty`. A block
     /// the tier already holds dirty *with this `version`* is never turned down (it is
     /// overwritten in place); when the tier cannot take it (degraded, closed) that is an

@@ -17,9 +17,9 @@
 //! and validity did not change since the client checked them.
 
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicU32, AtomicU64};
-#[cfg(loom)]
 use loom::sync::atomic::fence;
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicU64};
 #[cfg(not(loom))]
 use std::sync::atomic::fence;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
@@ -200,7 +200,10 @@ mod tests {
         assert!(p.newly);
         assert!(!h.try_pin(7, 3, 1).expect("again").newly);
         assert!(!h.claim(), "a pinned slot is not claimed");
-        assert!(h.try_pin(7, 3, 2).is_some(), "a refused claim leaves the slot valid");
+        assert!(
+            h.try_pin(7, 3, 2).is_some(),
+            "a refused claim leaves the slot valid"
+        );
         h.unpin(1);
         h.unpin(2);
         assert!(h.claim());

@@ -6,8 +6,8 @@ use super::proto::{bucket, SlotHeader};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 pub const MAGIC: [u8; 8] = *b"TCZCSHM1";
 pub const VERSION: u32 = 1;

@@ -81,8 +81,8 @@ pub struct MountArgs {
     #[arg(long, value_name = "WHO")]
     pub backing_identity: Option<String>,
     /// A tier below memory, top first; repeatable. KIND `test` (in memory, volatile: for tests
-    /// and experiments), PLACEMENT inclusive|exclusive|pinned[=FIRST] [default: exclusive]. Given, these
-    /// replace the config file's lower `[[tier]]`s.
+    /// and experiments), PLACEMENT inclusive|exclusive|pinned[=FIRST] [default: exclusive for
+    /// the first, inclusive below]. Given, these replace the config file's lower `[[tier]]`s.
     #[arg(long = "tier", value_name = "KIND:SIZE[:PLACEMENT]")]
     pub tier: Vec<String>,
     /// An SSD tier right below memory (paper 001: set-mapped, write-back, crash-consistent):
@@ -130,8 +130,8 @@ pub struct MountArgs {
     /// [default: 32]; `auto` chooses N from measured BACKING and remote costs.
     #[arg(long, value_name = "N|auto")]
     pub remote_threshold: Option<String>,
-    /// inclusive (store blocks read from BACKING) | exclusive (store blocks evicted from
-    /// memory) [default: inclusive].
+    /// inclusive (store blocks read from BACKING) | exclusive (store blocks evicted from the
+    /// tier above) [default: inclusive].
     #[arg(long, value_name = "PLACEMENT")]
     pub remote_placement: Option<String>,
     /// Per-request timeout of a memcached server, in ms [default: 50]; a server that times

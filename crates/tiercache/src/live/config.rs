@@ -497,7 +497,7 @@ impl ConfigFile {
                 None if matches!(kind, LowerTierKind::Remote | LowerTierKind::Flash) => {
                     Placement::Inclusive
                 }
-                // Only the first lower tier can be exclusive (see below).
+                // Further down, exclusive (evictions cascade into it) is asked for by name.
                 None if !specs.is_empty() => Placement::Inclusive,
                 None => Placement::Exclusive,
                 Some(p) => match p.value.parse::<Placement>() {
@@ -512,16 +512,6 @@ impl ConfigFile {
                     }
                 },
             };
-            if placement == Placement::Exclusive && !specs.is_empty() {
-                let at = t
-                    .placement
-                    .as_ref()
-                    .map_or_else(|| here(&t.kind), |p| self.place_key(t, p, "placement"));
-                return Err(format!(
-                    "{at}: only the tier right below memory may be exclusive (evictions from \
-                     lower tiers are not passed further down yet); use inclusive"
-                ));
-            }
             let name = match &t.name {
                 Some(n) => checked_name(n).map_err(|e| format!("{}: {e}", self.place(t, n)))?,
                 // Repeated `--tier` flags cannot name their tiers: test, test2, test3, ...

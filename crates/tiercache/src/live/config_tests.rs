@@ -184,6 +184,26 @@ fn tier_errors_name_file_and_line() {
     }
 }
 
+/// What a lower tier evicts cascades into an exclusive tier below it: exclusive is taken at
+/// any level, from flags and from the file.
+#[test]
+fn exclusive_is_accepted_below_another_lower_tier() {
+    let f = ConfigFile::default();
+    let three = ["test:1M", "test:2M:exclusive", "test:4M:exclusive"]
+        .map(|a| TierTable::from_flag(a).unwrap());
+    let specs = f.lower_tiers(&three, 4096, "memory").unwrap();
+    let placements: Vec<Placement> = specs.iter().map(|s| s.placement).collect();
+    let excl = Placement::Exclusive;
+    assert_eq!(placements, [excl, excl, excl]);
+    let specs = lower(
+        "[[tier]]\nkind = \"test\"\nsize = \"1M\"\nplacement = \"inclusive\"\n[[tier]]\n\
+         kind = \"test\"\nname = \"deep\"\nsize = \"4M\"\nplacement = \"exclusive\"\n",
+    )
+    .unwrap();
+    let placements: Vec<Placement> = specs.iter().map(|s| s.placement).collect();
+    assert_eq!(placements, [Placement::Inclusive, excl]);
+}
+
 #[test]
 fn tier_flags_parse_and_name_themselves() {
     let f = ConfigFile::default();
@@ -195,15 +215,9 @@ fn tier_flags_parse_and_name_themselves() {
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["test", "test2", "test3"]);
     assert_eq!(specs[0].capacity_bytes, 64 << 20);
-    // Below the first lower tier the default is inclusive (exclusive is refused there).
+    // Below the first lower tier the default is inclusive (exclusive is asked for by name).
     assert_eq!(specs[1].placement, Placement::Inclusive);
     assert_eq!(specs[2].placement, Placement::Inclusive);
-    let two = ["test:1M", "test:1M:exclusive"].map(|a| TierTable::from_flag(a).unwrap());
-    let err = f.lower_tiers(&two, 4096, "memory").unwrap_err();
-    assert!(
-        err.starts_with("--tier test:1M:exclusive: only the tier right below memory"),
-        "{err}"
-    );
     for (arg, needle) in [
         ("test", "expected KIND:SIZE[:PLACEMENT]"),
         ("test:1M:exclusive:x", "expected KIND:SIZE[:PLACEMENT]"),
