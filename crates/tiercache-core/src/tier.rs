@@ -104,6 +104,8 @@ pub struct Tier {
     /// Per slot: the key and its state, side by side so a hit or an eviction reads one line.
     slots: Vec<SlotEntry>,
     free: Vec<u32>,
+    /// Slots removed but not free yet (`remove_held`).
+    held: usize,
     pools: [Box<dyn EvictionPolicy>; 2],
     partitioner: Box<dyn Partitioner>,
     stats: TierStats,
@@ -144,6 +146,7 @@ impl Tier {
                 c
             ],
             free: (0..c as u32).rev().collect(),
+            held: 0,
             pools,
             partitioner,
             stats: TierStats::default(),
@@ -165,7 +168,7 @@ impl Tier {
         self.policy
     }
     pub fn len(&self) -> usize {
-        self.capacity - self.free.len()
+        self.capacity - self.free.len() - self.held
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -334,6 +337,21 @@ impl Tier {
         Ok(r)
     }
 
+    /// Like [`Tier::insert`], but a victim is taken only if `may_take(slot)` agrees (the
+    /// zero-copy arena refuses slots a client has pinned, and then makes them unpinnable);
+    /// otherwise the next candidate is tried, as for a pinned one.
+    #[inline]
+    pub fn insert_checked(
+        &mut self,
+        key: BlockKey,
+        class: Class,
+        may_take: &mut dyn FnMut(SlotId) -> bool,
+    ) -> Result<Inserted, CoreError> {
+        let r = self.place_with(key, class, may_take)?;
+        self.stats.insertions += 1;
+        Ok(r)
+    }
+
     /// Inserts only into a free slot; `None` when full (pinned regions never evict).
     pub fn insert_if_free(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
         let fp = KeyMap::fp(&key);
@@ -348,6 +366,16 @@ impl Tier {
 
     #[inline]
     fn place(&mut self, key: BlockKey, class: Class) -> Result<Inserted, CoreError> {
+        self.place_with(key, class, |_| true)
+    }
+
+    #[inline]
+    fn place_with(
+        &mut self,
+        key: BlockKey,
+        class: Class,
+        may_take: impl FnMut(SlotId) -> bool,
+    ) -> Result<Inserted, CoreError> {
         let fp = match self.absent {
             // Missed since the last block came in: still absent.
             Some((k, fp)) if k == key => fp,
@@ -366,7 +394,7 @@ impl Tier {
             Some(s) => (SlotId(s), None),
             None => {
                 let incoming = self.pool_of(class);
-                let (slot, ev) = self.evict_for(key, incoming)?;
+                let (slot, ev) = self.evict_for(key, incoming, may_take)?;
                 (slot, Some(ev))
             }
         };
@@ -396,6 +424,7 @@ impl Tier {
         &mut self,
         key: BlockKey,
         incoming: PoolId,
+        mut may_take: impl FnMut(SlotId) -> bool,
     ) -> Result<(SlotId, Evicted), CoreError> {
         let first = if self.shared {
             PoolId::Normal
@@ -410,7 +439,7 @@ impl Tier {
                     break;
                 };
                 let m = self.slots[slot.index()].meta;
-                if m.evictable() {
+                if m.evictable() && may_take(slot) {
                     let vkey = self.slots[slot.index()].key;
                     self.pools[p].remove(slot, vkey, true);
                     self.map.remove(KeyMap::fp(&vkey), slot.0);
@@ -463,6 +492,25 @@ impl Tier {
         self.slots[slot.index()].meta = SlotMeta::EMPTY;
         self.free.push(slot.0);
         Some((slot, m))
+    }
+
+    /// Like [`Tier::remove`], but the slot is *held*: not free, not counted in `len`, until
+    /// [`Tier::release_held`] (a zero-copy client still maps its bytes).
+    pub fn remove_held(&mut self, key: &BlockKey) -> Option<(SlotId, SlotMeta)> {
+        let slot = self.find(key)?;
+        self.map.remove(KeyMap::fp(key), slot.0);
+        let m = self.slots[slot.index()].meta;
+        self.pools[m.pool.index()].remove(slot, *key, false);
+        self.slots[slot.index()].meta = SlotMeta::EMPTY;
+        self.held += 1;
+        Some((slot, m))
+    }
+
+    /// Frees a slot taken by [`Tier::remove_held`].
+    pub fn release_held(&mut self, slot: SlotId) {
+        debug_assert!(self.held > 0 && !self.slots[slot.index()].meta.used);
+        self.held = self.held.saturating_sub(1);
+        self.free.push(slot.0);
     }
 
     /// Changes a resident block's class, moving it between pools when the partitioner says so.

@@ -291,9 +291,14 @@ impl MemCache {
         };
         let tier = Tier::new(&tier_cfg)?;
         let bs = cfg.block_size.bytes() as usize;
-        let arena = Arena::new(cfg.capacity_blocks, bs)?;
+        let arena = if cfg.zero_copy {
+            Arena::new_shared(cfg.capacity_blocks, bs, region_epoch())?
+        } else {
+            Arena::new(cfg.capacity_blocks, bs)?
+        };
         let start = Instant::now();
         let mut engine = Engine::new(tier, Windows::new(cfg.stats_window, start), start);
+        engine.zc = arena.shared().cloned();
         let lower = if lower.is_empty() {
             None
         } else {
@@ -572,6 +577,34 @@ impl MemCache {
         self.inner.set_trace(out)
     }
 
+    /// The zero-copy shared region (`MemConfig::zero_copy`), to hand to clients.
+    pub fn zero_copy_region(&self) -> Option<&Arc<tiercache_memtier::shm::Region>> {
+        self.inner.region()
+    }
+
+    /// Zero-copy miss path: reads blocks `first..first+count` of `file` into the cache and pins
+    /// each for client bit `bit`; each block's slot, `None` past EOF or when it could not be
+    /// kept (see `zerocopy`).
+    pub fn pin_blocks(
+        &self,
+        file: FileId,
+        first: u64,
+        count: u64,
+        bit: u64,
+    ) -> io::Result<Vec<Option<u32>>> {
+        self.inner.pin_blocks(file, first, count, bit)
+    }
+
+    /// A zero-copy client is gone: drops its pins and frees the slots held back for it.
+    pub fn release_client(&self, bit: u64) {
+        self.inner.release_client(bit);
+    }
+
+    /// Slots held back because a zero-copy client pinned them when they were removed.
+    pub fn held_slots(&self) -> usize {
+        self.inner.held_slots()
+    }
+
     /// Checks the engine's invariants; meaningful only while no request is running (tests).
     pub fn check_invariants(&self) -> Result<(), String> {
         self.inner.lock().check()
@@ -584,4 +617,12 @@ impl Drop for MemCache {
             log::error!("memory tier: write-back at shutdown failed: {e}");
         }
     }
+}
+
+/// A value that differs between daemon starts (a zero-copy client tells regions apart by it).
+fn region_epoch() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32)
 }

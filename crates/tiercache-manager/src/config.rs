@@ -44,6 +44,8 @@ pub struct MemConfig {
     /// Capacity of the trace channel in records; records beyond it are dropped and counted.
     /// Default 65536.
     pub trace_queue: usize,
+    /// Keep the arena in a zero-copy shared region that clients may map (`shm`). Default off.
+    pub zero_copy: bool,
 }
 
 impl Default for MemConfig {
@@ -61,6 +63,7 @@ impl Default for MemConfig {
             flusher_threads: 1,
             stats_window: Duration::from_secs(10),
             trace_queue: 65536,
+            zero_copy: false,
         }
     }
 }

@@ -23,6 +23,7 @@ use std::time::Instant;
 use tiercache_core::tier::{Evicted, Tier};
 use tiercache_core::{BlockKey, Class, CoreError, FileId, SlotId};
 use tiercache_memtier::arena::{Arena, SlotState, ORD};
+use tiercache_memtier::shm::Region;
 use tiercache_tier::TierKey;
 
 /// The state guarded by the engine lock.
@@ -40,6 +41,11 @@ pub(crate) struct Engine {
     pub start: Instant,
     /// The tiers below memory (evictions are demoted into them).
     pub lower: Option<Arc<Lower>>,
+    /// The zero-copy region when the arena is shared: eviction asks it before taking a slot,
+    /// removal retires the slot's header there.
+    pub zc: Option<Arc<Region>>,
+    /// Slots removed while a zero-copy client pinned them: not reused until unpinned.
+    pub held: Vec<SlotId>,
 }
 
 /// Result of trying to drop one cached block.
@@ -63,6 +69,8 @@ impl Engine {
             windows,
             start,
             lower: None,
+            zc: None,
+            held: Vec::new(),
         }
     }
 
@@ -97,7 +105,17 @@ impl Engine {
         if self.wt_inflight.contains_key(&key) {
             return None;
         }
-        let ins = match self.tier.insert(key, class) {
+        if !self.held.is_empty() {
+            self.release_held();
+        }
+        let inserted = match &self.zc {
+            // A victim a client has pinned is skipped; one it has not is made unpinnable.
+            Some(r) => self
+                .tier
+                .insert_checked(key, class, &mut |s| r.header(s.0).is_none_or(|h| h.claim())),
+            None => self.tier.insert(key, class),
+        };
+        let ins = match inserted {
             Ok(ins) => ins,
             Err(CoreError::Retry { .. }) => return None,
             Err(e) => {
@@ -132,7 +150,7 @@ impl Engine {
                     "memory tier: fresh slot {} is locked; bypassing",
                     ins.slot.0
                 );
-                self.tier.remove(&key);
+                self.remove_slot(key, ins.slot);
                 return None;
             }
         }
@@ -149,6 +167,35 @@ impl Engine {
         self.files
             .get(&FileId(key.file.ino))
             .is_some_and(|f| f.fkey == Some(key.file) && f.blocks.contains(&key.block.0))
+    }
+
+    /// Takes `key` (in `slot`) out of the tier. In a shared arena the slot's header is retired
+    /// first; a slot a client still pins is held (not reused) until the client lets go.
+    fn remove_slot(&mut self, key: BlockKey, slot: SlotId) {
+        if let Some(r) = &self.zc {
+            r.clear_hint(key.file.0, key.block.0, slot.0);
+            if r.header(slot.0).is_some_and(|h| h.retire()) {
+                self.tier.remove_held(&key);
+                self.held.push(slot);
+                return;
+            }
+        }
+        self.tier.remove(&key);
+    }
+
+    /// Frees the held slots no client pins any more.
+    pub fn release_held(&mut self) {
+        let Some(r) = self.zc.clone() else {
+            return;
+        };
+        let tier = &mut self.tier;
+        self.held.retain(|&s| {
+            let pinned = r.header(s.0).is_some_and(|h| h.pinned());
+            if !pinned {
+                tier.release_held(s);
+            }
+            pinned
+        });
     }
 
     /// Bookkeeping for a block the tier pushed out (it was clean and unpinned).
@@ -216,7 +263,7 @@ impl Engine {
             }
             self.clear_dirty(key, slot);
         }
-        self.tier.remove(&key);
+        self.remove_slot(key, slot);
         if let Some(f) = self.files.get_mut(&key.file) {
             f.blocks.remove(&key.block.0);
         }
@@ -263,7 +310,7 @@ impl Engine {
         }
         if let Some(state) = arena.try_state(slot) {
             if !state.holds(key) {
-                self.tier.remove(&key);
+                self.remove_slot(key, slot);
                 if let Some(f) = self.files.get_mut(&key.file) {
                     f.blocks.remove(&key.block.0);
                 }

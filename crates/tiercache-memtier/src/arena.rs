@@ -12,6 +12,9 @@
 //! `RwLock` guards its range; the three `unsafe` blocks that build slices are confined to the
 //! guard types below. A memfd mapping will need the same raw-pointer handling anyway.
 //!
+//! A *shared* arena ([`Arena::new_shared`]) keeps the bytes in a zero-copy region (`shm`) that
+//! clients map; each slot's header there follows the slot's state (`WriteSlot::set_state`).
+//!
 //! Invariants:
 //! - slot `i` owns bytes `[i·bs, (i+1)·bs)`; ranges of different slots are disjoint;
 //! - those bytes are only touched through a guard of slot `i`'s `RwLock` (shared to read,
@@ -23,8 +26,11 @@
 //! - `SlotState::valid` is true only when the bytes hold `key`'s current data; cached bytes at or
 //!   beyond the file's logical size are zero.
 
+use crate::shm::Region;
 use std::cell::UnsafeCell;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use tiercache_core::{BlockKey, SlotId};
 
@@ -34,6 +40,8 @@ use tiercache_core::{BlockKey, SlotId};
 pub enum ArenaError {
     #[error("cannot allocate a memory tier of {bytes} bytes")]
     Alloc { bytes: u64 },
+    #[error("cannot create the zero-copy shared region: {0}")]
+    Shared(#[source] io::Error),
 }
 
 /// What a slot's bytes hold, guarded by the slot's lock together with the bytes.
@@ -64,9 +72,17 @@ pub struct Slot {
 
 /// The arena. See the module docs for its invariants.
 pub struct Arena {
-    bytes: Box<[UnsafeCell<u8>]>,
+    bytes: Bytes,
     slots: Box<[Slot]>,
     block: usize,
+}
+
+/// Where the slot bytes live.
+enum Bytes {
+    /// A private allocation.
+    Heap(Box<[UnsafeCell<u8>]>),
+    /// The data part of a zero-copy shared region (clients map it too; see `shm`).
+    Shared(Arc<Region>),
 }
 
 impl std::fmt::Debug for Arena {
@@ -78,9 +94,13 @@ impl std::fmt::Debug for Arena {
     }
 }
 
-// SAFETY: the only non-`Sync` part is the `UnsafeCell` byte array. Every access to a slot's
-// bytes goes through a guard of that slot's `RwLock` (see `ReadSlot`/`WriteSlot`), so shared
-// access is read-only and mutation is exclusive, per slot, with disjoint byte ranges per slot.
+// SAFETY: the only non-`Sync` part is the byte array (`UnsafeCell`s, or the shared mapping).
+// Every access to a slot's bytes *in this process* goes through a guard of that slot's
+// `RwLock` (see `ReadSlot`/`WriteSlot`), so shared access is read-only and mutation is
+// exclusive, per slot, with disjoint byte ranges per slot. (In a shared arena a zero-copy
+// client process may also write a slot's bytes in place, as any process may write a shared
+// mapping: what this process copies out can then be torn at byte level — paper 003's
+// semantics, documented for users — but it only ever copies those bytes as plain data.)
 unsafe impl Sync for Arena {}
 
 impl Arena {
@@ -114,10 +134,37 @@ impl Arena {
         };
         let slots = (0..capacity).map(|_| Slot::default()).collect();
         Ok(Self {
-            bytes,
+            bytes: Bytes::Heap(bytes),
             slots,
             block,
         })
+    }
+
+    /// `capacity` slots of `block` bytes in a new zero-copy shared region (`shm`), zeroed.
+    pub fn new_shared(capacity: usize, block: usize, epoch: u64) -> Result<Self, ArenaError> {
+        let region = Region::create(capacity, block, epoch).map_err(ArenaError::Shared)?;
+        let slots = (0..capacity).map(|_| Slot::default()).collect();
+        Ok(Self {
+            bytes: Bytes::Shared(Arc::new(region)),
+            slots,
+            block,
+        })
+    }
+
+    /// The shared region, when the arena is one.
+    pub fn shared(&self) -> Option<&Arc<Region>> {
+        match &self.bytes {
+            Bytes::Shared(r) => Some(r),
+            Bytes::Heap(_) => None,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block
     }
 
     /// The header of `slot`. Slot ids come from the tier, which only hands out `0..capacity`.
@@ -129,9 +176,25 @@ impl Arena {
     /// Pointer to the first byte of `slot`'s range (bounds-checked).
     #[inline]
     fn base(&self, slot: SlotId) -> *mut u8 {
-        let start = slot.index() * self.block;
-        let cells = &self.bytes[start..start + self.block];
-        UnsafeCell::raw_get(cells.as_ptr())
+        match &self.bytes {
+            Bytes::Heap(bytes) => {
+                let start = slot.index() * self.block;
+                let cells = &bytes[start..start + self.block];
+                UnsafeCell::raw_get(cells.as_ptr())
+            }
+            Bytes::Shared(r) => {
+                assert!(
+                    slot.index() < self.slots.len(),
+                    "slot {} out of range",
+                    slot.0
+                );
+                r.data_ptr(slot.0)
+            }
+        }
+    }
+
+    fn shm(&self, slot: SlotId) -> Option<(&Region, u32)> {
+        self.shared().map(|r| (&**r, slot.0))
     }
 
     /// Shared access to `slot` (blocks while a writer holds it).
@@ -159,6 +222,7 @@ impl Arena {
             guard,
             ptr: self.base(slot),
             len: self.block,
+            shm: self.shm(slot),
         }
     }
 
@@ -173,6 +237,7 @@ impl Arena {
             guard,
             ptr: self.base(slot),
             len: self.block,
+            shm: self.shm(slot),
         })
     }
 
@@ -210,13 +275,31 @@ pub struct WriteSlot<'a> {
     guard: RwLockWriteGuard<'a, SlotState>,
     ptr: *mut u8,
     len: usize,
+    /// The slot's header in the shared region, which `set_state` keeps in step.
+    shm: Option<(&'a Region, u32)>,
 }
 
 impl WriteSlot<'_> {
     pub fn state(&self) -> SlotState {
         *self.guard
     }
+    /// Sets what the slot holds. In a shared arena the header follows: a new identity is
+    /// published (invalid: clients cannot pin it), validity makes it pinnable and points the
+    /// hint table at it. The caller made the slot unpinnable first (a claimed victim, a retired
+    /// or never used slot): identities never change under a client's pin.
     pub fn set_state(&mut self, state: SlotState) {
+        if let (Some((r, i)), Some(k)) = (self.shm, state.key) {
+            if let Some(h) = r.header(i) {
+                let old = *self.guard;
+                if old.key != state.key || !state.valid {
+                    h.publish(k.file.0, k.block.0);
+                }
+                if state.valid {
+                    h.set_valid();
+                    r.set_hint(k.file.0, k.block.0, i);
+                }
+            }
+        }
         *self.guard = state;
     }
     pub fn data(&self) -> &[u8] {

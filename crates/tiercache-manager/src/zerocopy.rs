@@ -1,0 +1,99 @@
+//! The manager's side of the zero-copy client (paper 003): with `MemConfig::zero_copy` the
+//! arena lives in a shared region (`tiercache_memtier::shm`) that clients map. A client hits
+//! with no help from here; what it asks for is done here:
+//! - `pin_blocks`: 003's readblock miss path — reads the blocks through the ordinary read path
+//!   (lower tiers, then BACKING; the blocks land in the arena) and pins them for the client,
+//!   under the engine lock, so no eviction or removal can come in between;
+//! - `release_client`: a client that is gone lets go of every pin it held, and the slots held
+//!   back for it (removed while it pinned them) become free.
+//!
+//! Slot identities in the region are `(FileId, block)`, the keys of the engine's index.
+
+use crate::cache::Inner;
+use std::io;
+use std::sync::Arc;
+use tiercache_core::FileId;
+use tiercache_memtier::shm::Region;
+
+/// How often `pin_blocks` reads a block again when it was evicted between its read and its
+/// pin (only under heavy eviction pressure).
+const PIN_TRIES: usize = 4;
+
+impl Inner {
+    pub(crate) fn region(&self) -> Option<&Arc<Region>> {
+        self.arena.shared()
+    }
+
+    /// Reads blocks `first..first+count` of `file` into the cache and pins each for client
+    /// `bit`. Returns each block's slot, `None` past EOF or when it could not be kept.
+    pub(crate) fn pin_blocks(
+        &self,
+        file: FileId,
+        first: u64,
+        count: u64,
+        bit: u64,
+    ) -> io::Result<Vec<Option<u32>>> {
+        let region = self.region().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
+        })?;
+        let mut out = vec![None; count as usize];
+        let mut scratch = vec![0u8; self.bs * count.min(64) as usize];
+        for _ in 0..PIN_TRIES {
+            let missing: Vec<u64> = (0..count).filter(|&i| out[i as usize].is_none()).collect();
+            let Some(&lo) = missing.first() else {
+                break;
+            };
+            let hi = missing.last().copied().unwrap_or(lo);
+            // Read the span of still-missing blocks (in chunks of at most 64 blocks).
+            let mut b = lo;
+            let mut eof = false;
+            while b <= hi && !eof {
+                let n = (hi - b + 1).min(64);
+                let buf = &mut scratch[..self.bs * n as usize];
+                let got = self.read_into(file, (first + b) * self.bs as u64, buf)?;
+                eof = got < buf.len();
+                b += n;
+            }
+            let eng = self.lock();
+            let size = eng.files.get(&file).map_or(0, |f| f.size);
+            for &i in &missing {
+                let block = first + i;
+                if block.saturating_mul(self.bs as u64) >= size {
+                    continue;
+                }
+                let key = Self::key(file, block);
+                let Some(slot) = eng.tier.peek(&key) else {
+                    continue;
+                };
+                // Under the engine lock no claim or retire runs: a valid slot pins for sure.
+                if let Some(h) = region.header(slot.0) {
+                    if h.try_pin(file.0, block, bit).is_some() {
+                        out[i as usize] = Some(slot.0);
+                    }
+                }
+            }
+            drop(eng);
+            let past_eof = |i: u64| {
+                let size = self.lock().files.get(&file).map_or(0, |f| f.size);
+                (first + i).saturating_mul(self.bs as u64) >= size
+            };
+            if (0..count).all(|i| out[i as usize].is_some() || past_eof(i)) {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Client `bit` is gone: its pins go, and slots held back for it are freed.
+    pub(crate) fn release_client(&self, bit: u64) {
+        if let Some(r) = self.region() {
+            r.release_client(bit);
+            self.lock().release_held();
+        }
+    }
+
+    /// Slots held back because a client pinned them when they were removed.
+    pub(crate) fn held_slots(&self) -> usize {
+        self.lock().held.len()
+    }
+}
