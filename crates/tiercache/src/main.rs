@@ -40,6 +40,9 @@ enum Command {
     Flash(cmd::flash::FlashCommand),
     /// Create a key file for the remote tier: 32 random bytes, mode 0600 (never overwrites).
     Keygen { file: std::path::PathBuf },
+    /// Zero-copy clients of a `--zero-copy` mount: `zerocopy read MOUNTPOINT FILE`.
+    #[command(subcommand)]
+    Zerocopy(cmd::zerocopy::ZeroCopyCommand),
     /// Run the benchmarks whose figures README quotes.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Mount(args) => cmd::mount::run(*args),
+        Command::Zerocopy(c) => cmd::zerocopy::run(c),
         Command::Stats(a) => cmd::ctl::stats_cmd(a),
         Command::Priority(c) => cmd::ctl::priority_cmd(c),
         Command::Flush { mountpoint } => cmd::ctl::flush_cmd(&mountpoint),

@@ -6,8 +6,8 @@ use super::proto::{bucket, SlotHeader};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const MAGIC: [u8; 8] = *b"TCZCSHM1";
 pub const VERSION: u32 = 1;
@@ -17,6 +17,8 @@ pub const SUPER_BYTES: u64 = 4096;
 pub const HEADER_BYTES: u64 = 64;
 /// Clients that may map the region at once (one bit each in a header's `pins`).
 pub const MAX_CLIENTS: usize = 64;
+/// Offset in the superblock page of the per-client hit counters (one `u64` per client bit).
+pub const CLIENT_HITS_OFF: u64 = 128;
 /// `Superblock::state`: serving.
 pub const STATE_SERVING: u32 = 1;
 /// `Superblock::state`: the daemon is gone or shutting down; pins mean nothing any more.
@@ -293,6 +295,25 @@ impl Region {
         // SAFETY (of the arithmetic): `slot < slots` is the caller's precondition, so the
         // offset lies inside the mapping.
         unsafe { self.base.add(off as usize) }
+    }
+
+    /// Client `index`'s hit counter (bumped by the client itself, summed by the daemon).
+    pub fn client_hits(&self, index: u32) -> Option<&AtomicU64> {
+        if index as usize >= MAX_CLIENTS {
+            return None;
+        }
+        let off = CLIENT_HITS_OFF as usize + 8 * index as usize;
+        // SAFETY: 128 + 8·63 + 8 ≤ 4096 = SUPER_BYTES, 8-byte aligned, inside the mapping;
+        // atomics only.
+        Some(unsafe { &*self.base.add(off).cast::<AtomicU64>() })
+    }
+
+    /// Hits of every client so far.
+    pub fn total_client_hits(&self) -> u64 {
+        (0..MAX_CLIENTS as u32)
+            .filter_map(|i| self.client_hits(i))
+            .map(|c| c.load(Relaxed))
+            .sum()
     }
 
     /// Daemon: drops every pin held by client `bit`.

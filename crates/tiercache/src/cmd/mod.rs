@@ -12,3 +12,4 @@ pub mod mounts;
 pub mod partition_flags;
 pub mod progress;
 pub mod sim;
+pub mod zerocopy;

@@ -80,6 +80,14 @@ pub struct MountArgs {
     /// rights and chowns new files (BACKING must let root bypass its permissions).
     #[arg(long, value_name = "WHO")]
     pub backing_identity: Option<String>,
+    /// Serve zero-copy clients (`tiercache-client`, paper 003): the memory tier lives in shared
+    /// memory that they map; a hit costs them no copy and no system call. Admits this user and
+    /// root (and `--zero-copy-group`): a client can read every cached block of the mount.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub zero_copy: Option<bool>,
+    /// Members of GROUP (name or number) may use the zero-copy service too.
+    #[arg(long, value_name = "GROUP")]
+    pub zero_copy_group: Option<String>,
     /// A tier below memory, top first; repeatable. KIND `test` (in memory, volatile: for tests
     /// and experiments), PLACEMENT inclusive|exclusive|pinned[=FIRST] [default: exclusive for
     /// the first, inclusive below]. Given, these replace the config file's lower `[[tier]]`s.
@@ -216,6 +224,8 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         entry_timeout: args.entry_timeout,
         attr_timeout: args.attr_timeout,
         backing_identity: args.backing_identity.clone(),
+        zero_copy: args.zero_copy,
+        zero_copy_group: args.zero_copy_group.clone(),
         tiers: if args.tier.is_empty() {
             None
         } else {
@@ -470,7 +480,28 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             ))
         }
     };
+    let zero_copy_group = match o.zero_copy_group.as_deref() {
+        None => None,
+        Some(g) => Some(group_id(g).map_err(|e| {
+            format!(
+                "{}: {e}",
+                src("zero-copy-group", flags.zero_copy_group.is_some())
+            )
+        })?),
+    };
+    let zero_copy = o.zero_copy.unwrap_or(false);
+    if zero_copy_group.is_some() && !zero_copy {
+        return Err(format!(
+            "{}: needs --zero-copy",
+            src("zero-copy-group", flags.zero_copy_group.is_some())
+        ));
+    }
+    let mut mem = mem;
+    mem.zero_copy = zero_copy;
     Ok(Settings {
+        zero_copy: zero_copy.then_some(crate::live::zerocopy::ZeroCopySettings {
+            group: zero_copy_group,
+        }),
         backing_identity,
         entry_timeout,
         attr_timeout,
@@ -486,4 +517,36 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         threads: o.threads,
         lower_tiers,
     })
+}
+
+/// A group's id from its name or number.
+fn group_id(g: &str) -> Result<u32, String> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let name = std::ffi::CString::new(g).map_err(|_| format!("bad group name `{g}`"))?;
+    let mut grp: libc::group = unsafe_zeroed_group();
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; `buf` is large enough for a group entry
+    // (ERANGE is reported otherwise).
+    let r = unsafe {
+        libc::getgrnam_r(
+            name.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        )
+    };
+    if r != 0 || out.is_null() {
+        return Err(format!("no group `{g}`"));
+    }
+    Ok(grp.gr_gid)
+}
+
+fn unsafe_zeroed_group() -> libc::group {
+    // SAFETY: `libc::group` is plain data (ids and pointers); all-zero is a valid value that
+    // getgrnam_r overwrites.
+    unsafe { std::mem::zeroed() }
 }

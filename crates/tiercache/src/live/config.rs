@@ -6,7 +6,7 @@
 //! `priority_recursive` (list), `partition`, `omega`, `t_protected`, `t_normal`, `b_pmin`,
 //! `b_nmin`, `policy`, `emulate`, `kernel_cache`, `allow_other`, `trace_out`, `metrics`,
 //! `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `entry_timeout`,
-//! `backing_identity`,
+//! `backing_identity`, `zero_copy`, `zero_copy_group`,
 //! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
@@ -50,6 +50,10 @@ pub struct MountOptions {
     pub attr_timeout: Option<f64>,
     /// `auto`, `caller` or `daemon` (see `tiercache_fuse::BackingIdentity`).
     pub backing_identity: Option<String>,
+    /// Serve zero-copy clients (`tiercache-client`) from a shared memory tier.
+    pub zero_copy: Option<bool>,
+    /// A group whose members may use the zero-copy service too (by name or number).
+    pub zero_copy_group: Option<String>,
     /// `[[tier]]` tables or `--tier` flags, in order from the top.
     #[serde(rename = "tier")]
     pub tiers: Option<Vec<TierTable>>,
@@ -83,6 +87,8 @@ impl MountOptions {
             entry_timeout,
             attr_timeout,
             backing_identity,
+            zero_copy,
+            zero_copy_group,
             tiers,
         } = self;
         MountOptions {
@@ -109,6 +115,8 @@ impl MountOptions {
             entry_timeout: entry_timeout.or(file.entry_timeout),
             attr_timeout: attr_timeout.or(file.attr_timeout),
             backing_identity: backing_identity.or(file.backing_identity),
+            zero_copy: zero_copy.or(file.zero_copy),
+            zero_copy_group: zero_copy_group.or(file.zero_copy_group),
             tiers: tiers.or(file.tiers),
         }
     }

@@ -43,6 +43,8 @@ pub struct Settings {
     pub lower_tiers: Vec<LowerTierSpec>,
     /// With whose rights backing operations that check permissions or create objects run.
     pub backing_identity: tiercache_fuse::BackingIdentity,
+    /// `--zero-copy`: the zero-copy service and its admission.
+    pub zero_copy: Option<super::zerocopy::ZeroCopySettings>,
 }
 
 /// `tiercache unmount`, handed from the control socket to the main loop, which answers once
@@ -63,6 +65,7 @@ struct Live {
     inodes: tiercache_fuse::InodeStatsReader,
     remotes: Vec<MountedRemote>,
     flashes: Vec<MountedFlash>,
+    zero_copy: Option<Arc<super::zerocopy::ZcCounters>>,
 }
 
 impl Handler for Live {
@@ -81,6 +84,8 @@ impl Handler for Live {
                 let (remote, all) = remote::stats_json(&self.remotes, ms.lower.as_ref());
                 v["remote"] = remote;
                 v["flash"] = flash::stats_json(&self.flashes);
+                v["zerocopy"] =
+                    super::zerocopy::stats_json(self.data.mem(), self.zero_copy.as_deref());
                 if !all.is_null() {
                     v["remote_tiers"] = all;
                 }
@@ -229,6 +234,11 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         }
         None => None,
     };
+    // Bound before mounting too: a zero-copy name in use mounts nothing.
+    let zero_copy = match &s.zero_copy {
+        Some(z) => Some(super::zerocopy::Service::bind(&s.mountpoint, z.clone())?),
+        None => None,
+    };
     let handle = tiercache_fuse::mount(
         &s.backing,
         &s.mountpoint,
@@ -252,7 +262,17 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         inodes: handle.inode_stats(),
         remotes,
         flashes: flashes.clone(),
+        zero_copy: zero_copy.as_ref().map(|z| Arc::clone(&z.counters)),
     });
+    if let Some(z) = zero_copy {
+        let name = z.name().to_string();
+        let mountpoint = tiercache_client::wire::canonical_mountpoint(&s.mountpoint);
+        if let Err(e) = z.serve(Arc::clone(&data), mountpoint, backing.clone()) {
+            drop(handle);
+            return Err(e);
+        }
+        log::info!("zero-copy clients served on @{name}");
+    }
     if let Err(e) = control::serve(&files, live.clone()) {
         drop(handle);
         return Err(format!("control socket {}: {e}", files.socket.display()));
@@ -473,6 +493,10 @@ fn final_write_back(
     conn: Option<u64>,
 ) -> Result<(), String> {
     let _ = conn;
+    // Zero-copy clients learn at their next call that the region is no longer served.
+    if let Some(r) = mem.zero_copy_region() {
+        r.close();
+    }
     loop {
         match mem.flush_all() {
             Ok(()) => {

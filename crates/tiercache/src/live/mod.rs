@@ -14,3 +14,4 @@ pub mod priority;
 pub mod remote;
 pub mod size;
 pub mod stats;
+pub mod zerocopy;

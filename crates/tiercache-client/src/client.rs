@@ -1,0 +1,442 @@
+//! [`Client`]: one connection to a mount's zero-copy service and its mapping of the memory
+//! tier; [`ZcFile`]: a file opened through it; [`BlockRef`]: a pinned block, read in place.
+//!
+//! Pins: a client holds at most one bit in a slot's `pins` bitmap; `pins` here counts the
+//! references this process holds per slot, and the bit goes when the last one is dropped.
+
+use crate::wire::{self, Request, Response};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use tiercache_memtier::shm::Region;
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No zero-copy service for that mount (not mounted with `--zero-copy`, or not a mount).
+    #[error("no zero-copy service for {mount}: {source} (mounted with --zero-copy?)")]
+    NoService {
+        mount: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The daemon said no (permission, unknown file, too many clients…).
+    #[error("tiercache daemon: {message}")]
+    Refused { message: String, errno: i32 },
+    /// The daemon went away or restarted: reconnect.
+    #[error("the tiercache daemon is gone ({0}); reconnect")]
+    Gone(String),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// The errno closest to the error (for the C API).
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NoService { .. } => libc::ENOENT,
+            Error::Refused { errno, .. } => *errno,
+            Error::Gone(_) => libc::ESHUTDOWN,
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Protocol(_) => libc::EPROTO,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Hits and misses of this client's `read_blocks`.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    /// Blocks found and pinned in shared memory with no call to the daemon.
+    pub hits: AtomicU64,
+    /// Blocks the daemon had to read and pin.
+    pub misses: AtomicU64,
+}
+
+/// A connection to a mount's zero-copy service; see the module docs.
+#[derive(Debug)]
+pub struct Client {
+    sock: Mutex<UnixStream>,
+    region: Region,
+    bit: u64,
+    block: usize,
+    pins: Mutex<HashMap<u32, u32>>,
+    pub stats: ClientStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Client {
+    /// Connects to the zero-copy service of the tiercache mount at `mount`.
+    pub fn connect(mount: impl AsRef<Path>) -> Result<Self> {
+        let mount = mount.as_ref();
+        let sock = wire::connect_abstract(&wire::socket_name(mount)).map_err(|source| {
+            Error::NoService {
+                mount: mount.display().to_string(),
+                source,
+            }
+        })?;
+        // Trust only a daemon run by root or by this user (an abstract name can be taken by
+        // anyone).
+        let peer = wire::peer_cred(&sock)?;
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        if peer.uid != 0 && peer.uid != me {
+            return Err(Error::Protocol(format!(
+                "the zero-copy service of {} runs as uid {}, neither root nor you",
+                mount.display(),
+                peer.uid
+            )));
+        }
+        wire::send(
+            &sock,
+            &Request::Hello {
+                version: wire::VERSION,
+            },
+            None,
+        )?;
+        let (resp, fd) = wire::recv::<Response>(&sock).map_err(|e| Error::Gone(e.to_string()))?;
+        let (client, block) = match resp {
+            Response::Welcome {
+                version,
+                client,
+                block_size,
+                ..
+            } if version == wire::VERSION && client < 64 => (client, block_size as usize),
+            Response::Error { message, errno } => return Err(Error::Refused { message, errno }),
+            other => return Err(Error::Protocol(format!("unexpected answer {other:?}"))),
+        };
+        let fd = fd.ok_or_else(|| Error::Protocol("no region descriptor".into()))?;
+        let region = Region::open(File::from(fd))?;
+        if region.layout().block as usize != block {
+            return Err(Error::Protocol(
+                "block size disagrees with the region".into(),
+            ));
+        }
+        Ok(Self {
+            sock: Mutex::new(sock),
+            region,
+            bit: 1u64 << client,
+            block,
+            pins: Mutex::new(HashMap::new()),
+            stats: ClientStats::default(),
+        })
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block
+    }
+
+    /// One request, one answer (a descriptor may ride along with the request).
+    fn call(&self, req: &Request, fd: Option<&File>) -> Result<Response> {
+        if !self.region.serving() {
+            return Err(Error::Gone("the region is closed".into()));
+        }
+        let sock = lock(&self.sock);
+        wire::send(&sock, req, fd.map(AsRawFd::as_raw_fd))
+            .map_err(|e| Error::Gone(e.to_string()))?;
+        let (resp, _) = wire::recv::<Response>(&sock).map_err(|e| Error::Gone(e.to_string()))?;
+        match resp {
+            Response::Error { message, errno } => Err(Error::Refused { message, errno }),
+            r => Ok(r),
+        }
+    }
+
+    /// Opens `path` (a file on the mount) for zero-copy access. The file is opened here, with
+    /// this process's rights, through the mount: the kernel and the mount's permission checks
+    /// decide, and the daemon only registers what was opened.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<ZcFile<'_>> {
+        let f = File::open(path.as_ref())?;
+        match self.call(&Request::Open, Some(&f))? {
+            Response::Opened { handle, file, size } => Ok(ZcFile {
+                client: self,
+                handle,
+                id: file,
+                size: AtomicU64::new(size),
+            }),
+            other => Err(Error::Protocol(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Drops one reference to `slot`; the last one clears the bit.
+    fn release(&self, slot: u32) {
+        let mut pins = lock(&self.pins);
+        if let Some(n) = pins.get_mut(&slot) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&slot);
+                if let Some(h) = self.region.header(slot) {
+                    h.unpin(self.bit);
+                }
+            }
+        }
+    }
+
+    /// Slots this client holds pinned now.
+    pub fn pinned_slots(&self) -> usize {
+        lock(&self.pins).len()
+    }
+
+    /// The lock-free hit path: the hint table names a slot, its header says it holds `block`
+    /// of `file`, valid, and still does once pinned. No system call.
+    fn try_hit(&self, file: u64, block: u64) -> Option<u32> {
+        let slot = self.region.hint(file, block)?;
+        self.pin_slot(file, block, slot).then_some(slot)
+    }
+
+    /// Pins `slot` for `block` of `file` (validated in its header) and counts the reference.
+    /// Also for a slot the daemon pinned for us: a release of our last reference to it may
+    /// have cleared the bit since, so it is set and validated again here.
+    fn pin_slot(&self, file: u64, block: u64, slot: u32) -> bool {
+        // The local count is taken first: a concurrent release of our last reference to the
+        // same slot must not clear the bit this pin relies on.
+        let mut pins = lock(&self.pins);
+        let Some(h) = self.region.header(slot) else {
+            return false;
+        };
+        if h.try_pin(file, block, self.bit).is_none() {
+            return false;
+        }
+        *pins.entry(slot).or_insert(0) += 1;
+        true
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Our pins die with the connection (the daemon clears our bit when it sees EOF); the
+        // region unmaps with `self.region`.
+        let pins = std::mem::take(&mut *lock(&self.pins));
+        for slot in pins.into_keys() {
+            if let Some(h) = self.region.header(slot) {
+                h.unpin(self.bit);
+            }
+        }
+    }
+}
+
+/// A file opened for zero-copy access.
+#[derive(Debug)]
+pub struct ZcFile<'c> {
+    client: &'c Client,
+    handle: u64,
+    id: u64,
+    size: AtomicU64,
+}
+
+impl<'c> ZcFile<'c> {
+    /// The file's size as last reported by the daemon.
+    pub fn size(&self) -> u64 {
+        self.size.load(Relaxed)
+    }
+
+    /// 003's readblock: blocks `first..first+count`, pinned in the cache's memory and read in
+    /// place. Hits cost no system call; misses are read by the daemon (lower tiers, BACKING)
+    /// with one request for all of them. Stops at EOF (fewer blocks returned).
+    pub fn read_blocks(&self, first: u64, count: u64) -> Result<Vec<BlockRef<'c>>> {
+        let c = self.client;
+        if !c.region.serving() {
+            return Err(Error::Gone("the region is closed".into()));
+        }
+        let mut out: Vec<Option<BlockRef<'c>>> = Vec::with_capacity(count as usize);
+        let mut missing = Vec::new();
+        for i in 0..count {
+            match c.try_hit(self.id, first + i) {
+                Some(slot) => {
+                    c.stats.hits.fetch_add(1, Relaxed);
+                    if let Some(h) = c.region.client_hits(c.bit.trailing_zeros()) {
+                        h.fetch_add(1, Relaxed);
+                    }
+                    out.push(Some(BlockRef::new(c, slot)));
+                }
+                None => {
+                    missing.push(i);
+                    out.push(None);
+                }
+            }
+        }
+        if let (Some(&lo), Some(&hi)) = (missing.first(), missing.last()) {
+            c.stats.misses.fetch_add(missing.len() as u64, Relaxed);
+            let req = Request::Pin {
+                handle: self.handle,
+                first: first + lo,
+                count: hi - lo + 1,
+            };
+            match c.call(&req, None)? {
+                Response::Pinned { slots, size } => {
+                    self.size.store(size, Relaxed);
+                    for (j, s) in slots.into_iter().enumerate() {
+                        let i = lo as usize + j;
+                        if let (Some(slot), None) = (s, &out[i]) {
+                            if c.pin_slot(self.id, first + i as u64, slot) {
+                                out[i] = Some(BlockRef::new(c, slot));
+                            }
+                        }
+                    }
+                }
+                other => return Err(Error::Protocol(format!("unexpected answer {other:?}"))),
+            }
+        }
+        let bs = c.block as u64;
+        let size = self.size();
+        let mut blocks = Vec::with_capacity(out.len());
+        for (i, b) in out.into_iter().enumerate() {
+            match b {
+                Some(b) => blocks.push(b),
+                // Past EOF (as the daemon last said): the range ends here.
+                None if (first + i as u64).saturating_mul(bs) >= size => break,
+                None => {
+                    return Err(Error::Refused {
+                        message: format!(
+                            "block {} could not be kept in the cache",
+                            first + i as u64
+                        ),
+                        errno: libc::EAGAIN,
+                    })
+                }
+            }
+        }
+        Ok(blocks)
+    }
+
+    /// 003's readbyte: bytes `offset..offset+len` (clipped at EOF) as a view over pinned
+    /// blocks — a table of block pointers, no copy.
+    pub fn read_bytes(&self, offset: u64, len: usize) -> Result<ByteView<'c>> {
+        let bs = self.client.block as u64;
+        let end = offset.saturating_add(len as u64);
+        if len == 0 {
+            return Ok(ByteView {
+                blocks: Vec::new(),
+                skip: 0,
+                len: 0,
+            });
+        }
+        let (b0, b1) = (offset / bs, (end - 1) / bs);
+        let blocks = self.read_blocks(b0, b1 - b0 + 1)?;
+        let avail = (b0 * bs + blocks.len() as u64 * bs).min(self.size().max(offset));
+        let len = avail.saturating_sub(offset).min(len as u64) as usize;
+        Ok(ByteView {
+            blocks,
+            skip: (offset - b0 * bs) as usize,
+            len,
+        })
+    }
+}
+
+impl Drop for ZcFile<'_> {
+    fn drop(&mut self) {
+        let _ = self.client.call(
+            &Request::Close {
+                handle: self.handle,
+            },
+            None,
+        );
+    }
+}
+
+/// One pinned block of the cache, read in place. Its bytes may change under it when the file
+/// is written (through the mount, or in place by another client), as a shared mapping's do;
+/// the block itself stays this block until the reference is dropped.
+#[derive(Debug)]
+pub struct BlockRef<'c> {
+    client: &'c Client,
+    slot: u32,
+}
+
+impl<'c> BlockRef<'c> {
+    fn new(client: &'c Client, slot: u32) -> Self {
+        Self { client, slot }
+    }
+
+    /// The slot it lives in.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The block's bytes (a whole block; past EOF they are zero).
+    pub fn bytes(&self) -> &[u8] {
+        let r = &self.client.region;
+        // SAFETY: the slot index came from a header of this region (in range); the slot is
+        // pinned by our bit while `self` lives, so the daemon neither reuses nor unmaps it;
+        // the mapping outlives `'c`. Other writers may change the bytes as with any shared
+        // mapping (documented above): we hand out plain bytes, never rely on them for safety.
+        unsafe { std::slice::from_raw_parts(r.data_ptr(self.slot), self.client.block) }
+    }
+}
+
+impl std::ops::Deref for BlockRef<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl Drop for BlockRef<'_> {
+    fn drop(&mut self) {
+        self.client.release(self.slot);
+    }
+}
+
+/// A byte range of a file over pinned blocks (003's readbyte).
+#[derive(Debug)]
+pub struct ByteView<'c> {
+    blocks: Vec<BlockRef<'c>>,
+    skip: usize,
+    len: usize,
+}
+
+impl ByteView<'_> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Byte `i` of the range.
+    pub fn get(&self, i: usize) -> Option<u8> {
+        if i >= self.len {
+            return None;
+        }
+        let bs = self.blocks.first().map_or(1, |b| b.client.block);
+        let p = self.skip + i;
+        self.blocks.get(p / bs).map(|b| b.bytes()[p % bs])
+    }
+
+    /// The range as consecutive slices, one per block.
+    pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
+        let mut skip = self.skip;
+        let mut left = self.len;
+        self.blocks.iter().map_while(move |b| {
+            if left == 0 {
+                return None;
+            }
+            let bytes = &b.bytes()[skip..];
+            let n = bytes.len().min(left);
+            skip = 0;
+            left -= n;
+            Some(&bytes[..n])
+        })
+    }
+
+    /// Copies the range into `out` (which must be `len()` long).
+    pub fn copy_to(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for c in self.chunks() {
+            out[at..at + c.len()].copy_from_slice(c);
+            at += c.len();
+        }
+    }
+}

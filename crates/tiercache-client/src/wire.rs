@@ -1,0 +1,287 @@
+//! The zero-copy socket protocol: frames of a 4-byte little-endian length and a JSON body; a
+//! descriptor rides along with a frame as `SCM_RIGHTS` (the region with `Welcome`, the
+//! client's own descriptor of the file with `Open`). Specified in `docs/design.md` §8.
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+/// Protocol version (`Hello`/`Welcome`).
+pub const VERSION: u32 = 1;
+/// Largest frame body either side accepts.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// Client → daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Hello {
+        version: u32,
+    },
+    /// Registers the file whose descriptor (opened by the client on the mount, so the kernel
+    /// and the mount checked the client's right to it) rides along.
+    Open,
+    /// Reads blocks `first..first+count` into the cache and pins them for this client.
+    Pin {
+        handle: u64,
+        first: u64,
+        count: u64,
+    },
+    Close {
+        handle: u64,
+    },
+}
+
+/// Daemon → client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "r", rename_all = "snake_case")]
+pub enum Response {
+    /// The region's descriptor rides along; `client` is this client's pin bit index.
+    Welcome {
+        version: u32,
+        client: u32,
+        epoch: u64,
+        block_size: u32,
+    },
+    Opened {
+        handle: u64,
+        file: u64,
+        size: u64,
+    },
+    /// Each block's slot (`None`: past EOF, or it could not be kept), and the file's size.
+    Pinned {
+        slots: Vec<Option<u32>>,
+        size: u64,
+    },
+    Closed,
+    Error {
+        message: String,
+        errno: i32,
+    },
+}
+
+/// Writes one frame, with `fd` attached when given.
+pub fn send(sock: &UnixStream, body: &impl Serialize, fd: Option<RawFd>) -> io::Result<()> {
+    let json = serde_json::to_vec(body).map_err(io::Error::other)?;
+    let mut frame = Vec::with_capacity(4 + json.len());
+    frame.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&json);
+    match fd {
+        None => (&*sock).write_all(&frame),
+        Some(fd) => {
+            let n = send_fd(sock, &frame, fd)?;
+            (&*sock).write_all(&frame[n..])
+        }
+    }
+}
+
+/// Reads one frame and the descriptor that came with it, if any.
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> io::Result<(T, Option<OwnedFd>)> {
+    let mut len = [0u8; 4];
+    let (n, fd) = recv_fd(sock, &mut len)?;
+    if n == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed"));
+    }
+    (&*sock).read_exact(&mut len[n..])?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes (at most {MAX_FRAME})"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    (&*sock).read_exact(&mut body)?;
+    let v = serde_json::from_slice(&body)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))?;
+    Ok((v, fd))
+}
+
+/// Space for one descriptor's control message.
+const CMSG_SPACE: usize = 64;
+
+fn send_fd(sock: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    let mut cbuf = [0u64; CMSG_SPACE / 8];
+    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
+    // SAFETY: `msg_control` points at `cbuf`, large enough for one cmsg with one fd (checked
+    // by CMSG_FIRSTHDR returning non-null); we write its header and data in bounds.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() {
+            return Err(io::Error::other("no room for a control message"));
+        }
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        libc::CMSG_DATA(c).cast::<RawFd>().write_unaligned(fd);
+    }
+    // SAFETY: a valid socket and a fully initialised msghdr.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+fn recv_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; CMSG_SPACE / 8];
+    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = CMSG_SPACE as _;
+    let n = loop {
+        // SAFETY: a valid socket and msghdr; MSG_CMSG_CLOEXEC keeps received fds from leaking
+        // into children.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut fd = None;
+    // SAFETY: walking the control messages the kernel wrote into `cbuf` with the CMSG macros,
+    // which stay within `msg_controllen`; an SCM_RIGHTS message carries whole fds, which we
+    // take ownership of (extra ones are closed).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let raw = data.add(i).read_unaligned();
+                    let owned = OwnedFd::from_raw_fd(raw);
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other("a descriptor was cut off (MSG_CTRUNC)"));
+    }
+    Ok((n, fd))
+}
+
+/// Credentials of the process at the other end of `sock` (`SO_PEERCRED`).
+pub fn peer_cred(sock: &UnixStream) -> io::Result<libc::ucred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred`/`len` are valid out pointers of the right size.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred)
+}
+
+/// The canonical path of a mount point (parent canonicalized, last component appended: a dead
+/// FUSE mount is not asked anything).
+pub fn canonical_mountpoint(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map(|d| d.join(name))
+            .unwrap_or(abs),
+        _ => abs,
+    }
+}
+
+/// The abstract socket name of a mount's zero-copy service: `tiercache-zc-NAME-HASH`, HASH a
+/// 64-bit FNV-1a of the canonical mount point (as the control socket's file name).
+pub fn socket_name(mountpoint: &Path) -> String {
+    let canon = canonical_mountpoint(mountpoint);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canon.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let name: String = canon
+        .file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .take(32)
+                .collect()
+        })
+        .unwrap_or_else(|| "root".into());
+    format!("tiercache-zc-{name}-{h:016x}")
+}
+
+/// Connects to the abstract socket `name`.
+pub fn connect_abstract(name: &str) -> io::Result<UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    UnixStream::connect_addr(&addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_and_descriptors_cross_a_socket_pair() {
+        let (a, b) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+        let f = std::fs::File::open("/proc/self/status").unwrap_or_else(|e| panic!("{e}"));
+        send(&a, &Request::Open, Some(f.as_raw_fd())).unwrap_or_else(|e| panic!("{e}"));
+        send(&a, &Request::Close { handle: 3 }, None).unwrap_or_else(|e| panic!("{e}"));
+        let (r, fd): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r, Request::Open);
+        let fd = fd.expect("descriptor passed");
+        let got = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            got,
+            std::path::Path::new("/proc")
+                .join(std::process::id().to_string())
+                .join("status")
+        );
+        let (r, fd): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r, Request::Close { handle: 3 });
+        assert!(fd.is_none());
+    }
+
+    #[test]
+    fn socket_names_differ_per_mount_point() {
+        let a = socket_name(Path::new("/mnt/a"));
+        assert!(a.starts_with("tiercache-zc-a-"), "{a}");
+        assert_ne!(a, socket_name(Path::new("/srv/a")));
+    }
+}

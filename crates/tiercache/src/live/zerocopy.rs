@@ -1,0 +1,397 @@
+//! The daemon's zero-copy service (`--zero-copy`, paper 003): an abstract Unix socket named
+//! after the mount point (`tiercache_client::wire::socket_name`) where clients get the memory
+//! tier's shared region and ask for misses; hits never reach here.
+//!
+//! Admission: a peer (SO_PEERCRED) whose uid is the daemon's or root's, or that is in
+//! `--zero-copy-group` (its `/proc/PID/status` groups), gets one of 64 client bits; others are
+//! refused with a reason. A file is registered only from a descriptor the client opened on
+//! the mount itself (the kernel and the mount checked its rights) and that names, by its path
+//! and inode, a regular file of BACKING. When a connection ends, its files are released and
+//! its pins dropped (`MemCache::release_client`), whatever state the client died in.
+
+use super::adapter::CacheDataPath;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+use tiercache_client::wire::{self, Request, Response};
+use tiercache_fuse::{AttrSnapshot, DataPath, FileHandleInfo};
+use tiercache_manager::FileId;
+use tiercache_memtier::shm::{Region, MAX_CLIENTS};
+
+/// `--zero-copy` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZeroCopySettings {
+    /// `--zero-copy-group`: its members are admitted too.
+    pub group: Option<u32>,
+}
+
+/// Counters for `stats --json` `zerocopy`.
+#[derive(Debug, Default)]
+pub struct ZcCounters {
+    pub clients: AtomicU64,
+    /// Blocks the daemon read and pinned for clients (their misses).
+    pub misses: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// The bound service, before and after it starts serving.
+#[derive(Debug)]
+pub struct Service {
+    listener: UnixListener,
+    name: String,
+    settings: ZeroCopySettings,
+    pub counters: Arc<ZcCounters>,
+}
+
+impl Service {
+    /// Binds the mount's socket (before mounting: a taken name mounts nothing).
+    pub fn bind(mountpoint: &Path, settings: ZeroCopySettings) -> Result<Self, String> {
+        let name = wire::socket_name(mountpoint);
+        let addr = SocketAddr::from_abstract_name(name.as_bytes())
+            .map_err(|e| format!("--zero-copy: socket name {name}: {e}"))?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| {
+            format!("--zero-copy: cannot bind @{name} ({e}; is this mount point already served?)")
+        })?;
+        Ok(Self {
+            listener,
+            name,
+            settings,
+            counters: Arc::new(ZcCounters::default()),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Serves clients on a thread of its own, for as long as the daemon runs.
+    pub fn serve(
+        self,
+        data: Arc<CacheDataPath>,
+        mountpoint: PathBuf,
+        backing: PathBuf,
+    ) -> Result<(), String> {
+        let region = data
+            .mem()
+            .zero_copy_region()
+            .cloned()
+            .ok_or("--zero-copy: the memory tier is not shared")?;
+        let shared = Arc::new(Shared {
+            data,
+            region,
+            mountpoint,
+            backing,
+            settings: self.settings,
+            bits: Mutex::new(0),
+            counters: self.counters,
+            next_handle: AtomicU64::new(1),
+        });
+        let listener = self.listener;
+        std::thread::Builder::new()
+            .name("zc-accept".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    match conn {
+                        Ok(s) => {
+                            let shared = Arc::clone(&shared);
+                            let spawned = std::thread::Builder::new()
+                                .name("zc-client".into())
+                                .spawn(move || shared.serve_client(s));
+                            if let Err(e) = spawned {
+                                log::error!("zero-copy: cannot start a client thread: {e}");
+                            }
+                        }
+                        Err(e) => log::warn!("zero-copy: accept: {e}"),
+                    }
+                }
+            })
+            .map(|_| ())
+            .map_err(|e| format!("--zero-copy: cannot start the service: {e}"))
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    data: Arc<CacheDataPath>,
+    region: Arc<Region>,
+    mountpoint: PathBuf,
+    backing: PathBuf,
+    settings: ZeroCopySettings,
+    /// Client bits in use.
+    bits: Mutex<u64>,
+    counters: Arc<ZcCounters>,
+    next_handle: AtomicU64,
+}
+
+/// A file a client registered.
+struct Opened {
+    fh: FileHandleInfo,
+}
+
+fn refuse(message: impl Into<String>, errno: i32) -> Response {
+    Response::Error {
+        message: message.into(),
+        errno,
+    }
+}
+
+impl Shared {
+    fn serve_client(&self, sock: UnixStream) {
+        let bit = match self.admit(&sock) {
+            Ok(b) => b,
+            Err(resp) => {
+                self.counters.refused.fetch_add(1, Relaxed);
+                // The client may not even have said hello yet; answer its first frame.
+                let _ = wire::recv::<Request>(&sock);
+                let _ = wire::send(&sock, &resp, None);
+                return;
+            }
+        };
+        self.counters.clients.fetch_add(1, Relaxed);
+        let mut files: HashMap<u64, Opened> = HashMap::new();
+        loop {
+            let Ok((req, fd)) = wire::recv::<Request>(&sock) else {
+                break;
+            };
+            let (resp, send_fd) = self.handle(req, fd, bit, &mut files);
+            let fd = send_fd.then(|| self.region.file().as_raw_fd());
+            if wire::send(&sock, &resp, fd).is_err() {
+                break;
+            }
+        }
+        // Gone (EOF, error or crash): its files and its pins go with it.
+        for (_, o) in files.drain() {
+            self.data.release(&o.fh);
+        }
+        self.data.mem().release_client(1u64 << bit);
+        let mut bits = self.bits.lock().unwrap_or_else(PoisonError::into_inner);
+        *bits &= !(1u64 << bit);
+        self.counters.clients.fetch_sub(1, Relaxed);
+    }
+
+    /// Checks the peer and gives it a client bit, or says why not.
+    fn admit(&self, sock: &UnixStream) -> Result<u32, Response> {
+        let cred =
+            wire::peer_cred(sock).map_err(|e| refuse(format!("SO_PEERCRED: {e}"), libc::EACCES))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let in_group = self
+            .settings
+            .group
+            .is_some_and(|g| cred.gid == g || groups_of(cred.pid).contains(&g));
+        if cred.uid != me && cred.uid != 0 && !in_group {
+            log::warn!(
+                "zero-copy: refused uid {} (pid {}): not the mount's owner, root or in --zero-copy-group",
+                cred.uid,
+                cred.pid
+            );
+            return Err(refuse(
+                format!(
+                    "uid {} may not map this mount's cache (the owner, root and --zero-copy-group may)",
+                    cred.uid
+                ),
+                libc::EACCES,
+            ));
+        }
+        let mut bits = self.bits.lock().unwrap_or_else(PoisonError::into_inner);
+        let free = (0..MAX_CLIENTS as u32).find(|&b| *bits & (1u64 << b) == 0);
+        let Some(b) = free else {
+            return Err(refuse(
+                format!("too many zero-copy clients (at most {MAX_CLIENTS})"),
+                libc::EUSERS,
+            ));
+        };
+        *bits |= 1u64 << b;
+        // A bit that a previous client left set anywhere is cleared before reuse.
+        self.region.release_client(1u64 << b);
+        Ok(b)
+    }
+
+    fn handle(
+        &self,
+        req: Request,
+        fd: Option<OwnedFd>,
+        bit: u32,
+        files: &mut HashMap<u64, Opened>,
+    ) -> (Response, bool) {
+        match req {
+            Request::Hello { version } if version == wire::VERSION => (
+                Response::Welcome {
+                    version: wire::VERSION,
+                    client: bit,
+                    epoch: self.region.epoch(),
+                    block_size: self.region.layout().block as u32,
+                },
+                true,
+            ),
+            Request::Hello { version } => (
+                refuse(
+                    format!(
+                        "protocol version {version}; this daemon speaks {}",
+                        wire::VERSION
+                    ),
+                    libc::EPROTO,
+                ),
+                false,
+            ),
+            Request::Open => match fd {
+                None => (refuse("open without a descriptor", libc::EINVAL), false),
+                Some(fd) => match self.open(File::from(fd)) {
+                    Ok(o) => {
+                        let handle = self.next_handle.fetch_add(1, Relaxed);
+                        let resp = Response::Opened {
+                            handle,
+                            file: o.fh.ino,
+                            size: self.size(&o),
+                        };
+                        files.insert(handle, o);
+                        (resp, false)
+                    }
+                    Err(e) => (
+                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EINVAL)),
+                        false,
+                    ),
+                },
+            },
+            Request::Pin {
+                handle,
+                first,
+                count,
+            } => {
+                let Some(o) = files.get(&handle) else {
+                    return (refuse(format!("no open file {handle}"), libc::EBADF), false);
+                };
+                if count == 0 || count > 4096 {
+                    return (refuse("count must be 1..=4096", libc::EINVAL), false);
+                }
+                match self
+                    .data
+                    .mem()
+                    .pin_blocks(FileId(o.fh.ino), first, count, 1u64 << bit)
+                {
+                    Ok(slots) => {
+                        self.counters.misses.fetch_add(count, Relaxed);
+                        (
+                            Response::Pinned {
+                                slots,
+                                size: self.size(o),
+                            },
+                            false,
+                        )
+                    }
+                    Err(e) => (
+                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EIO)),
+                        false,
+                    ),
+                }
+            }
+            Request::Close { handle } => match files.remove(&handle) {
+                Some(o) => {
+                    self.data.release(&o.fh);
+                    (Response::Closed, false)
+                }
+                None => (refuse(format!("no open file {handle}"), libc::EBADF), false),
+            },
+        }
+    }
+
+    fn size(&self, o: &Opened) -> u64 {
+        self.data
+            .mem()
+            .logical_size(FileId(o.fh.ino))
+            .or_else(|| o.fh.file.metadata().ok().map(|m| m.len()))
+            .unwrap_or(0)
+    }
+
+    /// Registers the file behind the client's descriptor (see the module docs).
+    fn open(&self, client_fd: File) -> io::Result<Opened> {
+        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+        let cm = client_fd.metadata()?;
+        let mount_dev = std::fs::metadata(&self.mountpoint)?.dev();
+        if cm.dev() != mount_dev {
+            return Err(bad(format!(
+                "the descriptor is not of a file on {}",
+                self.mountpoint.display()
+            )));
+        }
+        if !cm.file_type().is_file() {
+            return Err(bad("not a regular file".into()));
+        }
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", client_fd.as_raw_fd()))?;
+        let rel = link.strip_prefix(&self.mountpoint).map_err(|_| {
+            bad(format!(
+                "{} is not under {}",
+                link.display(),
+                self.mountpoint.display()
+            ))
+        })?;
+        let path = self.backing.join(rel);
+        let file = File::open(&path)?;
+        let bm = file.metadata()?;
+        if bm.ino() != cm.ino() {
+            return Err(io::Error::other(format!(
+                "{} changed while it was opened (renamed?); try again",
+                rel.display()
+            )));
+        }
+        let fh = FileHandleInfo {
+            fh: u64::MAX - self.next_handle.load(Relaxed),
+            ino: cm.ino(),
+            file: Arc::new(file),
+            flags: libc::O_RDONLY,
+            snapshot: AttrSnapshot {
+                size: bm.len(),
+                mtime: bm.modified()?,
+                dev: bm.dev(),
+                ino: bm.ino(),
+            },
+        };
+        self.data.open(&fh)?;
+        Ok(Opened { fh })
+    }
+}
+
+/// Supplementary groups of process `pid` (`/proc/PID/status`), empty if it cannot be read.
+fn groups_of(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// `stats --json` `zerocopy`: `enabled`, `clients`, `pinned_slots`, `held_slots`, `hits`
+/// (counted by the clients in shared memory), `misses` (blocks the daemon read and pinned for
+/// them), `refused`.
+pub fn stats_json(
+    mem: &tiercache_manager::MemCache,
+    counters: Option<&ZcCounters>,
+) -> serde_json::Value {
+    match (mem.zero_copy_region(), counters) {
+        (Some(r), Some(c)) => serde_json::json!({
+            "enabled": true,
+            "clients": c.clients.load(Relaxed),
+            "pinned_slots": r.pinned_slots(),
+            "held_slots": mem.held_slots(),
+            "hits": r.total_client_hits(),
+            "misses": c.misses.load(Relaxed),
+            "refused": c.refused.load(Relaxed),
+        }),
+        _ => serde_json::json!({
+            "enabled": false, "clients": 0, "pinned_slots": 0, "held_slots": 0,
+            "hits": 0, "misses": 0, "refused": 0,
+        }),
+    }
+}
