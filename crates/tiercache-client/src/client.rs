@@ -191,8 +191,9 @@ impl Client {
     /// The lock-free hit path: the hint table names a slot, its header says it holds `block`
     /// of `file`, valid, and still does once pinned. No system call.
     fn try_hit(&self, file: u64, block: u64) -> Option<u32> {
-        let slot = self.region.hint(file, block)?;
-        self.pin_slot(file, block, slot).then_some(slot)
+        self.region
+            .hints(file, block)
+            .find(|&slot| self.pin_slot(file, block, slot))
     }
 
     /// Pins `slot` for `block` of `file` (validated in its header) and counts the reference.

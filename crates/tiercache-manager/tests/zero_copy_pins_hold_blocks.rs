@@ -64,11 +64,10 @@ fn pinned_blocks_are_never_reused_under_eviction_writes_and_invalidation() {
             for _ in 0..4000 {
                 let f = rng.gen_range(0..FILES);
                 let (id, b) = (ids[f], rng.gen_range(0..BLOCKS));
-                let hit = client.hint(id.0, b).and_then(|s| {
+                let hit = client.hints(id.0, b).find(|&s| {
                     client
                         .header(s)
-                        .and_then(|h| h.try_pin(id.0, b, bit))
-                        .map(|_| s)
+                        .is_some_and(|h| h.try_pin(id.0, b, bit).is_some())
                 });
                 let slot = match hit {
                     Some(s) => {

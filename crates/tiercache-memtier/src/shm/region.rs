@@ -17,6 +17,8 @@ pub const SUPER_BYTES: u64 = 4096;
 pub const HEADER_BYTES: u64 = 64;
 /// Clients that may map the region at once (one bit each in a header's `pins`).
 pub const MAX_CLIENTS: usize = 64;
+/// Entries per hint-table set (a set is 16 bytes).
+pub const WAYS: usize = 4;
 /// Offset in the superblock page of the per-client hit counters (one `u64` per client bit).
 pub const CLIENT_HITS_OFF: u64 = 128;
 /// `Superblock::state`: serving.
@@ -65,11 +67,15 @@ impl Layout {
         if slots == 0 || slots > u64::from(u32::MAX) || block == 0 || !block.is_power_of_two() {
             return None;
         }
-        // Twice the slots, rounded to a power of two: few hints overwrite each other.
-        let buckets = slots.checked_mul(2)?.next_power_of_two();
+        // Sets of WAYS entries, twice as many entries as slots (rounded to a power of two):
+        // a hint is rarely pushed out by another one.
+        let buckets = slots.div_ceil(2).next_power_of_two();
         let headers_off = SUPER_BYTES;
         let table_off = round_up(headers_off + slots.checked_mul(HEADER_BYTES)?, 4096)?;
-        let data_off = round_up(table_off + buckets.checked_mul(4)?, block.max(4096))?;
+        let data_off = round_up(
+            table_off + buckets.checked_mul(4 * WAYS as u64)?,
+            block.max(4096),
+        )?;
         let total = data_off.checked_add(slots.checked_mul(block)?)?;
         (buckets <= u64::from(u32::MAX) && total <= isize::MAX as u64).then_some(Self {
             block,
@@ -262,31 +268,57 @@ impl Region {
         Some(unsafe { &*self.base.add(off as usize).cast::<SlotHeader>() })
     }
 
-    fn bucket_cell(&self, b: usize) -> &AtomicU32 {
-        let off = self.layout.table_off as usize + 4 * (b & (self.layout.buckets as usize - 1));
-        // SAFETY: masked into the table, 4-byte aligned, inside the mapping; atomics only.
-        unsafe { &*self.base.add(off).cast::<AtomicU32>() }
+    /// The hint-table set of `block` of `file`: WAYS cells.
+    fn set_of(&self, file: u64, block: u64) -> &[AtomicU32; WAYS] {
+        let set = bucket(file, block, self.layout.buckets - 1);
+        let off = self.layout.table_off as usize + 4 * WAYS * set;
+        // SAFETY: `set < buckets` (masked), so the 16 bytes lie inside the table, 4-byte
+        // aligned; atomics only.
+        unsafe { &*self.base.add(off).cast::<[AtomicU32; WAYS]>() }
     }
 
-    /// The slot the hint table names for `block` of `file` (validate with the header).
+    /// The slots the hint table names for `block` of `file` (0..=WAYS of them; validate each
+    /// with its header).
     #[inline]
-    pub fn hint(&self, file: u64, block: u64) -> Option<u32> {
-        let v = self
-            .bucket_cell(bucket(file, block, self.layout.buckets - 1))
-            .load(Acquire);
-        v.checked_sub(1)
+    pub fn hints(&self, file: u64, block: u64) -> impl Iterator<Item = u32> + '_ {
+        self.set_of(file, block)
+            .iter()
+            .filter_map(|c| c.load(Acquire).checked_sub(1))
     }
 
-    /// Daemon: points `block` of `file`'s bucket at `slot`.
+    /// Daemon: names `slot` for `block` of `file` in its set: an empty cell, else one whose
+    /// slot holds no valid block of this set any more, else one chosen by the key.
     pub fn set_hint(&self, file: u64, block: u64, slot: u32) {
-        self.bucket_cell(bucket(file, block, self.layout.buckets - 1))
-            .store(slot.saturating_add(1), Release);
+        let cells = self.set_of(file, block);
+        let v = slot.saturating_add(1);
+        if cells.iter().any(|c| c.load(Relaxed) == v) {
+            return;
+        }
+        let set = bucket(file, block, self.layout.buckets - 1);
+        for c in cells {
+            let old = c.load(Relaxed);
+            let stale = old == 0
+                || self.header(old - 1).is_none_or(|h| {
+                    h.flags.load(Relaxed) & super::VALID == 0
+                        || bucket(
+                            h.file.load(Relaxed),
+                            h.block.load(Relaxed),
+                            self.layout.buckets - 1,
+                        ) != set
+                });
+            if stale && c.compare_exchange(old, v, Release, Relaxed).is_ok() {
+                return;
+            }
+        }
+        cells[((file ^ block) as usize) % WAYS].store(v, Release);
     }
 
-    /// Daemon: clears the bucket of `block` of `file` if it names `slot`.
+    /// Daemon: clears `slot` from the set of `block` of `file`.
     pub fn clear_hint(&self, file: u64, block: u64, slot: u32) {
-        let cell = self.bucket_cell(bucket(file, block, self.layout.buckets - 1));
-        let _ = cell.compare_exchange(slot.saturating_add(1), 0, Release, Relaxed);
+        let v = slot.saturating_add(1);
+        for c in self.set_of(file, block) {
+            let _ = c.compare_exchange(v, 0, Release, Relaxed);
+        }
     }
 
     /// Pointer to the first byte of `slot` (in range: checked by the caller via `header`).
@@ -351,11 +383,11 @@ mod tests {
     fn layout_is_aligned_and_covers_everything() {
         let l = Layout::new(1000, 4096).expect("layout");
         assert_eq!(l.headers_off, 4096);
-        assert_eq!(l.buckets, 2048);
+        assert_eq!(l.buckets, 512);
         assert_eq!(l.table_off % 4096, 0);
         assert!(l.table_off >= 4096 + 64 * 1000);
         assert_eq!(l.data_off % 4096, 0);
-        assert!(l.data_off >= l.table_off + 4 * 2048);
+        assert!(l.data_off >= l.table_off + 16 * 512);
         assert_eq!(l.total, l.data_off + 1000 * 4096);
         assert!(Layout::new(0, 4096).is_none());
         assert!(Layout::new(10, 3000).is_none());
@@ -374,7 +406,7 @@ mod tests {
         unsafe { d.data_ptr(3).write_bytes(0xab, 4096) };
         h.set_valid();
         d.set_hint(10, 2, 3);
-        assert_eq!(c.hint(10, 2), Some(3));
+        assert_eq!(c.hints(10, 2).collect::<Vec<_>>(), vec![3]);
         let p = c.header(3).expect("h").try_pin(10, 2, 1).expect("pin");
         assert!(p.newly);
         // SAFETY: pinned, in range.

@@ -496,6 +496,12 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             src("zero-copy-group", flags.zero_copy_group.is_some())
         ));
     }
+    if zero_copy_group.is_some() && !o.allow_other.unwrap_or(false) {
+        return Err(format!(
+            "{}: needs --allow-other (other users cannot open files on the mount otherwise)",
+            src("zero-copy-group", flags.zero_copy_group.is_some())
+        ));
+    }
     let mut mem = mem;
     mem.zero_copy = zero_copy;
     Ok(Settings {

@@ -1,0 +1,176 @@
+//! Zero-copy clients on a real `--zero-copy` mount (paper 003): a client reads what the mount
+//! holds with no copy, hits without asking the daemon, sees writes made through the mount at
+//! once; a uid that is not admitted is refused; a client killed while holding pins leaves
+//! none behind; a daemon that stops gives connected clients an error, not a crash.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
+use support::{s, tc, Mount};
+use tiercache_client::{Client, Error};
+
+fn content(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+#[test]
+fn a_client_reads_in_place_hits_without_the_daemon_and_sees_mount_writes() {
+    let m = Mount::new(&["--zero-copy", "--memory", "8M"]);
+    let data = content(300_000, 1);
+    std::fs::write(m.mnt.join("f"), &data).unwrap();
+    let c = Client::connect(&m.mnt).unwrap();
+    let f = c.open(m.mnt.join("f")).unwrap();
+    assert_eq!(f.size(), data.len() as u64);
+    let bs = c.block_size();
+    let n = data.len().div_ceil(bs) as u64;
+    // The whole file, block by block, in place.
+    let blocks = f.read_blocks(0, n).unwrap();
+    assert_eq!(blocks.len() as u64, n);
+    for (i, b) in blocks.iter().enumerate() {
+        let want = &data[i * bs..((i + 1) * bs).min(data.len())];
+        assert_eq!(&b[..want.len()], want, "block {i}");
+        assert!(b[want.len()..].iter().all(|&x| x == 0), "past EOF: zeros");
+    }
+    drop(blocks);
+    // Everything is cached now: a second pass is all hits, no request to the daemon.
+    let misses = c.stats.misses.load(Relaxed);
+    let v = f.read_bytes(1000, 200_000).unwrap();
+    let mut got = vec![0u8; v.len()];
+    v.copy_to(&mut got);
+    assert_eq!(got, &data[1000..201_000]);
+    assert_eq!(v.get(0), Some(data[1000]));
+    assert_eq!(
+        c.stats.misses.load(Relaxed),
+        misses,
+        "a cached range asked the daemon"
+    );
+    assert!(c.stats.hits.load(Relaxed) >= 49);
+    drop(v);
+    // A write through the mount lands in the same slot: the pinned view sees it at once.
+    let pinned = f.read_blocks(1, 1).unwrap();
+    let mut w = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.mnt.join("f"))
+        .unwrap();
+    std::io::Seek::seek(&mut w, std::io::SeekFrom::Start(bs as u64 + 10)).unwrap();
+    w.write_all(b"written through FUSE").unwrap();
+    drop(w);
+    assert_eq!(&pinned[0][10..30], b"written through FUSE");
+    let st = m.stats();
+    assert_eq!(st["zerocopy"]["enabled"], true);
+    assert_eq!(st["zerocopy"]["clients"], 1);
+    assert!(st["zerocopy"]["pinned_slots"].as_u64().unwrap() >= 1);
+    let (hits, misses) = (
+        st["zerocopy"]["hits"].as_u64().unwrap(),
+        st["zerocopy"]["misses"].as_u64().unwrap(),
+    );
+    assert!(
+        hits >= 49 && hits + misses >= n + 49,
+        "{hits} hits, {misses} misses"
+    );
+    drop(pinned);
+    drop(f);
+    drop(c);
+    // The daemon notices the client is gone and its pins with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while m.stats()["zerocopy"]["clients"] != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let z = &m.stats()["zerocopy"];
+    assert_eq!(
+        (z["clients"].as_u64(), z["pinned_slots"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[test]
+fn a_uid_that_is_not_admitted_is_refused_and_maps_nothing() {
+    let m = Mount::new(&["--zero-copy"]);
+    std::fs::write(m.mnt.join("f"), b"secret").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(["zerocopy", "read", s(&m.mnt), s(&m.mnt.join("f"))])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "bytes leaked to a refused uid");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("uid 65534 may not map"), "{err}");
+    assert_eq!(m.stats()["zerocopy"]["refused"], 1);
+    // The same uid in --zero-copy-group is admitted (the file itself is readable to all).
+    drop(m);
+    let m = Mount::new(&["--zero-copy", "--zero-copy-group", "4242", "--allow-other"]);
+    std::fs::write(m.mnt.join("f"), b"shared").unwrap();
+    // The test's directory is private (0700): open it so that uid 65534 may reach the file.
+    use std::os::unix::fs::PermissionsExt;
+    let top = m.mnt.parent().unwrap();
+    std::fs::set_permissions(top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(["zerocopy", "read", s(&m.mnt), s(&m.mnt.join("f"))])
+        .uid(65534)
+        .gid(4242)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"shared");
+}
+
+#[test]
+fn a_client_killed_while_holding_pins_leaves_none() {
+    let m = Mount::new(&["--zero-copy"]);
+    std::fs::write(m.mnt.join("f"), content(100_000, 7)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(["zerocopy", "read", "--hold", s(&m.mnt), s(&m.mnt.join("f"))])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("pinned "), "{line}");
+    let held: u64 = line["pinned ".len()..].trim().parse().unwrap();
+    assert!(held >= 24, "{line}");
+    assert!(m.stats()["zerocopy"]["pinned_slots"].as_u64().unwrap() >= held);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while m.stats()["zerocopy"]["pinned_slots"] != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(m.stats()["zerocopy"]["pinned_slots"], 0);
+    assert_eq!(m.stats()["zerocopy"]["clients"], 0);
+}
+
+#[test]
+fn clients_of_a_daemon_that_stops_get_an_error_not_a_crash() {
+    let m = Mount::new(&["--zero-copy"]);
+    std::fs::write(m.mnt.join("f"), content(50_000, 3)).unwrap();
+    let c = Client::connect(&m.mnt).unwrap();
+    let f = c.open(m.mnt.join("f")).unwrap();
+    assert_eq!(f.read_blocks(0, 2).unwrap().len(), 2);
+    let out = tc(&["unmount", s(&m.mnt)]);
+    assert!(out.status.success(), "{out:?}");
+    match f.read_blocks(0, 2) {
+        Err(Error::Gone(_)) => {}
+        other => panic!("expected Gone, got {other:?}"),
+    }
+    // Connecting again says there is no service.
+    match Client::connect(&m.mnt) {
+        Err(Error::NoService { .. }) => {}
+        other => panic!("expected NoService, got {other:?}"),
+    }
+}
