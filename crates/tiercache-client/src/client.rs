@@ -70,6 +70,8 @@ pub struct Client {
     bit: u64,
     block: usize,
     pins: Mutex<HashMap<u32, u32>>,
+    /// Mutable references per slot (the writer bit goes with the last one).
+    writes: Mutex<HashMap<u32, u32>>,
     pub stats: ClientStats,
 }
 
@@ -130,6 +132,7 @@ impl Client {
             bit: 1u64 << client,
             block,
             pins: Mutex::new(HashMap::new()),
+            writes: Mutex::new(HashMap::new()),
             stats: ClientStats::default(),
         })
     }
@@ -157,7 +160,20 @@ impl Client {
     /// this process's rights, through the mount: the kernel and the mount's permission checks
     /// decide, and the daemon only registers what was opened.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<ZcFile<'_>> {
-        let f = File::open(path.as_ref())?;
+        self.open_with(path, false)
+    }
+
+    /// Like [`Client::open`], for reading and in-place updates ([`ZcFile::write_block`],
+    /// [`ZcFile::sync`]): the file is opened read-write through the mount.
+    pub fn open_rw(&self, path: impl AsRef<Path>) -> Result<ZcFile<'_>> {
+        self.open_with(path, true)
+    }
+
+    fn open_with(&self, path: impl AsRef<Path>, write: bool) -> Result<ZcFile<'_>> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(path.as_ref())?;
         match self.call(&Request::Open, Some(&f))? {
             Response::Opened { handle, file, size } => Ok(ZcFile {
                 client: self,
@@ -218,6 +234,12 @@ impl Drop for Client {
     fn drop(&mut self) {
         // Our pins die with the connection (the daemon clears our bit when it sees EOF); the
         // region unmaps with `self.region`.
+        let writes = std::mem::take(&mut *lock(&self.writes));
+        for slot in writes.into_keys() {
+            if let Some(h) = self.region.header(slot) {
+                h.end_write(self.bit);
+            }
+        }
         let pins = std::mem::take(&mut *lock(&self.pins));
         for slot in pins.into_keys() {
             if let Some(h) = self.region.header(slot) {
@@ -335,6 +357,68 @@ impl<'c> ZcFile<'c> {
     }
 }
 
+impl<'c> ZcFile<'c> {
+    /// 003's in-place update: block `block` pinned and marked dirty for this client, to change
+    /// in place. Other processes mapping it, and readers on the mount, see the bytes at once;
+    /// they reach BACKING by write-back, durably with [`ZcFile::sync`]. The block must begin
+    /// before EOF (grow the file within its last block with `sync(.., extend)`, or through the
+    /// mount). One request to the daemon.
+    pub fn write_block(&self, block: u64) -> Result<BlockMut<'c>> {
+        let c = self.client;
+        let req = Request::PinWrite {
+            handle: self.handle,
+            block,
+        };
+        // Held across the request: the last mutable reference of another thread to the same
+        // block cannot clear the writer bit between the daemon setting it and us counting it.
+        let mut writes = lock(&c.writes);
+        match c.call(&req, None)? {
+            Response::Pinned { slots, size } => {
+                self.size.store(size, Relaxed);
+                let Some(Some(slot)) = slots.first().copied() else {
+                    return Err(Error::Protocol("no slot for a pinned block".into()));
+                };
+                // The daemon set our pin and writer bits; count them here (revalidated).
+                if !c.pin_slot(self.id, block, slot) {
+                    if !writes.contains_key(&slot) {
+                        if let Some(h) = c.region.header(slot) {
+                            h.end_write(c.bit);
+                        }
+                    }
+                    return Err(Error::Refused {
+                        message: format!("block {block} left the cache; try again"),
+                        errno: libc::EAGAIN,
+                    });
+                }
+                *writes.entry(slot).or_insert(0) += 1;
+                Ok(BlockMut {
+                    block: BlockRef::new(c, slot),
+                })
+            }
+            other => Err(Error::Protocol(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// 003's syncblock: the file's dirty blocks reach BACKING and are synced; with `extend`,
+    /// the size grows to `offset + len` when that passes EOF (within the last block); the
+    /// mtime is now. Returns the file's size.
+    pub fn sync(&self, offset: u64, len: u64, extend: bool) -> Result<u64> {
+        let req = Request::Sync {
+            handle: self.handle,
+            offset,
+            len,
+            extend,
+        };
+        match self.client.call(&req, None)? {
+            Response::Synced { size } => {
+                self.size.store(size, Relaxed);
+                Ok(size)
+            }
+            other => Err(Error::Protocol(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
 impl Drop for ZcFile<'_> {
     fn drop(&mut self) {
         let _ = self.client.call(
@@ -386,6 +470,60 @@ impl std::ops::Deref for BlockRef<'_> {
 impl Drop for BlockRef<'_> {
     fn drop(&mut self) {
         self.client.release(self.slot);
+    }
+}
+
+/// A pinned block being updated in place ([`ZcFile::write_block`]). When the last mutable
+/// reference of this client to the block goes, its update ends (the block's dirty sequence
+/// moves, so write-back writes the new bytes).
+#[derive(Debug)]
+pub struct BlockMut<'c> {
+    block: BlockRef<'c>,
+}
+
+impl BlockMut<'_> {
+    pub fn slot(&self) -> u32 {
+        self.block.slot
+    }
+
+    /// The block's bytes, to change in place.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let c = self.block.client;
+        // SAFETY: as in `BlockRef::bytes` (in range, pinned, mapping alive); the mapping is
+        // writable (MAP_SHARED, PROT_WRITE) and `&mut self` makes this the only reference this
+        // process hands out through `self`. Other writers (other clients, the mount) may change
+        // the bytes too, as with any shared mapping.
+        unsafe { std::slice::from_raw_parts_mut(c.region.data_ptr(self.block.slot), c.block) }
+    }
+}
+
+impl std::ops::Deref for BlockMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.block.bytes()
+    }
+}
+
+impl std::ops::DerefMut for BlockMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.bytes_mut()
+    }
+}
+
+impl Drop for BlockMut<'_> {
+    fn drop(&mut self) {
+        let c = self.block.client;
+        let mut writes = lock(&c.writes);
+        if let Some(n) = writes.get_mut(&self.block.slot) {
+            *n -= 1;
+            if *n == 0 {
+                writes.remove(&self.block.slot);
+                if let Some(h) = c.region.header(self.block.slot) {
+                    h.end_write(c.bit);
+                }
+            }
+        }
+        // Then `self.block` drops its pin.
     }
 }
 

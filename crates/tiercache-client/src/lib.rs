@@ -7,7 +7,8 @@
 //!
 //! Parts:
 //! - [`client`]: [`Client`] (connection + mapping), [`ZcFile`], [`BlockRef`] (a pinned block),
-//!   [`ByteView`] (a byte range over pinned blocks);
+//!   [`BlockMut`] (a pinned block updated in place), [`ByteView`] (a byte range over pinned
+//!   blocks);
 //! - [`wire`]: the socket protocol (JSON frames, descriptors passed with `SCM_RIGHTS`).
 //!
 //! Trust: mapping the region exposes every cached block of the mount to this process; the
@@ -17,4 +18,4 @@
 pub mod client;
 pub mod wire;
 
-pub use client::{BlockRef, ByteView, Client, ClientStats, Error, Result, ZcFile};
+pub use client::{BlockMut, BlockRef, ByteView, Client, ClientStats, Error, Result, ZcFile};

@@ -29,6 +29,19 @@ pub enum Request {
         first: u64,
         count: u64,
     },
+    /// Pins block `block` for an in-place update and marks it dirty (the writer bit is set).
+    PinWrite {
+        handle: u64,
+        block: u64,
+    },
+    /// 003's syncblock: dirty blocks to BACKING, synced; with `extend`, the size grows to
+    /// `offset + len` when that passes EOF (within the last block); mtime is now.
+    Sync {
+        handle: u64,
+        offset: u64,
+        len: u64,
+        extend: bool,
+    },
     Close {
         handle: u64,
     },
@@ -53,6 +66,9 @@ pub enum Response {
     /// Each block's slot (`None`: past EOF, or it could not be kept), and the file's size.
     Pinned {
         slots: Vec<Option<u32>>,
+        size: u64,
+    },
+    Synced {
         size: u64,
     },
     Closed,

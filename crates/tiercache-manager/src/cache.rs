@@ -595,6 +595,18 @@ impl MemCache {
         self.inner.pin_blocks(file, first, count, bit)
     }
 
+    /// Zero-copy: pins block `block` of `file` for client `bit` to update in place, dirty (see
+    /// `zerocopy`); its slot.
+    pub fn pin_for_write(&self, file: FileId, block: u64, bit: u64) -> io::Result<u32> {
+        self.inner.pin_for_write(file, block, bit)
+    }
+
+    /// Zero-copy sync (003's syncblock): grows the logical size to `new_size` (within the last
+    /// block), writes the dirty blocks back and syncs BACKING. Returns the size.
+    pub fn sync_extend(&self, file: FileId, new_size: Option<u64>) -> io::Result<u64> {
+        self.inner.sync_extend(file, new_size)
+    }
+
     /// A zero-copy client is gone: drops its pins and frees the slots held back for it.
     pub fn release_client(&self, bit: u64) {
         self.inner.release_client(bit);

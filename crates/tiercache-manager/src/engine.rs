@@ -209,8 +209,7 @@ impl Engine {
     /// A write to `slot` (holding `key`) was copied in: mark it dirty (not evictable) and bump
     /// its dirty sequence so that a write-back that copied it earlier does not mark it clean.
     pub fn commit_write(&mut self, arena: &Arena, key: BlockKey, slot: SlotId, now: Instant) {
-        let hdr = arena.slot(slot);
-        hdr.seq.fetch_add(1, ORD);
+        arena.seq(slot).fetch_add(1, ORD);
         if self.tier.peek(&key) != Some(slot) {
             return;
         }
@@ -227,7 +226,10 @@ impl Engine {
     /// Write-back of `slot` finished with the bytes of dirty sequence `seq`: clean it unless it
     /// was written again since. Returns whether it is clean now.
     pub fn mark_clean(&mut self, arena: &Arena, key: BlockKey, slot: SlotId, seq: u64) -> bool {
-        if self.tier.peek(&key) != Some(slot) || arena.slot(slot).seq.load(ORD) != seq {
+        if self.tier.peek(&key) != Some(slot)
+            || arena.seq(slot).load(ORD) != seq
+            || arena.client_writing(slot)
+        {
             return false;
         }
         self.clear_dirty(key, slot);

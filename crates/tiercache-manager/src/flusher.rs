@@ -394,11 +394,7 @@ impl Inner {
                     eng.pin(slot);
                     // The dirty sequence goes with the size snapshot: a write committed after
                     // this point (which may also have moved EOF past our clip) keeps it dirty.
-                    let seq = self
-                        .arena
-                        .slot(slot)
-                        .seq
-                        .load(tiercache_memtier::arena::ORD);
+                    let seq = self.arena.seq(slot).load(tiercache_memtier::arena::ORD);
                     list.push((block, slot, seq));
                 }
             }

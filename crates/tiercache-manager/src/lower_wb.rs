@@ -471,12 +471,7 @@ impl Inner {
             let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
             let g = self.arena.read(slot);
             if !g.state().holds(key)
-                || self
-                    .arena
-                    .slot(slot)
-                    .seq
-                    .load(tiercache_memtier::arena::ORD)
-                    != seq
+                || self.arena.seq(slot).load(tiercache_memtier::arena::ORD) != seq
             {
                 continue;
             }

@@ -84,6 +84,111 @@ impl Inner {
         Ok(out)
     }
 
+    /// Pins block `block` of `file` for client `bit` to update in place and marks it dirty (003's
+    /// mutable block). The block is read into the cache first; then, under the file's `op` lock
+    /// (as a write) and the engine lock, the client's pin and writer bit are set *before* the
+    /// block is committed dirty — so write-back cannot mark it clean until the client ends its
+    /// update — and, as for a write, the file's generation and change counter move, its mtime
+    /// is now, and copies of the block below memory are invalidated. Only blocks that begin
+    /// before EOF (grow a file with `sync_extend` within its last block, or through the mount).
+    pub(crate) fn pin_for_write(&self, file: FileId, block: u64, bit: u64) -> io::Result<u32> {
+        let region = self.region().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
+        })?;
+        let off = block * self.bs as u64;
+        let mut buf = vec![0u8; self.bs];
+        for _ in 0..PIN_TRIES {
+            let size = self.lock().files.get(&file).map_or(0, |f| f.size);
+            if off >= size {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("block {block} is past EOF ({size} bytes): grow the file first"),
+                ));
+            }
+            self.read_into(file, off, &mut buf)?;
+            let shared = self.shared(file)?;
+            let _op = crate::cache::read_lock(&shared.op);
+            let key = Self::key(file, block);
+            let fkey = {
+                let mut eng = self.lock();
+                let Some(slot) = eng.tier.peek(&key) else {
+                    continue;
+                };
+                let Some(h) = region.header(slot.0) else {
+                    continue;
+                };
+                if h.try_pin(file.0, block, bit).is_none() {
+                    continue;
+                }
+                h.begin_write(bit);
+                eng.commit_write(&self.arena, key, slot, std::time::Instant::now());
+                let Some(f) = eng.files.get_mut(&file) else {
+                    h.end_write(bit);
+                    h.unpin(bit);
+                    return Err(crate::error::unknown_file(file));
+                };
+                f.generation += 1;
+                f.shared
+                    .change
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                f.mtime = Some(std::time::SystemTime::now());
+                (slot.0, f.fkey)
+            };
+            if let (Some(lower), (_, Some(fk))) = (&self.lower, fkey) {
+                shared
+                    .change
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                lower.invalidate(tiercache_tier::TierKey::new(fk, block));
+            }
+            return Ok(fkey.0);
+        }
+        Err(io::Error::from_raw_os_error(libc::EAGAIN))
+    }
+
+    /// 003's syncblock: the file's logical size grows to `new_size` if that is larger (only
+    /// within its last block, which must be cached: its bytes past the old EOF are what a
+    /// client wrote there in place); then dirty blocks go to BACKING and BACKING is synced, with
+    /// the mtime of now.
+    pub(crate) fn sync_extend(&self, file: FileId, new_size: Option<u64>) -> io::Result<u64> {
+        let shared = self.shared(file)?;
+        {
+            let _op = crate::cache::write_lock(&shared.op);
+            let mut eng = self.lock();
+            let size = eng.files.get(&file).map_or(0, |f| f.size);
+            if let Some(n) = new_size.filter(|&n| n > size) {
+                let bs = self.bs as u64;
+                let last = (n - 1) / bs;
+                if size == 0 || last != (size - 1) / bs {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "sync can grow a file only within its last block (size {size}, asked {n}); grow it through the mount"
+                        ),
+                    ));
+                }
+                let key = Self::key(file, last);
+                let Some(slot) = eng.tier.peek(&key) else {
+                    return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                };
+                eng.commit_write(&self.arena, key, slot, std::time::Instant::now());
+                if let Some(f) = eng.files.get_mut(&file) {
+                    f.size = n;
+                    f.generation += 1;
+                    f.shared
+                        .change
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            if let Some(f) = eng.files.get_mut(&file) {
+                if !f.dirty.is_empty() {
+                    f.mtime = Some(std::time::SystemTime::now());
+                }
+            }
+        }
+        self.fsync(file, false)?;
+        Ok(self.lock().files.get(&file).map_or(0, |f| f.size))
+    }
+
     /// Client `bit` is gone: its pins go, and slots held back for it are freed.
     pub(crate) fn release_client(&self, bit: u64) {
         if let Some(r) = self.region() {

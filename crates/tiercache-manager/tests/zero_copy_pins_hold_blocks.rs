@@ -164,3 +164,55 @@ fn a_gone_clients_pins_are_released_and_its_held_slots_freed() {
     assert_eq!(cache.pin_blocks(id, 16, 2, 1).unwrap(), vec![None, None]);
     cache.release_client(1);
 }
+
+#[test]
+fn a_block_updated_in_place_stays_dirty_until_the_update_ends_and_then_reaches_backing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = zc_cache(8);
+    let p = make_file(dir.path(), "f", &pattern(0, 4 * BS, 1));
+    let id = open(&cache, &p, Class::Normal);
+    let region = cache.zero_copy_region().unwrap();
+    let client = Region::open(region.file().try_clone().unwrap()).unwrap();
+    let slot = cache.pin_for_write(id, 2, 1 << 3).unwrap();
+    let h = client.header(slot).unwrap();
+    assert!(h.writing());
+    // The client writes part of the block; write-back meanwhile must not call it clean.
+    // SAFETY: pinned slot in range; this test is the only writer.
+    unsafe {
+        client
+            .data_ptr(slot)
+            .add(100)
+            .copy_from(b"zero-copy".as_ptr(), 9)
+    };
+    cache.flush_all().unwrap();
+    assert_eq!(
+        cache.file_blocks(id).1,
+        1,
+        "cleaned while a client was writing"
+    );
+    // More bytes, then the update ends: the next write-back takes them all.
+    // SAFETY: as above.
+    unsafe {
+        client
+            .data_ptr(slot)
+            .add(200)
+            .copy_from(b"more".as_ptr(), 4)
+    };
+    h.end_write(1 << 3);
+    cache.flush_all().unwrap();
+    assert_eq!(cache.file_blocks(id).1, 0);
+    let mut want = pattern(0, 4 * BS, 1);
+    want[2 * BS + 100..2 * BS + 109].copy_from_slice(b"zero-copy");
+    want[2 * BS + 200..2 * BS + 204].copy_from_slice(b"more");
+    assert_bytes(&read_file(&p), &want, "BACKING after the update");
+    h.unpin(1 << 3);
+    // A client that dies mid-update: its write bit goes and the block is written back again.
+    let slot = cache.pin_for_write(id, 0, 1 << 4).unwrap();
+    // SAFETY: as above.
+    unsafe { client.data_ptr(slot).copy_from(b"dying".as_ptr(), 5) };
+    cache.release_client(1 << 4);
+    assert!(!client.header(slot).unwrap().writing());
+    cache.flush_all().unwrap();
+    assert_eq!(&read_file(&p)[..5], b"dying");
+    cache.check_invariants().unwrap();
+}

@@ -151,6 +151,27 @@ impl Arena {
         })
     }
 
+    /// The dirty sequence of `slot` (in the slot's shared header when the arena is shared, so
+    /// that a client's in-place update moves it too).
+    #[inline]
+    pub fn seq(&self, slot: SlotId) -> &AtomicU64 {
+        match &self.bytes {
+            Bytes::Shared(r) => match r.header(slot.0) {
+                Some(h) => &h.wseq,
+                None => &self.slot(slot).seq,
+            },
+            Bytes::Heap(_) => &self.slot(slot).seq,
+        }
+    }
+
+    /// Whether a zero-copy client is updating `slot` in place (it may not be marked clean).
+    #[inline]
+    pub fn client_writing(&self, slot: SlotId) -> bool {
+        self.shared()
+            .and_then(|r| r.header(slot.0))
+            .is_some_and(|h| h.writing())
+    }
+
     /// The shared region, when the arena is one.
     pub fn shared(&self) -> Option<&Arc<Region>> {
         match &self.bytes {

@@ -174,3 +174,60 @@ fn clients_of_a_daemon_that_stops_get_an_error_not_a_crash() {
         other => panic!("expected NoService, got {other:?}"),
     }
 }
+
+#[test]
+fn in_place_updates_are_seen_on_the_mount_and_sync_makes_them_durable_and_extends() {
+    let m = Mount::new(&["--zero-copy"]);
+    let data = content(10_000, 9);
+    std::fs::write(m.mnt.join("f"), &data).unwrap();
+    std::fs::File::open(m.mnt.join("f"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let c = Client::connect(&m.mnt).unwrap();
+    let f = c.open_rw(m.mnt.join("f")).unwrap();
+    let bs = c.block_size();
+    {
+        let mut b = f.write_block(1).unwrap();
+        b[5..16].copy_from_slice(b"in place!!!");
+    }
+    // Readers on the mount see it at once (same arena), BACKING not before write-back.
+    let on_mount = std::fs::read(m.mnt.join("f")).unwrap();
+    assert_eq!(&on_mount[bs + 5..bs + 16], b"in place!!!");
+    assert_eq!(&on_mount[..bs + 5], &data[..bs + 5]);
+    // Grow within the last block: write its tail in place, then sync with extend.
+    let last = (data.len() / bs) as u64;
+    let tail = data.len() % bs;
+    {
+        let mut b = f.write_block(last).unwrap();
+        b[tail..tail + 6].copy_from_slice(b"+more!");
+    }
+    let size = f.sync(data.len() as u64, 6, true).unwrap();
+    assert_eq!(size, data.len() as u64 + 6);
+    let mut want = data.clone();
+    want[bs + 5..bs + 16].copy_from_slice(b"in place!!!");
+    want.extend_from_slice(b"+more!");
+    assert_eq!(
+        std::fs::read(m.backing.join("f")).unwrap(),
+        want,
+        "BACKING after sync"
+    );
+    assert_eq!(
+        std::fs::read(m.mnt.join("f")).unwrap(),
+        want,
+        "the mount after sync"
+    );
+    assert_eq!(m.stats()["memory"]["dirty_blocks"], 0);
+    // Past the last block: refused with a reason, nothing changes.
+    match f.sync(0, data.len() as u64 + 2 * bs as u64, true) {
+        Err(Error::Refused { message, .. }) => assert!(message.contains("last block"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    match f.write_block(last + 3) {
+        Err(Error::Refused { message, .. }) => assert!(message.contains("past EOF"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A read-only open may not update.
+    let ro = c.open(m.mnt.join("f")).unwrap();
+    assert!(ro.write_block(0).is_err());
+}

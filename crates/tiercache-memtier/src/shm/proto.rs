@@ -44,9 +44,13 @@ pub struct SlotHeader {
     /// [`VALID`].
     pub flags: AtomicU32,
     pub reserved0: AtomicU32,
-    /// Bumped by a client each time it ends an in-place update of the slot.
+    /// Dirty sequence of the slot's bytes: bumped by the daemon when a write is committed and
+    /// by a client when it ends an in-place update; write-back marks a block clean only if it
+    /// is unchanged since the copy it wrote.
     pub wseq: AtomicU64,
-    pub reserved1: [AtomicU64; 2],
+    /// Bitmap of the clients updating the slot in place now (never marked clean meanwhile).
+    pub writers: AtomicU64,
+    pub reserved1: AtomicU64,
 }
 
 /// What a client saw in a header it pinned.
@@ -68,7 +72,8 @@ impl Default for SlotHeader {
             flags: AtomicU32::new(0),
             reserved0: AtomicU32::new(0),
             wseq: AtomicU64::new(0),
-            reserved1: [AtomicU64::new(0), AtomicU64::new(0)],
+            writers: AtomicU64::new(0),
+            reserved1: AtomicU64::new(0),
         }
     }
 }
@@ -161,8 +166,31 @@ impl SlotHeader {
         self.pins.load(SeqCst) != 0
     }
 
-    /// Daemon: drops every pin of a client that is gone.
+    /// Daemon, for client `bit` (which holds a pin): it may update the slot in place from now
+    /// on. Set *before* the block is marked dirty for it, so write-back cannot mark it clean
+    /// until [`SlotHeader::end_write`].
+    pub fn begin_write(&self, bit: u64) {
+        self.writers.fetch_or(bit, SeqCst);
+    }
+
+    /// Client: its in-place update is over (its last mutable reference went). The sequence is
+    /// bumped first: write-back that sees no writer also sees the bytes changed.
+    pub fn end_write(&self, bit: u64) {
+        self.wseq.fetch_add(1, SeqCst);
+        self.writers.fetch_and(!bit, SeqCst);
+    }
+
+    /// Whether a client is updating the slot in place.
+    pub fn writing(&self) -> bool {
+        self.writers.load(SeqCst) != 0
+    }
+
+    /// Daemon: drops every pin and write of a client that is gone (a write it left half done
+    /// is still written back: the sequence moves).
     pub fn release_client(&self, bit: u64) {
+        if self.writers.load(SeqCst) & bit != 0 {
+            self.end_write(bit);
+        }
         self.pins.fetch_and(!bit, SeqCst);
     }
 }

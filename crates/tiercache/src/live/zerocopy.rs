@@ -133,6 +133,8 @@ struct Shared {
 /// A file a client registered.
 struct Opened {
     fh: FileHandleInfo,
+    /// The client's descriptor was opened for writing (in-place updates allowed).
+    writable: bool,
 }
 
 fn refuse(message: impl Into<String>, errno: i32) -> Response {
@@ -292,6 +294,52 @@ impl Shared {
                     ),
                 }
             }
+            Request::PinWrite { handle, block } => {
+                let Some(o) = files.get(&handle) else {
+                    return (refuse(format!("no open file {handle}"), libc::EBADF), false);
+                };
+                if !o.writable {
+                    return (refuse("the file was opened read-only", libc::EBADF), false);
+                }
+                match self
+                    .data
+                    .mem()
+                    .pin_for_write(FileId(o.fh.ino), block, 1u64 << bit)
+                {
+                    Ok(slot) => (
+                        Response::Pinned {
+                            slots: vec![Some(slot)],
+                            size: self.size(o),
+                        },
+                        false,
+                    ),
+                    Err(e) => (
+                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EINVAL)),
+                        false,
+                    ),
+                }
+            }
+            Request::Sync {
+                handle,
+                offset,
+                len,
+                extend,
+            } => {
+                let Some(o) = files.get(&handle) else {
+                    return (refuse(format!("no open file {handle}"), libc::EBADF), false);
+                };
+                let grow = extend.then(|| offset.saturating_add(len));
+                if grow.is_some() && !o.writable {
+                    return (refuse("the file was opened read-only", libc::EBADF), false);
+                }
+                match self.data.mem().sync_extend(FileId(o.fh.ino), grow) {
+                    Ok(size) => (Response::Synced { size }, false),
+                    Err(e) => (
+                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EIO)),
+                        false,
+                    ),
+                }
+            }
             Request::Close { handle } => match files.remove(&handle) {
                 Some(o) => {
                     self.data.release(&o.fh);
@@ -324,6 +372,12 @@ impl Shared {
         if !cm.file_type().is_file() {
             return Err(bad("not a regular file".into()));
         }
+        // SAFETY: F_GETFL on a descriptor we own; no memory is passed.
+        let fl = unsafe { libc::fcntl(client_fd.as_raw_fd(), libc::F_GETFL) };
+        if fl < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let writable = fl & libc::O_ACCMODE != libc::O_RDONLY;
         let link = std::fs::read_link(format!("/proc/self/fd/{}", client_fd.as_raw_fd()))?;
         let rel = link.strip_prefix(&self.mountpoint).map_err(|_| {
             bad(format!(
@@ -333,7 +387,10 @@ impl Shared {
             ))
         })?;
         let path = self.backing.join(rel);
-        let file = File::open(&path)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(&path)?;
         let bm = file.metadata()?;
         if bm.ino() != cm.ino() {
             return Err(io::Error::other(format!(
@@ -345,7 +402,11 @@ impl Shared {
             fh: u64::MAX - self.next_handle.load(Relaxed),
             ino: cm.ino(),
             file: Arc::new(file),
-            flags: libc::O_RDONLY,
+            flags: if writable {
+                libc::O_RDWR
+            } else {
+                libc::O_RDONLY
+            },
             snapshot: AttrSnapshot {
                 size: bm.len(),
                 mtime: bm.modified()?,
@@ -354,7 +415,7 @@ impl Shared {
             },
         };
         self.data.open(&fh)?;
-        Ok(Opened { fh })
+        Ok(Opened { fh, writable })
     }
 }
 
