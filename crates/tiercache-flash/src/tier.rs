@@ -573,6 +573,10 @@ impl DataTier for FlashTier {
         self.store(key, version, data, Store::Fill, current, Some(spill))
     }
 
+    fn can_spill(&self) -> bool {
+        true
+    }
+
     fn demote_spilling(
         &self,
         key: &TierKey,

@@ -163,6 +163,21 @@ impl Lower {
             }
             placement.push(t.placement);
         }
+        // An exclusive tier receives only what the tier above hands down: refuse one below a
+        // tier that does not (memcached evicts on its own; a pinned range never evicts).
+        for w in tiers.windows(2) {
+            let (above, below) = (&w[0], &w[1]);
+            let hands_down =
+                above.tier.can_spill() && !matches!(above.placement, Placement::Pinned { .. });
+            if below.placement == Placement::Exclusive && !hands_down {
+                return Err(format!(
+                    "tier {}: exclusive below tier {}, which does not hand down what it evicts \
+                     (it would never receive a block); make it inclusive",
+                    below.tier.info().name,
+                    above.tier.info().name
+                ));
+            }
+        }
         let planner = Planner::new(&placement)?;
         let any_inclusive = tiers
             .iter()

@@ -34,3 +34,20 @@ fn more_tiers_than_the_planner_takes_are_refused() {
     // Memory and seven exclusive tiers, one below the other: fine.
     MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower(7)).unwrap();
 }
+
+#[test]
+fn an_exclusive_tier_below_one_that_hands_nothing_down_is_refused() {
+    // A pinned range never evicts, so the exclusive tier below it would never get a block.
+    let lower = vec![
+        LowerTier::new(test_tier(16), Placement::Pinned { first: 0 }),
+        LowerTier::new(test_tier(16), Placement::Exclusive),
+    ];
+    let err = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap_err();
+    assert!(err.to_string().contains("does not hand down"), "{err}");
+    // Inclusive there is fine.
+    let lower = vec![
+        LowerTier::new(test_tier(16), Placement::Pinned { first: 0 }),
+        LowerTier::new(test_tier(16), Placement::Inclusive),
+    ];
+    MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
+}

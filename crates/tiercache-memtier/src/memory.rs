@@ -432,6 +432,10 @@ impl DataTier for MemoryTier {
         self.store(key, version, class, data, Store::Fill, current, Some(spill))
     }
 
+    fn can_spill(&self) -> bool {
+        true
+    }
+
     fn demote_spilling(
         &self,
         key: &TierKey,

@@ -173,6 +173,10 @@ impl DataTier for TestTier {
             .fill_spilling(key, version, class, data, current, spill)
     }
 
+    fn can_spill(&self) -> bool {
+        true
+    }
+
     fn demote_spilling(
         &self,
         key: &TierKey,

@@ -232,6 +232,12 @@ pub trait DataTier: Send + Sync + fmt::Debug {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError>;
+    /// Whether `fill_spilling`/`demote_spilling` hand down what the tier evicts (so an
+    /// exclusive tier below it receives blocks). Default: no (a memcached pool evicts on its
+    /// own).
+    fn can_spill(&self) -> bool {
+        false
+    }
     /// Like `fill`, handing each clean block evicted to make room to `spill` (see the module
     /// docs). Default: `fill`, nothing spilled.
     fn fill_spilling(
