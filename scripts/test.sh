@@ -9,6 +9,9 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 # Broken intra-doc links (and other rustdoc warnings) fail the run.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo nextest run --workspace --release --no-fail-fast
+echo "== loom model check of the zero-copy pin protocol"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p tiercache-memtier --test loom_pin_protocol --release
 echo "== benchmark smoke runs"
 cargo bench -p tiercache-core --bench replay -- --test
 ./target/release/tiercache bench sim --requests 1000000
@@ -16,3 +19,4 @@ cargo bench -p tiercache-core --bench replay -- --test
 ./target/release/tiercache bench meta --files 2000 --dirs 20
 ./target/release/tiercache bench remote --memory 256K --seq-size 4M --servers 1,2
 ./target/release/tiercache bench flash --cache 16M --rand-writes 12 --rand-reads 32 --wait-ms 300
+./target/release/tiercache bench zerocopy --seconds 0.2

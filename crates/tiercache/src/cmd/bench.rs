@@ -25,6 +25,8 @@ pub enum BenchCommand {
     /// Paper 001: sequential and random writes and reads behind the HDD model with an SSD tier
     /// (idle vs eager cleaning), without one, and on the raw device (needs root).
     Flash(super::bench_flash::FlashBenchArgs),
+    /// Paper 003: the zero-copy client vs pread on the mount vs native, Figs. 2–5.
+    Zerocopy(super::bench_zerocopy::ZeroCopyBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -63,6 +65,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Meta(a) => super::bench_meta::run(a),
         BenchCommand::Remote(a) => super::bench_remote::run(a),
         BenchCommand::Flash(a) => super::bench_flash::run(a),
+        BenchCommand::Zerocopy(a) => super::bench_zerocopy::run(a),
     }
 }
 

@@ -10,6 +10,24 @@ pub enum ZeroCopyCommand {
     /// Read FILE (a path on a `--zero-copy` mount) through the zero-copy client and write its
     /// bytes to stdout.
     Read(ReadArgs),
+    /// Bench worker (`bench zerocopy`, Fig. 5): bumps one byte of FILE's first block for
+    /// SECONDS and prints `COUNT SECONDS`.
+    #[command(hide = true)]
+    Update(UpdateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UpdateArgs {
+    /// zerocopy (in place, one mutable reference, then sync) | fuse | native (1-byte pread +
+    /// pwrite per update).
+    #[arg(long)]
+    pub via: String,
+    #[arg(long)]
+    pub byte: usize,
+    #[arg(long)]
+    pub seconds: f64,
+    pub mountpoint: PathBuf,
+    pub file: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -30,7 +48,60 @@ pub struct ReadArgs {
 pub fn run(cmd: ZeroCopyCommand) -> Result<(), String> {
     match cmd {
         ZeroCopyCommand::Read(a) => read(&a),
+        ZeroCopyCommand::Update(a) => update(&a),
     }
+}
+
+fn update(a: &UpdateArgs) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let limit = std::time::Duration::from_secs_f64(a.seconds);
+    let t0 = std::time::Instant::now();
+    let mut n = 0u64;
+    match a.via.as_str() {
+        "zerocopy" => {
+            let c = tiercache_client::Client::connect(&a.mountpoint).map_err(|e| e.to_string())?;
+            let f = c.open_rw(&a.file).map_err(|e| e.to_string())?;
+            let mut b = f.write_block(0).map_err(|e| e.to_string())?;
+            let p = b.bytes_mut().as_mut_ptr();
+            if a.byte >= c.block_size() {
+                return Err("--byte is past the block".into());
+            }
+            while t0.elapsed() < limit {
+                for _ in 0..4096 {
+                    // SAFETY: `p + byte` is inside the pinned block (checked above); volatile,
+                    // so every update is a real store other processes can see.
+                    unsafe {
+                        let q = p.add(a.byte);
+                        q.write_volatile(q.read_volatile().wrapping_add(1));
+                    }
+                    n += 1;
+                }
+            }
+            drop(b);
+            f.sync(0, 0, false).map_err(|e| e.to_string())?;
+        }
+        "fuse" | "native" => {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&a.file)
+                .map_err(|e| format!("{}: {e}", a.file.display()))?;
+            let off = a.byte as u64;
+            let mut one = [0u8; 1];
+            while t0.elapsed() < limit {
+                for _ in 0..64 {
+                    f.read_exact_at(&mut one, off).map_err(|e| e.to_string())?;
+                    one[0] = one[0].wrapping_add(1);
+                    f.write_all_at(&one, off).map_err(|e| e.to_string())?;
+                    n += 1;
+                }
+            }
+            f.sync_all().map_err(|e| e.to_string())?;
+        }
+        other => return Err(format!("--via: `{other}` is not zerocopy, fuse or native")),
+    }
+    println!("{n} {}", t0.elapsed().as_secs_f64());
+    Ok(())
 }
 
 fn read(a: &ReadArgs) -> Result<(), String> {

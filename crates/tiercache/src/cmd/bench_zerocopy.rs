@@ -1,0 +1,390 @@
+//! `tiercache bench zerocopy`: paper 003's Figs. 2–5 as ratios, side by side in one run on a
+//! warm 128 KiB file: the zero-copy client (`tiercache-client`) vs `pread` on the FUSE mount
+//! (direct I/O, tiercache's default) vs `pread` on the native directory (page cache warm).
+//!
+//! What one operation is, on every path: the bytes asked for are in hand and every one of them
+//! is read (summed as words), so zero-copy is not credited for data it never touches; the
+//! pin-only figure (003's readblock alone) is reported beside it.
+//! - Fig. 2: one 4 KiB block at a random block offset;
+//! - Fig. 3: n consecutive blocks, n = 1, 2, 4, 8, 16, 32;
+//! - Fig. 4: n random bytes at a random offset, n = 1, 16, 256, 4096;
+//! - Fig. 5: 1, 2 and 3 processes each updating its own byte of one shared block: zero-copy in
+//!   place (one mutable reference per process, then sync), the mount and native with a
+//!   1-byte `pread` + `pwrite` per update; at the end every process's byte is checked.
+
+use crate::cmd::bench_fuse::{start_tiercache, stop_daemon};
+use crate::cmd::progress;
+use clap::Args;
+use serde::Serialize;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct ZeroCopyBenchArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Work directory (default: a new directory under /tmp). Must not be on a FUSE mount.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Bytes of the test file (003's 128 KiB).
+const FILE: usize = 128 << 10;
+const BLOCK: usize = 4096;
+
+#[derive(Serialize, Debug, Default)]
+struct Paths {
+    zerocopy: f64,
+    fuse: f64,
+    native: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct ZeroCopyBench {
+    seconds: f64,
+    zerocopy_4k_ops_per_s: f64,
+    fuse_pread_4k_ops_per_s: f64,
+    native_pread_4k_ops_per_s: f64,
+    zerocopy_vs_native_4k: f64,
+    zerocopy_vs_fuse_4k: f64,
+    /// 003's readblock alone: pin the block, read one word, unpin.
+    zerocopy_4k_pin_only_ops_per_s: f64,
+    /// Fig. 3: ops/s by n (blocks per read).
+    nblock: Vec<(u64, Paths)>,
+    /// Fig. 4: ops/s by n (bytes per read).
+    nbyte: Vec<(usize, Paths)>,
+    /// Fig. 5: updates/s summed over the processes, by number of processes.
+    update: Vec<(usize, Paths)>,
+    /// Zero-copy misses during the timed runs (0: every read was a hit).
+    zerocopy_misses: u64,
+}
+
+/// Sums `bytes` as little-endian words (the "read every byte" of one operation).
+#[inline]
+fn consume(bytes: &[u8]) -> u64 {
+    let mut s = 0u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        s = s.wrapping_add(u64::from_le_bytes(w));
+    }
+    for &b in chunks.remainder() {
+        s = s.wrapping_add(u64::from(b));
+    }
+    s
+}
+
+/// Runs `op` (given a step counter) for `secs`; returns ops/s. Checks the clock every 64 ops.
+fn rate(secs: f64, mut op: impl FnMut(u64) -> Result<u64, String>) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let limit = Duration::from_secs_f64(secs);
+    let (mut n, mut sink) = (0u64, 0u64);
+    loop {
+        for _ in 0..64 {
+            sink = sink.wrapping_add(op(n)?);
+            n += 1;
+        }
+        if t0.elapsed() >= limit {
+            break;
+        }
+    }
+    std::hint::black_box(sink);
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// A cheap deterministic sequence of offsets (xorshift).
+fn pick(i: u64, modulo: u64) -> u64 {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x2545_F491_4F6C_DD1D;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 29;
+    x % modulo
+}
+
+fn pread_rate(f: &File, len: usize, secs: f64, random_bytes: bool) -> Result<f64, String> {
+    let mut buf = vec![0u8; len];
+    rate(secs, |i| {
+        let off = if random_bytes {
+            pick(i, (FILE - len + 1) as u64)
+        } else {
+            pick(i, (FILE / BLOCK + 1 - len / BLOCK) as u64) * BLOCK as u64
+        };
+        let n = f
+            .read_at(&mut buf, off)
+            .map_err(|e| format!("pread: {e}"))?;
+        Ok(consume(&buf[..n]))
+    })
+}
+
+pub fn run(a: ZeroCopyBenchArgs) -> Result<(), String> {
+    if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+        return Err("--seconds: must be in (0, 600]".into());
+    }
+    let root = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tiercache-bench-zc-{}", std::process::id()))
+    });
+    let (backing, mp) = (root.join("backing"), root.join("mnt"));
+    for d in [&backing, &mp] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    let bar = progress::steps(6, a.json);
+    progress::step(&bar, "mounting tiercache --zero-copy");
+    let data: Vec<u8> = (0..FILE).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let native = backing.join("f");
+    std::fs::write(&native, &data).map_err(|e| format!("{}: {e}", native.display()))?;
+    // One shared block for the mount's updaters, another for native ones (a file written
+    // through the mount is not on BACKING until write-back).
+    for name in ["shared", "shared-native"] {
+        std::fs::write(backing.join(name), vec![0u8; BLOCK])
+            .map_err(|e| format!("{}: {e}", backing.display()))?;
+    }
+    let mut daemon = start_tiercache(&backing, &mp, 64 << 20, &["--zero-copy"])?;
+    progress::done(&bar);
+    let result = measure(&a, &bar, &backing, &mp, &data);
+    stop_daemon(&mut daemon, &mp);
+    let _ = std::fs::remove_dir_all(&root);
+    let r = result?;
+    progress::finish(bar);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        print_table(&r);
+    }
+    Ok(())
+}
+
+fn measure(
+    a: &ZeroCopyBenchArgs,
+    bar: &Option<indicatif::ProgressBar>,
+    backing: &Path,
+    mp: &Path,
+    data: &[u8],
+) -> Result<ZeroCopyBench, String> {
+    let secs = a.seconds;
+    let open = |p: &Path| File::open(p).map_err(|e| format!("{}: {e}", p.display()));
+    let (fuse, native) = (open(&mp.join("f"))?, open(&backing.join("f"))?);
+    // Warm: the file is read once through each path (cache and page cache hold it).
+    let mut all = vec![0u8; FILE];
+    fuse.read_exact_at(&mut all, 0).map_err(|e| e.to_string())?;
+    if all != data {
+        return Err("the mount returned other bytes than BACKING holds".into());
+    }
+    native
+        .read_exact_at(&mut all, 0)
+        .map_err(|e| e.to_string())?;
+    let client = tiercache_client::Client::connect(mp).map_err(|e| e.to_string())?;
+    let zf = client.open(mp.join("f")).map_err(|e| e.to_string())?;
+    let whole = zf.read_bytes(0, FILE).map_err(|e| e.to_string())?;
+    let mut check = vec![0u8; FILE];
+    whole.copy_to(&mut check);
+    drop(whole);
+    if check != data {
+        return Err("the zero-copy client read other bytes than BACKING holds".into());
+    }
+    let misses0 = client
+        .stats
+        .misses
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let nblocks = (FILE / BLOCK) as u64;
+
+    progress::step(bar, "Fig. 2: 4 KiB block reads");
+    let zc = |n: u64, secs: f64| {
+        rate(secs, |i| {
+            let first = pick(i, nblocks + 1 - n);
+            let blocks = zf.read_blocks(first, n).map_err(|e| e.to_string())?;
+            Ok(blocks.iter().map(|b| consume(b)).fold(0, u64::wrapping_add))
+        })
+    };
+    let z4 = zc(1, secs)?;
+    let f4 = pread_rate(&fuse, BLOCK, secs, false)?;
+    let n4 = pread_rate(&native, BLOCK, secs, false)?;
+    let pin_only = rate(secs, |i| {
+        let blocks = zf
+            .read_blocks(pick(i, nblocks), 1)
+            .map_err(|e| e.to_string())?;
+        Ok(blocks.first().map_or(0, |b| u64::from(b[0])))
+    })?;
+    progress::done(bar);
+
+    progress::step(bar, "Fig. 3: n-block reads");
+    let mut nblock = Vec::new();
+    for n in [1u64, 2, 4, 8, 16, 32] {
+        let len = n as usize * BLOCK;
+        nblock.push((
+            n,
+            Paths {
+                zerocopy: zc(n, secs / 2.0)?,
+                fuse: pread_rate(&fuse, len, secs / 2.0, false)?,
+                native: pread_rate(&native, len, secs / 2.0, false)?,
+            },
+        ));
+    }
+    progress::done(bar);
+
+    progress::step(bar, "Fig. 4: random n-byte reads");
+    let mut nbyte = Vec::new();
+    for n in [1usize, 16, 256, 4096] {
+        let z = rate(secs / 2.0, |i| {
+            let off = pick(i, (FILE - n + 1) as u64);
+            let v = zf.read_bytes(off, n).map_err(|e| e.to_string())?;
+            Ok(v.chunks().map(consume).fold(0, u64::wrapping_add))
+        })?;
+        nbyte.push((
+            n,
+            Paths {
+                zerocopy: z,
+                fuse: pread_rate(&fuse, n, secs / 2.0, true)?,
+                native: pread_rate(&native, n, secs / 2.0, true)?,
+            },
+        ));
+    }
+    progress::done(bar);
+    let zerocopy_misses = client
+        .stats
+        .misses
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - misses0;
+    drop(zf);
+    drop(client);
+
+    progress::step(bar, "Fig. 5: processes updating one block");
+    let mut update = Vec::new();
+    for procs in 1..=3usize {
+        let mut p = Paths::default();
+        for (via, path, slot) in [
+            ("zerocopy", mp.join("shared"), &mut p.zerocopy),
+            ("fuse", mp.join("shared"), &mut p.fuse),
+            ("native", backing.join("shared-native"), &mut p.native),
+        ] {
+            *slot = updaters(mp, &path, via, procs, secs)?;
+        }
+        update.push((procs, p));
+    }
+    progress::done(bar);
+    Ok(ZeroCopyBench {
+        seconds: secs,
+        zerocopy_4k_ops_per_s: z4,
+        fuse_pread_4k_ops_per_s: f4,
+        native_pread_4k_ops_per_s: n4,
+        zerocopy_vs_native_4k: z4 / n4,
+        zerocopy_vs_fuse_4k: z4 / f4,
+        zerocopy_4k_pin_only_ops_per_s: pin_only,
+        nblock,
+        nbyte,
+        update,
+        zerocopy_misses,
+    })
+}
+
+/// Runs `procs` processes (`tiercache zerocopy update`) each bumping its own byte of `file`
+/// for `secs`; checks that every byte ends at its process's count (mod 256); updates/s summed.
+fn updaters(mp: &Path, file: &Path, via: &str, procs: usize, secs: f64) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let children: Vec<_> = (0..procs)
+        .map(|i| {
+            Command::new(&exe)
+                .args(["zerocopy", "update", "--via", via, "--byte"])
+                .arg((i * 64).to_string())
+                .arg("--seconds")
+                .arg(secs.to_string())
+                .arg(mp)
+                .arg(file)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start an updater: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut total = 0.0;
+    let mut counts = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "updater ({via}): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut it = text.split_whitespace();
+        let n: u64 = it
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or("updater: no count")?;
+        let secs: f64 = it
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or("updater: no time")?;
+        total += n as f64 / secs;
+        counts.push(n);
+    }
+    // Everyone's bytes are there (each process saw the others' updates land, not undone).
+    let mut got = [0u8; BLOCK];
+    File::open(file)
+        .and_then(|f| f.read_exact_at(&mut got, 0))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    for (i, n) in counts.iter().enumerate() {
+        if got[i * 64] != (*n % 256) as u8 {
+            return Err(format!(
+                "{via}: byte {} is {}, its process made {n} updates",
+                i * 64,
+                got[i * 64]
+            ));
+        }
+    }
+    // Start the next run from zeros.
+    std::fs::write(file, [0u8; BLOCK]).map_err(|e| e.to_string())?;
+    Ok(total)
+}
+
+fn print_table(r: &ZeroCopyBench) {
+    println!("zero-copy client vs pread on the FUSE mount vs pread on native (page cache warm)");
+    println!(
+        "Fig. 2, 4 KiB block read:  zero-copy {:>10.0} ops/s  fuse {:>9.0}  native {:>9.0}   zero-copy/native {:.2}x  zero-copy/fuse {:.1}x",
+        r.zerocopy_4k_ops_per_s,
+        r.fuse_pread_4k_ops_per_s,
+        r.native_pread_4k_ops_per_s,
+        r.zerocopy_vs_native_4k,
+        r.zerocopy_vs_fuse_4k
+    );
+    println!(
+        "  (pin only, 003's readblock: {:.0} ops/s)",
+        r.zerocopy_4k_pin_only_ops_per_s
+    );
+    println!("Fig. 3, n-block reads (ops/s):");
+    for (n, p) in &r.nblock {
+        println!(
+            "  n={n:>2}  zero-copy {:>10.0}  fuse {:>9.0}  native {:>9.0}",
+            p.zerocopy, p.fuse, p.native
+        );
+    }
+    println!("Fig. 4, random n-byte reads (ops/s):");
+    for (n, p) in &r.nbyte {
+        println!(
+            "  n={n:>4}  zero-copy {:>10.0}  fuse {:>9.0}  native {:>9.0}",
+            p.zerocopy, p.fuse, p.native
+        );
+    }
+    println!("Fig. 5, processes updating their own byte of one block (updates/s, summed):");
+    for (k, p) in &r.update {
+        println!(
+            "  {k} proc  zero-copy {:>12.0}  fuse {:>9.0}  native {:>9.0}",
+            p.zerocopy, p.fuse, p.native
+        );
+    }
+    println!(
+        "zero-copy misses during the timed runs: {}",
+        r.zerocopy_misses
+    );
+}
