@@ -15,11 +15,19 @@
 //! FUSE read or write touches part of a block in place, and its hit path pins slots with one
 //! lock for the file table and the index together (see `docs/design.md` §3).
 
+// Under `--cfg loom` only the lock-free protocol is built (loom's atomics are not the shared
+// mapping's): `tests/loom_pin_protocol.rs` model-checks it.
+#[cfg(not(loom))]
 pub mod arena;
+#[cfg(not(loom))]
 pub mod memory;
 pub mod shm;
+#[cfg(not(loom))]
 pub mod test_tier;
 
+#[cfg(not(loom))]
 pub use arena::{Arena, ArenaError, ReadSlot, SlotState, WriteSlot};
+#[cfg(not(loom))]
 pub use memory::{MemoryTier, MemoryTierConfig};
+#[cfg(not(loom))]
 pub use test_tier::{TestTier, TestTierConfig};
