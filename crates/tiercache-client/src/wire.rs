@@ -227,10 +227,18 @@ pub fn peer_cred(sock: &UnixStream) -> io::Result<libc::ucred> {
     Ok(cred)
 }
 
-/// The canonical path of a mount point (parent canonicalized, last component appended: a dead
-/// FUSE mount is not asked anything).
+/// The canonical form of a mount point without touching a possibly dead FUSE mount:
+/// canonicalize the parent (a live directory) and append the last component (after following
+/// symlinks to the mount point itself, which `readlink` does without asking the mount).
 pub fn canonical_mountpoint(p: &Path) -> PathBuf {
-    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    for _ in 0..40 {
+        let Ok(target) = std::fs::read_link(&abs) else {
+            break;
+        };
+        let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        abs = std::path::absolute(base.join(target)).unwrap_or(abs);
+    }
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => std::fs::canonicalize(parent)
             .map(|d| d.join(name))
@@ -239,9 +247,9 @@ pub fn canonical_mountpoint(p: &Path) -> PathBuf {
     }
 }
 
-/// The abstract socket name of a mount's zero-copy service: `tiercache-zc-NAME-HASH`, HASH a
-/// 64-bit FNV-1a of the canonical mount point (as the control socket's file name).
-pub fn socket_name(mountpoint: &Path) -> String {
+/// `NAME-HASH` of a mount point: NAME its last component (alphanumerics and `-`, at most 32),
+/// HASH a 64-bit FNV-1a of its canonical path. Names the control files and this socket.
+pub fn mount_key(mountpoint: &Path) -> String {
     let canon = canonical_mountpoint(mountpoint);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in canon.as_os_str().as_encoded_bytes() {
@@ -258,7 +266,12 @@ pub fn socket_name(mountpoint: &Path) -> String {
                 .collect()
         })
         .unwrap_or_else(|| "root".into());
-    format!("tiercache-zc-{name}-{h:016x}")
+    format!("{name}-{h:016x}")
+}
+
+/// The abstract socket name of a mount's zero-copy service: `tiercache-zc-NAME-HASH`.
+pub fn socket_name(mountpoint: &Path) -> String {
+    format!("tiercache-zc-{}", mount_key(mountpoint))
 }
 
 /// Connects to the abstract socket `name`.

@@ -61,26 +61,7 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
-/// The canonical form of a mount point without touching a possibly dead FUSE mount: canonicalize
-/// the parent (a live directory) and append the last component.
-pub fn canonical_mountpoint(p: &Path) -> PathBuf {
-    let mut abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    // A symlink to the mount point resolves to it. `readlink` never asks the mounted file
-    // system anything (a directory has no link body), so a hung mount cannot hang us here.
-    for _ in 0..40 {
-        let Ok(target) = std::fs::read_link(&abs) else {
-            break;
-        };
-        let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
-        abs = std::path::absolute(base.join(target)).unwrap_or(abs);
-    }
-    match (abs.parent(), abs.file_name()) {
-        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
-            .map(|d| d.join(name))
-            .unwrap_or(abs),
-        _ => abs,
-    }
-}
+pub use tiercache_client::wire::canonical_mountpoint;
 
 /// Paths of one mount's control files.
 #[derive(Debug, Clone)]
@@ -92,23 +73,9 @@ pub struct MountFiles {
 
 impl MountFiles {
     pub fn for_mountpoint(mountpoint: &Path) -> Self {
-        let canon = canonical_mountpoint(mountpoint);
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in canon.as_os_str().as_encoded_bytes() {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        let name: String = canon
-            .file_name()
-            .map(|n| {
-                n.to_string_lossy()
-                    .chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-                    .take(32)
-                    .collect()
-            })
-            .unwrap_or_else(|| "root".into());
-        let base = runtime_dir().join(format!("{name}-{h:016x}"));
+        // The same NAME-HASH as the zero-copy socket's.
+        let key = tiercache_client::wire::mount_key(mountpoint);
+        let base = runtime_dir().join(key);
         MountFiles {
             socket: base.with_extension("sock"),
             pid: base.with_extension("pid"),
