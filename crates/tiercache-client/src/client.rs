@@ -1,7 +1,7 @@
 //! [`Client`]: one connection to a mount's zero-copy service and its mapping of the memory
 //! tier; [`ZcFile`]: a file opened through it; [`BlockRef`]: a pinned block, read in place.
 //!
-//! Pins: a client holds at most one bit in a slot's `pins` bitmap; `pins` here counts the
+//! Pins: a client holds at most one bit in a slot's `pins` bitmap; `slots` here counts the
 //! references this process holds per slot, and the bit goes when the last one is dropped.
 
 use crate::wire::{self, Request, Response};
@@ -53,6 +53,9 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Blocks one `read_blocks` call may ask for (the daemon pins at most this many per request).
+pub const MAX_BLOCKS: u64 = 4096;
+
 /// Hits and misses of this client's `read_blocks`.
 #[derive(Debug, Default)]
 pub struct ClientStats {
@@ -69,9 +72,11 @@ pub struct Client {
     region: Region,
     bit: u64,
     block: usize,
-    pins: Mutex<HashMap<u32, u32>>,
-    /// Mutable references per slot (the writer bit goes with the last one).
-    writes: Mutex<HashMap<u32, u32>>,
+    /// What this process holds of each slot (the bits go with the last reference).
+    slots: Mutex<HashMap<u32, SlotUse>>,
+    /// Held across a `PinWrite` request and by a `BlockMut` ending its update, so the end of
+    /// one update cannot clear the writer bit the daemon just set for the next.
+    write_gate: Mutex<()>,
     pub stats: ClientStats,
 }
 
@@ -131,8 +136,8 @@ impl Client {
             region,
             bit: 1u64 << client,
             block,
-            pins: Mutex::new(HashMap::new()),
-            writes: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
+            write_gate: Mutex::new(()),
             stats: ClientStats::default(),
         })
     }
@@ -187,11 +192,11 @@ impl Client {
 
     /// Drops one reference to `slot`; the last one clears the bit.
     fn release(&self, slot: u32) {
-        let mut pins = lock(&self.pins);
-        if let Some(n) = pins.get_mut(&slot) {
-            *n -= 1;
-            if *n == 0 {
-                pins.remove(&slot);
+        let mut slots = lock(&self.slots);
+        if let Some(u) = slots.get_mut(&slot) {
+            u.refs = u.refs.saturating_sub(1);
+            if u.refs == 0 {
+                slots.remove(&slot);
                 if let Some(h) = self.region.header(slot) {
                     h.unpin(self.bit);
                 }
@@ -201,32 +206,67 @@ impl Client {
 
     /// Slots this client holds pinned now.
     pub fn pinned_slots(&self) -> usize {
-        lock(&self.pins).len()
+        lock(&self.slots).len()
     }
 
     /// The lock-free hit path: the hint table names a slot, its header says it holds `block`
     /// of `file`, valid, and still does once pinned. No system call.
-    fn try_hit(&self, file: u64, block: u64) -> Option<u32> {
-        self.region
-            .hints(file, block)
-            .find(|&slot| self.pin_slot(file, block, slot))
+    fn try_hit(&self, file: u64, block: u64) -> Result<Option<u32>> {
+        for slot in self.region.hints(file, block) {
+            match self.pin_slot(file, block, slot) {
+                Pin::Held => return Ok(Some(slot)),
+                Pin::Miss => {}
+                Pin::Busy => return Err(busy(block)),
+            }
+        }
+        Ok(None)
     }
 
     /// Pins `slot` for `block` of `file` (validated in its header) and counts the reference.
-    /// Also for a slot the daemon pinned for us: a release of our last reference to it may
-    /// have cleared the bit since, so it is set and validated again here.
-    fn pin_slot(&self, file: u64, block: u64, slot: u32) -> bool {
-        // The local count is taken first: a concurrent release of our last reference to the
-        // same slot must not clear the bit this pin relies on.
-        let mut pins = lock(&self.pins);
+    /// Also for a slot the daemon pinned for us: if it no longer holds the block (retired
+    /// meanwhile) and we hold nothing else of it, the bit the daemon set is cleared here.
+    fn pin_slot(&self, file: u64, block: u64, slot: u32) -> Pin {
+        // Under the map's lock: a concurrent release of our last reference to the same slot
+        // cannot clear the bit this pin relies on.
+        let mut slots = lock(&self.slots);
         let Some(h) = self.region.header(slot) else {
-            return false;
+            return Pin::Miss;
         };
-        if h.try_pin(file, block, self.bit).is_none() {
-            return false;
+        if slots.get(&slot).is_some_and(|u| u.writing) {
+            return Pin::Busy;
         }
-        *pins.entry(slot).or_insert(0) += 1;
-        true
+        if h.try_pin(file, block, self.bit).is_none() {
+            if !slots.contains_key(&slot) {
+                h.unpin(self.bit);
+            }
+            return Pin::Miss;
+        }
+        slots.entry(slot).or_default().refs += 1;
+        Pin::Held
+    }
+}
+
+/// What this process holds of one slot.
+#[derive(Debug, Default, Clone, Copy)]
+struct SlotUse {
+    /// References (`BlockRef`s, a `BlockMut`'s included).
+    refs: u32,
+    /// A `BlockMut` of it is alive (then it is the only reference: no `&[u8]` aliases it).
+    writing: bool,
+}
+
+/// Outcome of pinning one slot.
+enum Pin {
+    Held,
+    Miss,
+    /// This client is updating the block in place: no shared reference to it meanwhile.
+    Busy,
+}
+
+fn busy(block: u64) -> Error {
+    Error::Refused {
+        message: format!("block {block} is being updated in place by this client"),
+        errno: libc::EBUSY,
     }
 }
 
@@ -234,15 +274,12 @@ impl Drop for Client {
     fn drop(&mut self) {
         // Our pins die with the connection (the daemon clears our bit when it sees EOF); the
         // region unmaps with `self.region`.
-        let writes = std::mem::take(&mut *lock(&self.writes));
-        for slot in writes.into_keys() {
+        let slots = std::mem::take(&mut *lock(&self.slots));
+        for (slot, u) in slots {
             if let Some(h) = self.region.header(slot) {
-                h.end_write(self.bit);
-            }
-        }
-        let pins = std::mem::take(&mut *lock(&self.pins));
-        for slot in pins.into_keys() {
-            if let Some(h) = self.region.header(slot) {
+                if u.writing {
+                    h.end_write(self.bit);
+                }
                 h.unpin(self.bit);
             }
         }
@@ -272,10 +309,16 @@ impl<'c> ZcFile<'c> {
         if !c.region.serving() {
             return Err(Error::Gone("the region is closed".into()));
         }
+        if count > MAX_BLOCKS {
+            return Err(Error::Refused {
+                message: format!("at most {MAX_BLOCKS} blocks per call"),
+                errno: libc::EINVAL,
+            });
+        }
         let mut out: Vec<Option<BlockRef<'c>>> = Vec::with_capacity(count as usize);
         let mut missing = Vec::new();
         for i in 0..count {
-            match c.try_hit(self.id, first + i) {
+            match c.try_hit(self.id, first.saturating_add(i))? {
                 Some(slot) => {
                     c.stats.hits.fetch_add(1, Relaxed);
                     if let Some(h) = c.region.client_hits(c.bit.trailing_zeros()) {
@@ -301,10 +344,17 @@ impl<'c> ZcFile<'c> {
                     self.size.store(size, Relaxed);
                     for (j, s) in slots.into_iter().enumerate() {
                         let i = lo as usize + j;
-                        if let (Some(slot), None) = (s, &out[i]) {
-                            if c.pin_slot(self.id, first + i as u64, slot) {
-                                out[i] = Some(BlockRef::new(c, slot));
-                            }
+                        let Some(slot) = s else { continue };
+                        if i >= out.len() {
+                            break;
+                        }
+                        if out[i].is_some() {
+                            continue;
+                        }
+                        match c.pin_slot(self.id, first + i as u64, slot) {
+                            Pin::Held => out[i] = Some(BlockRef::new(c, slot)),
+                            Pin::Miss => {}
+                            Pin::Busy => return Err(busy(first + i as u64)),
                         }
                     }
                 }
@@ -369,28 +419,50 @@ impl<'c> ZcFile<'c> {
             handle: self.handle,
             block,
         };
-        // Held across the request: the last mutable reference of another thread to the same
-        // block cannot clear the writer bit between the daemon setting it and us counting it.
-        let mut writes = lock(&c.writes);
+        // Held across the request: the end of another update of the same block cannot clear
+        // the writer bit between the daemon setting it and us recording it.
+        let _gate = lock(&c.write_gate);
         match c.call(&req, None)? {
             Response::Pinned { slots, size } => {
                 self.size.store(size, Relaxed);
                 let Some(Some(slot)) = slots.first().copied() else {
                     return Err(Error::Protocol("no slot for a pinned block".into()));
                 };
-                // The daemon set our pin and writer bits; count them here (revalidated).
-                if !c.pin_slot(self.id, block, slot) {
-                    if !writes.contains_key(&slot) {
-                        if let Some(h) = c.region.header(slot) {
-                            h.end_write(c.bit);
-                        }
+                let Some(h) = c.region.header(slot) else {
+                    return Err(Error::Protocol(format!("slot {slot} out of range")));
+                };
+                let mut held = lock(&c.slots);
+                let mine = held.get(&slot).copied();
+                match mine {
+                    // One reference while updating: no `&[u8]` of ours aliases the `&mut`.
+                    Some(u) if u.writing => return Err(busy(block)),
+                    Some(_) => {
+                        // Our shared references keep the pin; the update does not happen.
+                        h.end_write(c.bit);
+                        return Err(Error::Refused {
+                            message: format!(
+                                "block {block} is referenced by this client (drop its BlockRefs first)"
+                            ),
+                            errno: libc::EBUSY,
+                        });
                     }
+                    None => {}
+                }
+                if h.try_pin(self.id, block, c.bit).is_none() {
+                    h.end_write(c.bit);
+                    h.unpin(c.bit);
                     return Err(Error::Refused {
                         message: format!("block {block} left the cache; try again"),
                         errno: libc::EAGAIN,
                     });
                 }
-                *writes.entry(slot).or_insert(0) += 1;
+                held.insert(
+                    slot,
+                    SlotUse {
+                        refs: 1,
+                        writing: true,
+                    },
+                );
                 Ok(BlockMut {
                     block: BlockRef::new(c, slot),
                 })
@@ -513,17 +585,17 @@ impl std::ops::DerefMut for BlockMut<'_> {
 impl Drop for BlockMut<'_> {
     fn drop(&mut self) {
         let c = self.block.client;
-        let mut writes = lock(&c.writes);
-        if let Some(n) = writes.get_mut(&self.block.slot) {
-            *n -= 1;
-            if *n == 0 {
-                writes.remove(&self.block.slot);
+        let _gate = lock(&c.write_gate);
+        let mut held = lock(&c.slots);
+        if let Some(u) = held.get_mut(&self.block.slot) {
+            if u.writing {
+                u.writing = false;
                 if let Some(h) = c.region.header(self.block.slot) {
                     h.end_write(c.bit);
                 }
             }
         }
-        // Then `self.block` drops its pin.
+        // Then `self.block` drops the reference (and, the last, the pin).
     }
 }
 

@@ -226,9 +226,11 @@ impl Engine {
     /// Write-back of `slot` finished with the bytes of dirty sequence `seq`: clean it unless it
     /// was written again since. Returns whether it is clean now.
     pub fn mark_clean(&mut self, arena: &Arena, key: BlockKey, slot: SlotId, seq: u64) -> bool {
+        // Writers first, then the sequence: a client ends an update by bumping the sequence,
+        // then clearing its writer bit, so seeing no writer implies seeing that bump.
         if self.tier.peek(&key) != Some(slot)
-            || arena.seq(slot).load(ORD) != seq
             || arena.client_writing(slot)
+            || arena.seq(slot).load(ORD) != seq
         {
             return false;
         }

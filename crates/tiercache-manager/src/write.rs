@@ -100,6 +100,12 @@ impl Inner {
         // Allocated before the engine lock.
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         let mut eng = self.lock();
+        // A write that starts past EOF grows the file over the bytes between.
+        if let Some(size) = eng.files.get(&file).map(|f| f.size) {
+            if offset > size {
+                eng.zero_tail_for_growth(&self.arena, file, size, offset, self.bs);
+            }
+        }
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
@@ -519,6 +525,12 @@ impl Inner {
             invalidate_below = f.fkey;
             f.ra = ReadAhead::default();
             let old_size = f.size;
+            if new_size > old_size {
+                eng.zero_tail_for_growth(&self.arena, file, old_size, new_size, self.bs);
+            }
+            let Some(f) = eng.files.get_mut(&file) else {
+                return Ok(());
+            };
             f.size = new_size;
             f.backing_size = new_size;
             f.needs_sync = true;

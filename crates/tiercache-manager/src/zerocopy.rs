@@ -19,6 +19,9 @@ use tiercache_memtier::shm::Region;
 /// pin (only under heavy eviction pressure).
 const PIN_TRIES: usize = 4;
 
+/// Blocks one `pin_blocks` request may ask for.
+pub const MAX_PIN: u64 = 4096;
+
 impl Inner {
     pub(crate) fn region(&self) -> Option<&Arc<Region>> {
         self.arena.shared()
@@ -36,6 +39,17 @@ impl Inner {
         let region = self.region().ok_or_else(|| {
             io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
         })?;
+        let too_far = || io::Error::new(io::ErrorKind::InvalidInput, "block range out of bounds");
+        let end = first.checked_add(count).ok_or_else(too_far)?;
+        end.checked_mul(self.bs as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(too_far)?;
+        if count > MAX_PIN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("at most {MAX_PIN} blocks per request"),
+            ));
+        }
         let mut out = vec![None; count as usize];
         let mut scratch = vec![0u8; self.bs * count.min(64) as usize];
         for _ in 0..PIN_TRIES {
@@ -50,7 +64,13 @@ impl Inner {
             while b <= hi && !eof {
                 let n = (hi - b + 1).min(64);
                 let buf = &mut scratch[..self.bs * n as usize];
-                let got = self.read_into(file, (first + b) * self.bs as u64, buf)?;
+                let got = match self.read_into(file, (first + b) * self.bs as u64, buf) {
+                    Ok(n) => n,
+                    // Blocks pinned in an earlier round are the client's now: hand them over
+                    // (it treats the rest as not kept) rather than lose them behind an error.
+                    Err(_) if out.iter().any(Option::is_some) => return Ok(out),
+                    Err(e) => return Err(e),
+                };
                 eof = got < buf.len();
                 b += n;
             }
@@ -95,7 +115,10 @@ impl Inner {
         let region = self.region().ok_or_else(|| {
             io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
         })?;
-        let off = block * self.bs as u64;
+        let off = block
+            .checked_mul(self.bs as u64)
+            .filter(|&o| o <= i64::MAX as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "block out of bounds"))?;
         let mut buf = vec![0u8; self.bs];
         for _ in 0..PIN_TRIES {
             let size = self.lock().files.get(&file).map_or(0, |f| f.size);
@@ -132,6 +155,9 @@ impl Inner {
                     .change
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 f.mtime = Some(std::time::SystemTime::now());
+                if f.size % self.bs as u64 != 0 && (f.size - 1) / self.bs as u64 == block {
+                    f.zc_tail = true;
+                }
                 (slot.0, f.fkey)
             };
             if let (Some(lower), (_, Some(fk))) = (&self.lower, fkey) {
@@ -171,8 +197,14 @@ impl Inner {
                     return Err(io::Error::from_raw_os_error(libc::EAGAIN));
                 };
                 eng.commit_write(&self.arena, key, slot, std::time::Instant::now());
+                // Past the new EOF stays zero (the client may have written further).
+                let at = (n % bs) as usize;
+                if at != 0 {
+                    zero_in_slot(&self.arena, key, slot, at, self.bs);
+                }
                 if let Some(f) = eng.files.get_mut(&file) {
                     f.size = n;
+                    f.zc_tail = false;
                     f.generation += 1;
                     f.shared
                         .change
@@ -200,5 +232,59 @@ impl Inner {
     /// Slots held back because a client pinned them when they were removed.
     pub(crate) fn held_slots(&self) -> usize {
         self.lock().held.len()
+    }
+}
+
+/// Zeroes bytes `from..to` of `slot` (holding `key`) if nobody in this process holds its lock
+/// (called under the engine lock: only `try_write`). Zero-copy clients do not take slot
+/// locks; what they store there afterwards is theirs.
+pub(crate) fn zero_in_slot(
+    arena: &tiercache_memtier::Arena,
+    key: tiercache_core::BlockKey,
+    slot: tiercache_core::SlotId,
+    from: usize,
+    to: usize,
+) {
+    match arena.try_write(slot) {
+        Some(mut g) if g.state().holds(key) => g.data_mut()[from..to].fill(0),
+        Some(_) => {}
+        None => log::warn!(
+            "file {} block {}: bytes past EOF not zeroed (slot busy)",
+            key.file.0,
+            key.block.0
+        ),
+    }
+}
+
+impl crate::engine::Engine {
+    /// Before `file` grows past `old_size`: bytes past `old_size` in its tail block are zeroed
+    /// up to `to` (a write's offset, or the block end) if a zero-copy client updated that
+    /// block in place (`FileState::zc_tail`) — as the kernel zeroes a page's tail when a file
+    /// grows, so what a client stored past EOF and never extended over is never exposed.
+    pub(crate) fn zero_tail_for_growth(
+        &mut self,
+        arena: &tiercache_memtier::Arena,
+        file: FileId,
+        old_size: u64,
+        to: u64,
+        bs: usize,
+    ) {
+        let Some(f) = self.files.get_mut(&file) else {
+            return;
+        };
+        if !f.zc_tail {
+            return;
+        }
+        f.zc_tail = false;
+        let bs64 = bs as u64;
+        let (block, at) = (old_size / bs64, (old_size % bs64) as usize);
+        if at == 0 {
+            return;
+        }
+        let end = to.min((block + 1) * bs64) - block * bs64;
+        let key = Inner::key(file, block);
+        if let Some(slot) = self.tier.peek(&key) {
+            zero_in_slot(arena, key, slot, at, end as usize);
+        }
     }
 }

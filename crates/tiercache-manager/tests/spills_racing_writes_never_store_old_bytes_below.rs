@@ -55,6 +55,9 @@ impl DataTier for Gate {
     ) -> Result<Admit, TierError> {
         self.inner.demote(k, v, c, d, cur)
     }
+    fn can_spill(&self) -> bool {
+        self.inner.can_spill()
+    }
     fn demote_spilling(
         &self,
         k: &TierKey,

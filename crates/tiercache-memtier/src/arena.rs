@@ -286,7 +286,9 @@ impl ReadSlot<'_> {
     pub fn data(&self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` is this slot's byte range inside the live arena (it outlives
         // the guard's borrow); we hold the slot's read lock, so no `WriteSlot` of this slot
-        // exists and nobody mutates these bytes while the returned slice lives.
+        // exists and nothing in this process mutates these bytes while the slice lives. (In a
+        // shared arena a zero-copy client process may store into them, as into any shared
+        // mapping; the slice is only copied from, as plain bytes.)
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
@@ -329,9 +331,10 @@ impl WriteSlot<'_> {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
     pub fn data_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the pointer comes from `UnsafeCell::raw_get`, so writing through it is
-        // allowed; we hold the slot's write lock (exclusive for this disjoint range) and
-        // `&mut self` makes the returned slice the only live reference to it.
+        // SAFETY: the pointer comes from `UnsafeCell::raw_get` (heap arena) or a writable
+        // shared mapping (shared arena), so writing through it is allowed; we hold the slot's
+        // write lock (exclusive in this process for this disjoint range) and `&mut self` makes
+        // the returned slice the only live reference to it here.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }

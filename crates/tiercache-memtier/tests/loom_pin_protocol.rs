@@ -95,3 +95,27 @@ fn two_clients_and_a_claim() {
         }
     });
 }
+
+#[test]
+fn write_back_never_calls_an_in_place_update_clean_before_it_copied_it() {
+    use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    loom::model(|| {
+        let s = published(3, 3, 0);
+        s.h.begin_write(1);
+        let data = Arc::new(AtomicU64::new(0));
+        let (c, d) = (Arc::clone(&s), Arc::clone(&data));
+        let client = thread::spawn(move || {
+            d.store(1, SeqCst); // the in-place update
+            c.h.end_write(1);
+        });
+        // Write-back as the manager does it: sequence snapshot, copy, then `mark_clean`'s
+        // check — writers first, then the sequence (engine.rs).
+        let snap = s.h.wseq.load(SeqCst);
+        let copied = data.load(SeqCst);
+        let clean = !s.h.writing() && s.h.wseq.load(SeqCst) == snap;
+        if clean {
+            assert_eq!(copied, 1, "marked clean without the update's bytes");
+        }
+        client.join().unwrap();
+    });
+}

@@ -318,3 +318,94 @@ fn in_place_updates_are_seen_on_the_mount_and_sync_makes_them_durable_and_extend
     let ro = c.open(m.mnt.join("f")).unwrap();
     assert!(ro.write_block(0).is_err());
 }
+
+/// Review: the daemon registered any descriptor, so an `O_PATH` one (which needs no read
+/// permission) or an `O_WRONLY` one let a client read a file it may not read.
+#[test]
+fn descriptors_that_prove_no_read_right_are_refused() {
+    use std::os::fd::AsRawFd;
+    use tiercache_client::wire::{self, Request, Response};
+    let m = Mount::new(&["--zero-copy"]);
+    std::fs::write(m.mnt.join("f"), b"private").unwrap();
+    let sock = wire::connect_abstract(&wire::socket_name(&m.mnt)).unwrap();
+    wire::send(
+        &sock,
+        &Request::Hello {
+            version: wire::VERSION,
+        },
+        None,
+    )
+    .unwrap();
+    let (r, _region) = wire::recv::<Response>(&sock).unwrap();
+    assert!(matches!(r, Response::Welcome { .. }), "{r:?}");
+    let path = std::ffi::CString::new(s(&m.mnt.join("f"))).unwrap();
+    for (flags, what) in [(libc::O_PATH, "O_PATH"), (libc::O_WRONLY, "for reading")] {
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
+        assert!(fd >= 0);
+        wire::send(&sock, &Request::Open, Some(fd)).unwrap();
+        // SAFETY: ours, sent already.
+        unsafe { libc::close(fd) };
+        let (r, _) = wire::recv::<Response>(&sock).unwrap();
+        match r {
+            Response::Error { message, errno } => {
+                assert!(message.contains(what), "{message}");
+                assert_eq!(errno, libc::EACCES, "{message}");
+            }
+            other => panic!("{what}: registered: {other:?}"),
+        }
+    }
+    // A descriptor of another file system is refused too.
+    let other = std::fs::File::open("/proc/self/status").unwrap();
+    wire::send(&sock, &Request::Open, Some(other.as_raw_fd())).unwrap();
+    let (r, _) = wire::recv::<Response>(&sock).unwrap();
+    assert!(matches!(r, Response::Error { .. }), "{r:?}");
+}
+
+/// Review: bytes a client stored past EOF in place, never extended over, came back when the
+/// file later grew through the mount (truncate up, or a write past EOF) instead of zeros.
+#[test]
+fn bytes_a_client_left_past_eof_never_show_when_the_file_grows() {
+    use std::os::unix::fs::FileExt;
+    let m = Mount::new(&["--zero-copy"]);
+    for (name, grow) in [("t", "truncate"), ("w", "write")] {
+        std::fs::write(m.mnt.join(name), b"hello").unwrap();
+        let c = Client::connect(&m.mnt).unwrap();
+        let f = c.open_rw(m.mnt.join(name)).unwrap();
+        {
+            let mut b = f.write_block(0).unwrap();
+            b[5..10].copy_from_slice(b"XXXXX");
+        }
+        drop(f);
+        drop(c);
+        let g = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(m.mnt.join(name))
+            .unwrap();
+        let want: &[u8] = match grow {
+            "truncate" => {
+                g.set_len(10).unwrap();
+                b"hello\0\0\0\0\0"
+            }
+            _ => {
+                g.write_all_at(b"!", 9).unwrap();
+                b"hello\0\0\0\0!"
+            }
+        };
+        assert_eq!(std::fs::read(m.mnt.join(name)).unwrap(), want, "{grow}");
+        assert_eq!(
+            std::process::Command::new(env!("CARGO_BIN_EXE_tiercache"))
+                .args(["flush", s(&m.mnt)])
+                .status()
+                .unwrap()
+                .code(),
+            Some(0)
+        );
+        assert_eq!(
+            std::fs::read(m.backing.join(name)).unwrap(),
+            want,
+            "{grow}: BACKING"
+        );
+    }
+}

@@ -129,6 +129,10 @@ impl SlotHeader {
     /// client holds a pin; otherwise the slot is invalid from now on and no client can pin it
     /// until [`SlotHeader::publish`] and [`SlotHeader::set_valid`].
     pub fn claim(&self) -> bool {
+        // Visibly pinned: leave `seq` alone (a refused claim would make pinning clients retry).
+        if self.pins.load(SeqCst) != 0 {
+            return false;
+        }
         let pinned = self.begin();
         if !pinned {
             self.flags.store(0, Relaxed);

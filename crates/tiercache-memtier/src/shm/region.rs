@@ -93,6 +93,9 @@ impl Layout {
 #[derive(Debug)]
 pub struct Region {
     base: *mut u8,
+    /// Read once (clients may scribble over the superblock; nothing is re-read from it but
+    /// the atomic `state`).
+    epoch: u64,
     layout: Layout,
     file: File,
 }
@@ -149,7 +152,9 @@ impl Region {
             std::ptr::addr_of_mut!((*sb).total_len).write(layout.total);
             std::ptr::addr_of_mut!((*sb).epoch).write(epoch);
         }
-        region.superblock().state.store(STATE_SERVING, Release);
+        let mut region = region;
+        region.epoch = epoch;
+        region.state().store(STATE_SERVING, Release);
         Ok(region)
     }
 
@@ -199,7 +204,9 @@ impl Region {
                 "shared region layout {stored:?} (size {len}) is not {want:?}"
             )));
         }
-        Self::map(file, layout)
+        let mut region = Self::map(file, layout)?;
+        region.epoch = u64_at(56);
+        Ok(region)
     }
 
     fn map(file: File, layout: Layout) -> io::Result<Self> {
@@ -222,6 +229,7 @@ impl Region {
         }
         Ok(Self {
             base: p.cast(),
+            epoch: 0,
             layout,
             file,
         })
@@ -236,23 +244,24 @@ impl Region {
         &self.file
     }
 
-    pub fn superblock(&self) -> &Superblock {
-        // SAFETY: offset 0 of a live, page-aligned mapping at least SUPER_BYTES long; the
-        // fields other than `state` are not written after `create`, `state` is atomic.
-        unsafe { &*self.base.cast::<Superblock>() }
+    /// The superblock's `state` (the only field read after the region is shared).
+    fn state(&self) -> &AtomicU32 {
+        // SAFETY: offset 64 of a live, page-aligned mapping at least SUPER_BYTES long, 4-byte
+        // aligned; only ever accessed atomically.
+        unsafe { &*self.base.add(64).cast::<AtomicU32>() }
     }
 
     pub fn epoch(&self) -> u64 {
-        self.superblock().epoch
+        self.epoch
     }
 
     pub fn serving(&self) -> bool {
-        self.superblock().state.load(Acquire) == STATE_SERVING
+        self.state().load(Acquire) == STATE_SERVING
     }
 
     /// Daemon: tells clients the region is no longer served.
     pub fn close(&self) {
-        self.superblock().state.store(STATE_CLOSED, Release);
+        self.state().store(STATE_CLOSED, Release);
     }
 
     /// Header of `slot`; `None` out of range (a client may be handed garbage).
@@ -321,11 +330,15 @@ impl Region {
         }
     }
 
-    /// Pointer to the first byte of `slot` (in range: checked by the caller via `header`).
+    /// Pointer to the first byte of `slot` (panics if out of range).
     pub fn data_ptr(&self, slot: u32) -> *mut u8 {
+        // Never a pointer outside the mapping, whatever the caller passes.
+        assert!(
+            u64::from(slot) < self.layout.slots,
+            "slot {slot} out of range"
+        );
         let off = self.layout.data_off + u64::from(slot) * self.layout.block;
-        // SAFETY (of the arithmetic): `slot < slots` is the caller's precondition, so the
-        // offset lies inside the mapping.
+        // SAFETY: `slot < slots` (checked), so the offset lies inside the mapping.
         unsafe { self.base.add(off as usize) }
     }
 
@@ -378,6 +391,13 @@ impl Drop for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn superblock_fields_are_where_the_format_says() {
+        assert_eq!(std::mem::offset_of!(Superblock, epoch), 56);
+        assert_eq!(std::mem::offset_of!(Superblock, state), 64);
+        assert!(std::mem::size_of::<Superblock>() <= CLIENT_HITS_OFF as usize);
+    }
 
     #[test]
     fn layout_is_aligned_and_covers_everything() {

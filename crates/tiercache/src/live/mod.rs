@@ -15,3 +15,4 @@ pub mod remote;
 pub mod size;
 pub mod stats;
 pub mod zerocopy;
+pub mod zerocopy_open;

@@ -12,16 +12,14 @@
 use super::adapter::CacheDataPath;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use tiercache_client::wire::{self, Request, Response};
-use tiercache_fuse::{AttrSnapshot, DataPath, FileHandleInfo};
+use tiercache_fuse::DataPath;
 use tiercache_manager::FileId;
 use tiercache_memtier::shm::{Region, MAX_CLIENTS};
 
@@ -92,6 +90,7 @@ impl Service {
             bits: Mutex::new(0),
             counters: self.counters,
             next_handle: AtomicU64::new(1),
+            conns: AtomicUsize::new(0),
         });
         let listener = self.listener;
         std::thread::Builder::new()
@@ -100,10 +99,19 @@ impl Service {
                 for conn in listener.incoming() {
                     match conn {
                         Ok(s) => {
+                            // Anyone may connect to an abstract socket: a bounded number of
+                            // connections (admitted or not) get a thread.
+                            if shared.conns.fetch_add(1, Relaxed) >= MAX_CONNECTIONS {
+                                shared.conns.fetch_sub(1, Relaxed);
+                                continue;
+                            }
                             let shared = Arc::clone(&shared);
                             let spawned = std::thread::Builder::new()
                                 .name("zc-client".into())
-                                .spawn(move || shared.serve_client(s));
+                                .spawn(move || {
+                                    shared.serve_client(s);
+                                    shared.conns.fetch_sub(1, Relaxed);
+                                });
                             if let Err(e) = spawned {
                                 log::error!("zero-copy: cannot start a client thread: {e}");
                             }
@@ -128,14 +136,42 @@ struct Shared {
     bits: Mutex<u64>,
     counters: Arc<ZcCounters>,
     next_handle: AtomicU64,
+    /// Connections being served (admitted or not yet answered).
+    conns: AtomicUsize,
 }
 
-/// A file a client registered.
-struct Opened {
-    fh: FileHandleInfo,
-    /// The client's descriptor was opened for writing (in-place updates allowed).
-    writable: bool,
+/// Connections served at once (64 clients and room for those being turned away).
+const MAX_CONNECTIONS: usize = 128;
+/// Files one client may hold open.
+const MAX_FILES: usize = 1024;
+/// How long a peer has to say hello.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// An admitted client's state; dropping it (after the connection ends, or while a panic
+/// unwinds) releases its files, its pins and its bit.
+struct Session<'a> {
+    shared: &'a Shared,
+    bit: u32,
+    files: HashMap<u64, Opened>,
 }
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        for (_, o) in self.files.drain() {
+            self.shared.data.release(&o.fh);
+        }
+        self.shared.data.mem().release_client(1u64 << self.bit);
+        let mut bits = self
+            .shared
+            .bits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *bits &= !(1u64 << self.bit);
+        self.shared.counters.clients.fetch_sub(1, Relaxed);
+    }
+}
+
+use super::zerocopy_open::Opened;
 
 fn refuse(message: impl Into<String>, errno: i32) -> Response {
     Response::Error {
@@ -150,32 +186,35 @@ impl Shared {
             Ok(b) => b,
             Err(resp) => {
                 self.counters.refused.fetch_add(1, Relaxed);
-                // The client may not even have said hello yet; answer its first frame.
-                let _ = wire::recv::<Request>(&sock);
+                // Answered at once: its hello, if any, waits unread in the socket.
                 let _ = wire::send(&sock, &resp, None);
                 return;
             }
         };
         self.counters.clients.fetch_add(1, Relaxed);
-        let mut files: HashMap<u64, Opened> = HashMap::new();
+        let mut session = Session {
+            shared: self,
+            bit,
+            files: HashMap::new(),
+        };
+        // A peer that never says hello does not keep its thread.
+        let _ = sock.set_read_timeout(Some(HELLO_TIMEOUT));
+        let mut hello = true;
         loop {
             let Ok((req, fd)) = wire::recv::<Request>(&sock) else {
                 break;
             };
-            let (resp, send_fd) = self.handle(req, fd, bit, &mut files);
+            let (resp, send_fd) = self.handle(req, fd, bit, &mut session.files);
             let fd = send_fd.then(|| self.region.file().as_raw_fd());
             if wire::send(&sock, &resp, fd).is_err() {
                 break;
             }
+            if hello {
+                hello = false;
+                let _ = sock.set_read_timeout(None);
+            }
         }
-        // Gone (EOF, error or crash): its files and its pins go with it.
-        for (_, o) in files.drain() {
-            self.data.release(&o.fh);
-        }
-        self.data.mem().release_client(1u64 << bit);
-        let mut bits = self.bits.lock().unwrap_or_else(PoisonError::into_inner);
-        *bits &= !(1u64 << bit);
-        self.counters.clients.fetch_sub(1, Relaxed);
+        // `session` drops here (or while unwinding): files, pins and bit go.
     }
 
     /// Checks the peer and gives it a client bit, or says why not.
@@ -187,7 +226,7 @@ impl Shared {
         let in_group = self
             .settings
             .group
-            .is_some_and(|g| cred.gid == g || groups_of(cred.pid).contains(&g));
+            .is_some_and(|g| cred.gid == g || peer_groups(sock).contains(&g));
         if cred.uid != me && cred.uid != 0 && !in_group {
             log::warn!(
                 "zero-copy: refused uid {} (pid {}): not the mount's owner, root or in --zero-copy-group",
@@ -243,9 +282,22 @@ impl Shared {
                 ),
                 false,
             ),
+            Request::Open if files.len() >= MAX_FILES => (
+                refuse(
+                    format!("at most {MAX_FILES} open files per client"),
+                    libc::EMFILE,
+                ),
+                false,
+            ),
             Request::Open => match fd {
                 None => (refuse("open without a descriptor", libc::EINVAL), false),
-                Some(fd) => match self.open(File::from(fd)) {
+                Some(fd) => match super::zerocopy_open::register(
+                    &self.data,
+                    &self.mountpoint,
+                    &self.backing,
+                    File::from(fd),
+                    self.next_handle.fetch_add(1, Relaxed),
+                ) {
                     Ok(o) => {
                         let handle = self.next_handle.fetch_add(1, Relaxed);
                         let resp = Response::Opened {
@@ -257,7 +309,7 @@ impl Shared {
                         (resp, false)
                     }
                     Err(e) => (
-                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EINVAL)),
+                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
                         false,
                     ),
                 },
@@ -289,7 +341,7 @@ impl Shared {
                         )
                     }
                     Err(e) => (
-                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EIO)),
+                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
                         false,
                     ),
                 }
@@ -314,7 +366,7 @@ impl Shared {
                         false,
                     ),
                     Err(e) => (
-                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EINVAL)),
+                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
                         false,
                     ),
                 }
@@ -335,7 +387,7 @@ impl Shared {
                 match self.data.mem().sync_extend(FileId(o.fh.ino), grow) {
                     Ok(size) => (Response::Synced { size }, false),
                     Err(e) => (
-                        refuse(e.to_string(), e.raw_os_error().unwrap_or(libc::EIO)),
+                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
                         false,
                     ),
                 }
@@ -357,80 +409,29 @@ impl Shared {
             .or_else(|| o.fh.file.metadata().ok().map(|m| m.len()))
             .unwrap_or(0)
     }
-
-    /// Registers the file behind the client's descriptor (see the module docs).
-    fn open(&self, client_fd: File) -> io::Result<Opened> {
-        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
-        let cm = client_fd.metadata()?;
-        let mount_dev = std::fs::metadata(&self.mountpoint)?.dev();
-        if cm.dev() != mount_dev {
-            return Err(bad(format!(
-                "the descriptor is not of a file on {}",
-                self.mountpoint.display()
-            )));
-        }
-        if !cm.file_type().is_file() {
-            return Err(bad("not a regular file".into()));
-        }
-        // SAFETY: F_GETFL on a descriptor we own; no memory is passed.
-        let fl = unsafe { libc::fcntl(client_fd.as_raw_fd(), libc::F_GETFL) };
-        if fl < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let writable = fl & libc::O_ACCMODE != libc::O_RDONLY;
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", client_fd.as_raw_fd()))?;
-        let rel = link.strip_prefix(&self.mountpoint).map_err(|_| {
-            bad(format!(
-                "{} is not under {}",
-                link.display(),
-                self.mountpoint.display()
-            ))
-        })?;
-        let path = self.backing.join(rel);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(&path)?;
-        let bm = file.metadata()?;
-        if bm.ino() != cm.ino() {
-            return Err(io::Error::other(format!(
-                "{} changed while it was opened (renamed?); try again",
-                rel.display()
-            )));
-        }
-        let fh = FileHandleInfo {
-            fh: u64::MAX - self.next_handle.load(Relaxed),
-            ino: cm.ino(),
-            file: Arc::new(file),
-            flags: if writable {
-                libc::O_RDWR
-            } else {
-                libc::O_RDONLY
-            },
-            snapshot: AttrSnapshot {
-                size: bm.len(),
-                mtime: bm.modified()?,
-                dev: bm.dev(),
-                ino: bm.ino(),
-            },
-        };
-        self.data.open(&fh)?;
-        Ok(Opened { fh, writable })
-    }
 }
 
-/// Supplementary groups of process `pid` (`/proc/PID/status`), empty if it cannot be read.
-fn groups_of(pid: i32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
-                g.split_whitespace()
-                    .filter_map(|n| n.parse().ok())
-                    .collect()
-            })
-        })
-        .unwrap_or_default()
+/// The peer's supplementary groups as of its `connect` (`SO_PEERGROUPS`), empty if unknown.
+fn peer_groups(sock: &UnixStream) -> Vec<u32> {
+    /// `SO_PEERGROUPS` (Linux 4.13; the libc crate has it only for some architectures).
+    const SO_PEERGROUPS: libc::c_int = 59;
+    let mut gids = vec![0 as libc::gid_t; 256];
+    let mut len = (gids.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+    // SAFETY: `gids` has room for `len` bytes; the kernel writes at most that and sets `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERGROUPS,
+            gids.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Vec::new();
+    }
+    gids.truncate(len as usize / std::mem::size_of::<libc::gid_t>());
+    gids
 }
 
 /// `stats --json` `zerocopy`: `enabled`, `clients`, `pinned_slots`, `held_slots`, `hits`
