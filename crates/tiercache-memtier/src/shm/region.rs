@@ -370,6 +370,11 @@ impl Region {
         }
     }
 
+    /// Whether a client is updating any slot in place.
+    pub fn any_writing(&self) -> bool {
+        (0..self.layout.slots as u32).any(|s| self.header(s).is_some_and(SlotHeader::writing))
+    }
+
     /// Slots some client holds a pin on.
     pub fn pinned_slots(&self) -> u64 {
         (0..self.layout.slots as u32)
