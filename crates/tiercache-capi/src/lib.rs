@@ -251,7 +251,7 @@ pub unsafe extern "C" fn tc_block_release(b: *mut TcBlock) {
 }
 
 /// 003's syncblock: dirty blocks to BACKING, synced; with `extend`, the size grows to
-/// `offset + len` (within the last block). Returns the new size, or -1.
+/// `offset + len` (past EOF: over blocks updated in place). Returns the new size, or -1.
 ///
 /// # Safety
 /// `f` is from `tc_open`.

@@ -1,5 +1,6 @@
 //! Appends a line to a file of a `--zero-copy` mount in place (003's in-place update and
-//! syncblock with extend), as long as it fits in the file's last block:
+//! syncblock with extend); the example keeps to the file's last block (blocks past it work
+//! the same way, with `write_block` of each):
 //! `cargo run -p tiercache-client --example update -- MOUNTPOINT FILE TEXT`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

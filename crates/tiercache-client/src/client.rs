@@ -410,9 +410,9 @@ impl<'c> ZcFile<'c> {
 impl<'c> ZcFile<'c> {
     /// 003's in-place update: block `block` pinned and marked dirty for this client, to change
     /// in place. Other processes mapping it, and readers on the mount, see the bytes at once;
-    /// they reach BACKING by write-back, durably with [`ZcFile::sync`]. The block must begin
-    /// before EOF (grow the file within its last block with `sync(.., extend)`, or through the
-    /// mount). One request to the daemon.
+    /// they reach BACKING by write-back, durably with [`ZcFile::sync`]. The block may lie
+    /// past EOF too (it starts as zeros; it becomes the file's when `sync(.., extend)` covers
+    /// it). One request to the daemon; the updates through it cost none.
     pub fn write_block(&self, block: u64) -> Result<BlockMut<'c>> {
         let c = self.client;
         let req = Request::PinWrite {
@@ -472,7 +472,8 @@ impl<'c> ZcFile<'c> {
     }
 
     /// 003's syncblock: the file's dirty blocks reach BACKING and are synced; with `extend`,
-    /// the size grows to `offset + len` when that passes EOF (within the last block); the
+    /// the size grows to `offset + len` when that passes EOF (the block holding the new EOF
+    /// must have been updated in place); the
     /// mtime is now. Returns the file's size.
     pub fn sync(&self, offset: u64, len: u64, extend: bool) -> Result<u64> {
         let req = Request::Sync {

@@ -35,7 +35,8 @@ pub enum Request {
         block: u64,
     },
     /// 003's syncblock: dirty blocks to BACKING, synced; with `extend`, the size grows to
-    /// `offset + len` when that passes EOF (within the last block); mtime is now.
+    /// `offset + len` when that passes EOF (the block holding the new EOF must be cached);
+    /// mtime is now.
     Sync {
         handle: u64,
         offset: u64,

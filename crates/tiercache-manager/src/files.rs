@@ -98,9 +98,10 @@ impl ReadAhead {
 /// Everything the tier knows about one file (guarded by the engine lock).
 #[derive(Debug)]
 pub(crate) struct FileState {
-    /// A zero-copy client updated the block holding EOF in place: bytes past EOF there may
-    /// not be zero, so a growth of the file zeroes them first (see `zerocopy`).
-    pub zc_tail: bool,
+    /// A zero-copy client updated the block holding EOF, or blocks past it, in place: cached
+    /// bytes past EOF may not be zero, so a growth of the file zeroes or drops them first
+    /// (see `zerocopy`).
+    pub zc_past_eof: bool,
     pub shared: Arc<FileShared>,
     pub backing: Option<Arc<File>>,
     /// Access mode of `backing` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
@@ -166,7 +167,7 @@ impl FileState {
         fkey: Option<FileKey>,
     ) -> Self {
         Self {
-            zc_tail: false,
+            zc_past_eof: false,
             fkey,
             version: version_of(&stamp),
             shared: Arc::new(FileShared::default()),

@@ -103,7 +103,7 @@ impl Inner {
         // A write that starts past EOF grows the file over the bytes between.
         if let Some(size) = eng.files.get(&file).map(|f| f.size) {
             if offset > size {
-                eng.zero_tail_for_growth(&self.arena, file, size, offset, self.bs);
+                eng.zero_past_eof_for_growth(&self.arena, file, size, offset, self.bs);
             }
         }
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
@@ -526,7 +526,7 @@ impl Inner {
             f.ra = ReadAhead::default();
             let old_size = f.size;
             if new_size > old_size {
-                eng.zero_tail_for_growth(&self.arena, file, old_size, new_size, self.bs);
+                eng.zero_past_eof_for_growth(&self.arena, file, old_size, new_size, self.bs);
             }
             let Some(f) = eng.files.get_mut(&file) else {
                 return Ok(());

@@ -110,7 +110,7 @@ impl Inner {
     /// block is committed dirty — so write-back cannot mark it clean until the client ends its
     /// update — and, as for a write, the file's generation and change counter move, its mtime
     /// is now, and copies of the block below memory are invalidated. Only blocks that begin
-    /// before EOF (grow a file with `sync_extend` within its last block, or through the mount).
+    /// before EOF; one past EOF is installed zero-filled (`pin_past_eof`).
     pub(crate) fn pin_for_write(&self, file: FileId, block: u64, bit: u64) -> io::Result<u32> {
         let region = self.region().ok_or_else(|| {
             io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
@@ -123,10 +123,7 @@ impl Inner {
         for _ in 0..PIN_TRIES {
             let size = self.lock().files.get(&file).map_or(0, |f| f.size);
             if off >= size {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("block {block} is past EOF ({size} bytes): grow the file first"),
-                ));
+                return self.pin_past_eof(file, block, bit);
             }
             self.read_into(file, off, &mut buf)?;
             let shared = self.shared(file)?;
@@ -156,7 +153,7 @@ impl Inner {
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 f.mtime = Some(std::time::SystemTime::now());
                 if f.size % self.bs as u64 != 0 && (f.size - 1) / self.bs as u64 == block {
-                    f.zc_tail = true;
+                    f.zc_past_eof = true;
                 }
                 (slot.0, f.fkey)
             };
@@ -171,10 +168,66 @@ impl Inner {
         Err(io::Error::from_raw_os_error(libc::EAGAIN))
     }
 
-    /// 003's syncblock: the file's logical size grows to `new_size` if that is larger (only
-    /// within its last block, which must be cached: its bytes past the old EOF are what a
-    /// client wrote there in place); then dirty blocks go to BACKING and BACKING is synced, with
-    /// the mtime of now.
+    /// `pin_for_write` of a block wholly past EOF: a zero-filled block is installed (nothing
+    /// is read: past EOF the file has no bytes), pinned for the client's update and dirty. It
+    /// is part of the file once `sync_extend` covers it; a growth of the file otherwise drops
+    /// it first (`zero_past_eof_for_growth`).
+    fn pin_past_eof(&self, file: FileId, block: u64, bit: u64) -> io::Result<u32> {
+        let region = self.region().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
+        })?;
+        let shared = self.shared(file)?;
+        let _op = crate::cache::read_lock(&shared.op);
+        let mut eng = self.lock();
+        let class = eng
+            .files
+            .get(&file)
+            .map(|f| f.class)
+            .ok_or_else(|| crate::error::unknown_file(file))?;
+        let key = Self::key(file, block);
+        let slot = match eng.tier.peek(&key) {
+            Some(s) => s,
+            None => {
+                let s = eng
+                    .insert_fresh(&self.arena, key, class)
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN))?;
+                // Fresh and pinned by us: nobody holds its lock.
+                match self.arena.try_write(s) {
+                    Some(mut g) => {
+                        g.data_mut().fill(0);
+                        g.set_state(tiercache_memtier::SlotState {
+                            key: Some(key),
+                            valid: true,
+                        });
+                    }
+                    None => {
+                        eng.unpin(s);
+                        eng.reap(&self.arena, key, s);
+                        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                    }
+                }
+                eng.unpin(s);
+                s
+            }
+        };
+        let h = region
+            .header(slot.0)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN))?;
+        if h.try_pin(file.0, block, bit).is_none() {
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+        h.begin_write(bit);
+        eng.commit_write(&self.arena, key, slot, std::time::Instant::now());
+        if let Some(f) = eng.files.get_mut(&file) {
+            f.zc_past_eof = true;
+        }
+        Ok(slot.0)
+    }
+
+    /// 003's syncblock: the file's logical size grows to `new_size` if that is larger — over
+    /// the blocks a client updated in place there (the one holding the new EOF must be cached;
+    /// they are committed dirty, bytes past the new EOF zeroed); then dirty blocks go to
+    /// BACKING and BACKING is synced, with the mtime of now.
     pub(crate) fn sync_extend(&self, file: FileId, new_size: Option<u64>) -> io::Result<u64> {
         let shared = self.shared(file)?;
         {
@@ -183,28 +236,34 @@ impl Inner {
             let size = eng.files.get(&file).map_or(0, |f| f.size);
             if let Some(n) = new_size.filter(|&n| n > size) {
                 let bs = self.bs as u64;
-                let last = (n - 1) / bs;
-                if size == 0 || last != (size - 1) / bs {
+                let (first, last) = (size / bs, (n - 1) / bs);
+                let tail = Self::key(file, last);
+                let Some(tail_slot) = eng.tier.peek(&tail) else {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
                         format!(
-                            "sync can grow a file only within its last block (size {size}, asked {n}); grow it through the mount"
+                            "block {last} (holding the new EOF) is not in the cache: update it \
+                             in place (write_block) before extending to {n}"
                         ),
                     ));
-                }
-                let key = Self::key(file, last);
-                let Some(slot) = eng.tier.peek(&key) else {
-                    return Err(io::Error::from_raw_os_error(libc::EAGAIN));
                 };
-                eng.commit_write(&self.arena, key, slot, std::time::Instant::now());
+                // The blocks the file grows over become its data: dirty, so they reach
+                // BACKING (ones the client never wrote read as holes: zeros).
+                let now = std::time::Instant::now();
+                for b in first..=last {
+                    let key = Self::key(file, b);
+                    if let Some(slot) = eng.tier.peek(&key) {
+                        eng.commit_write(&self.arena, key, slot, now);
+                    }
+                }
                 // Past the new EOF stays zero (the client may have written further).
                 let at = (n % bs) as usize;
                 if at != 0 {
-                    zero_in_slot(&self.arena, key, slot, at, self.bs);
+                    zero_in_slot(&self.arena, tail, tail_slot, at, self.bs);
                 }
                 if let Some(f) = eng.files.get_mut(&file) {
                     f.size = n;
-                    f.zc_tail = false;
+                    f.zc_past_eof = f.blocks.range(last + 1..).next().is_some();
                     f.generation += 1;
                     f.shared
                         .change
@@ -257,11 +316,12 @@ pub(crate) fn zero_in_slot(
 }
 
 impl crate::engine::Engine {
-    /// Before `file` grows past `old_size`: bytes past `old_size` in its tail block are zeroed
-    /// up to `to` (a write's offset, or the block end) if a zero-copy client updated that
-    /// block in place (`FileState::zc_tail`) — as the kernel zeroes a page's tail when a file
-    /// grows, so what a client stored past EOF and never extended over is never exposed.
-    pub(crate) fn zero_tail_for_growth(
+    /// Before `file` grows past `old_size` (to `to`): if a zero-copy client updated blocks at
+    /// or past EOF in place (`FileState::zc_past_eof`), the bytes past `old_size` in the tail
+    /// block are zeroed up to `to`, and cached blocks wholly past `old_size` are dropped — as
+    /// the kernel zeroes a page's tail when a file grows, so what a client stored past EOF
+    /// and never extended over is never exposed (dropped blocks read as zeros).
+    pub(crate) fn zero_past_eof_for_growth(
         &mut self,
         arena: &tiercache_memtier::Arena,
         file: FileId,
@@ -272,11 +332,16 @@ impl crate::engine::Engine {
         let Some(f) = self.files.get_mut(&file) else {
             return;
         };
-        if !f.zc_tail {
+        if !f.zc_past_eof {
             return;
         }
-        f.zc_tail = false;
+        f.zc_past_eof = false;
         let bs64 = bs as u64;
+        let first_whole = old_size.div_ceil(bs64);
+        let beyond: Vec<u64> = f.blocks.range(first_whole..).copied().collect();
+        for b in beyond {
+            let _ = self.drop_block(Inner::key(file, b), true);
+        }
         let (block, at) = (old_size / bs64, (old_size % bs64) as usize);
         if at == 0 {
             return;

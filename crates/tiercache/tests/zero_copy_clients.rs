@@ -305,13 +305,43 @@ fn in_place_updates_are_seen_on_the_mount_and_sync_makes_them_durable_and_extend
         "the mount after sync"
     );
     assert_eq!(m.stats()["memory"]["dirty_blocks"], 0);
-    // Past the last block: refused with a reason, nothing changes.
-    match f.sync(0, data.len() as u64 + 2 * bs as u64, true) {
-        Err(Error::Refused { message, .. }) => assert!(message.contains("last block"), "{message}"),
-        other => panic!("expected a refusal, got {other:?}"),
+    // Whole new blocks past EOF: written in place, then one sync makes them the file's.
+    let size0 = size as usize;
+    let (b1, b2) = (size0.div_ceil(bs) as u64, size0.div_ceil(bs) as u64 + 1);
+    {
+        let mut x = f.write_block(b1).unwrap();
+        assert!(
+            x.iter().all(|&v| v == 0),
+            "a block past EOF starts as zeros"
+        );
+        x[..4].copy_from_slice(b"blk1");
     }
-    match f.write_block(last + 3) {
-        Err(Error::Refused { message, .. }) => assert!(message.contains("past EOF"), "{message}"),
+    {
+        let mut x = f.write_block(b2).unwrap();
+        x[..4].copy_from_slice(b"blk2");
+    }
+    // Not yet the file's: the mount still shows the old size.
+    assert_eq!(std::fs::metadata(m.mnt.join("f")).unwrap().len(), size);
+    let new_size = b2 * bs as u64 + 4;
+    assert_eq!(f.sync(size, new_size - size, true).unwrap(), new_size);
+    want.resize(new_size as usize, 0);
+    want[(b1 as usize) * bs..(b1 as usize) * bs + 4].copy_from_slice(b"blk1");
+    want[(b2 as usize) * bs..].copy_from_slice(b"blk2");
+    assert_eq!(
+        std::fs::read(m.backing.join("f")).unwrap(),
+        want,
+        "BACKING after extend"
+    );
+    assert_eq!(
+        std::fs::read(m.mnt.join("f")).unwrap(),
+        want,
+        "the mount after extend"
+    );
+    // Extending to a block that was never written in place: refused with a reason.
+    match f.sync(0, new_size + 5 * bs as u64, true) {
+        Err(Error::Refused { message, .. }) => {
+            assert!(message.contains("not in the cache"), "{message}")
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     // A read-only open may not update.
@@ -376,6 +406,11 @@ fn bytes_a_client_left_past_eof_never_show_when_the_file_grows() {
             let mut b = f.write_block(0).unwrap();
             b[5..10].copy_from_slice(b"XXXXX");
         }
+        {
+            // A whole block past EOF, never extended over.
+            let mut b = f.write_block(2).unwrap();
+            b[..5].copy_from_slice(b"YYYYY");
+        }
         drop(f);
         drop(c);
         let g = std::fs::OpenOptions::new()
@@ -383,16 +418,17 @@ fn bytes_a_client_left_past_eof_never_show_when_the_file_grows() {
             .write(true)
             .open(m.mnt.join(name))
             .unwrap();
-        let want: &[u8] = match grow {
-            "truncate" => {
-                g.set_len(10).unwrap();
-                b"hello\0\0\0\0\0"
-            }
+        let bs = 4096;
+        let mut want = b"hello".to_vec();
+        want.resize(2 * bs + 10, 0);
+        match grow {
+            "truncate" => g.set_len(want.len() as u64).unwrap(),
             _ => {
-                g.write_all_at(b"!", 9).unwrap();
-                b"hello\0\0\0\0!"
+                g.write_all_at(b"!", want.len() as u64 - 1).unwrap();
+                *want.last_mut().unwrap() = b'!';
             }
-        };
+        }
+        let want = &want[..];
         assert_eq!(std::fs::read(m.mnt.join(name)).unwrap(), want, "{grow}");
         assert_eq!(
             std::process::Command::new(env!("CARGO_BIN_EXE_tiercache"))
