@@ -172,7 +172,7 @@ impl Inner {
         let (wsecs, complete, wstats) = eng.windows.view(now, &current);
         let sizes = eng.tier.pool_sizes();
         let sizes = [sizes.protected as u64, sizes.normal as u64];
-        let mut tiers = vec![TierSnapshot {
+        let tiers = vec![TierSnapshot {
             name: "memory".into(),
             kind: TierKind::Memory.to_string(),
             capacity_blocks: eng.tier.capacity() as u64,
@@ -188,12 +188,7 @@ impl Inner {
             rejected: 0,
             errors: 0,
         }];
-        let lower = self.lower.as_ref().map(|l| {
-            let (s, t) = l.stats();
-            tiers.extend(t);
-            s
-        });
-        MemStats {
+        let mut ms = MemStats {
             uptime_secs: now.saturating_duration_since(self.start).as_secs_f64(),
             capacity_blocks: eng.tier.capacity() as u64,
             block_size: self.bs as u64,
@@ -232,8 +227,17 @@ impl Inner {
             trace_dropped: Counters::get(&self.trace_dropped),
             emulation: self.device.emulation(),
             tiers,
-            lower,
+            lower: None,
+        };
+        // The tiers below are asked after the engine lock: a tier busy with its own I/O
+        // (a flash set being reused) must not stall every request behind `stats`.
+        drop(eng);
+        if let Some(l) = &self.lower {
+            let (s, t) = l.stats();
+            ms.tiers.extend(t);
+            ms.lower = Some(s);
         }
+        ms
     }
 
     fn set_trace(&self, out: Option<Box<dyn Write + Send>>) -> io::Result<()> {
