@@ -80,6 +80,7 @@ pub(crate) struct LowerCounters {
     pub hits: AtomicU64,
     pub transit_hits: AtomicU64,
     pub demotions_dropped: AtomicU64,
+    pub spills_dropped: AtomicU64,
     pub fills_dropped: AtomicU64,
     pub errors: AtomicU64,
     pub dirty_bypassed: AtomicU64,
@@ -92,9 +93,11 @@ pub struct LowerStats {
     pub hits: u64,
     pub transit_hits: u64,
     pub transit_blocks: u64,
-    /// Blocks evicted from memory or spilled by a lower tier, not passed down: the transit
-    /// bound was reached.
+    /// Blocks evicted from memory, not passed down: the transit bound was reached.
     pub demotions_dropped: u64,
+    /// Blocks a lower tier evicted (spilled), not passed down: spills may fill only half the
+    /// transit bound, so they never crowd out memory's own (hotter) victims.
+    pub spills_dropped: u64,
     pub fills_dropped: u64,
     pub errors: u64,
     /// Dirty blocks written back to BACKING instead of the dirty tier because its cleaning
@@ -450,6 +453,7 @@ impl Lower {
             transit_hits: c.transit_hits.load(Relaxed),
             transit_blocks,
             demotions_dropped: c.demotions_dropped.load(Relaxed),
+            spills_dropped: c.spills_dropped.load(Relaxed),
             fills_dropped: c.fills_dropped.load(Relaxed),
             errors: c.errors.load(Relaxed),
             dirty_bypassed: c.dirty_bypassed.load(Relaxed),

@@ -12,7 +12,8 @@
 //!   tier i after it still misses it: the read asks the map again after the tiers, and
 //!   otherwise goes to BACKING — clean bytes, never wrong ones);
 //! - at most `TRANSIT_MAX` jobs wait or are being stored (demotions, fills and spills
-//!   together); past that a block is dropped and counted (`demotions_dropped`,
+//!   together; spills only up to half of it); past that a block is dropped and counted
+//!   (`demotions_dropped`, `spills_dropped`,
 //!   `fills_dropped`): it is clean, BACKING has it;
 //! - a store never makes stale bytes visible: demotions from memory and fills carry the
 //!   file's change counter from when their bytes were read, spills their transit entry (see
@@ -166,8 +167,9 @@ impl Lower {
     /// tier's lock): queued for tier `into`, registered in the transit map.
     fn queue_spill(&self, into: usize, s: Spilled<'_>) {
         let mut t = lock(&self.transit);
-        if t.full() || s.data.len() != self.bs {
-            self.counters.demotions_dropped.fetch_add(1, Relaxed);
+        // Half the bound at most: memory's victims (hotter than a lower tier's) keep room.
+        if t.full() || t.queue.len() + t.busy >= TRANSIT_MAX / 2 || s.data.len() != self.bs {
+            self.counters.spills_dropped.fetch_add(1, Relaxed);
             return;
         }
         let data = t.buffer(s.data);
