@@ -77,7 +77,18 @@ pub struct Client {
     /// Held across a `PinWrite` request and by a `BlockMut` ending its update, so the end of
     /// one update cannot clear the writer bit the daemon just set for the next.
     write_gate: Mutex<()>,
+    /// `FORKS` when connected.
+    forks: u64,
     pub stats: ClientStats,
+}
+
+/// Bumped in every child a `fork()` makes (an `atfork` handler): a `Client` made before the
+/// fork refuses to work in the child, which would share its client bit and pins.
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ATFORK: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Relaxed);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -87,6 +98,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Client {
     /// Connects to the zero-copy service of the tiercache mount at `mount`.
     pub fn connect(mount: impl AsRef<Path>) -> Result<Self> {
+        ATFORK.call_once(|| {
+            // SAFETY: registers a handler that only bumps an atomic (async-signal-safe).
+            unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+        });
         let mount = mount.as_ref();
         let sock = wire::connect_abstract(&wire::socket_name(mount)).map_err(|source| {
             Error::NoService {
@@ -138,6 +153,7 @@ impl Client {
             block,
             slots: Mutex::new(HashMap::new()),
             write_gate: Mutex::new(()),
+            forks: FORKS.load(Relaxed),
             stats: ClientStats::default(),
         })
     }
@@ -147,7 +163,18 @@ impl Client {
     }
 
     /// One request, one answer (a descriptor may ride along with the request).
+    /// Refuses use in a child `fork()` made after `connect`.
+    fn same_process(&self) -> Result<()> {
+        if FORKS.load(Relaxed) != self.forks {
+            return Err(Error::Protocol(
+                "this client was connected before fork(): connect anew in the child".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn call(&self, req: &Request, fd: Option<&File>) -> Result<Response> {
+        self.same_process()?;
         if !self.region.serving() {
             return Err(Error::Gone("the region is closed".into()));
         }
@@ -192,6 +219,9 @@ impl Client {
 
     /// Drops one reference to `slot`; the last one clears the bit.
     fn release(&self, slot: u32) {
+        if self.same_process().is_err() {
+            return; // the bits are the parent's
+        }
         let mut slots = lock(&self.slots);
         if let Some(u) = slots.get_mut(&slot) {
             u.refs = u.refs.saturating_sub(1);
@@ -273,7 +303,10 @@ fn busy(block: u64) -> Error {
 impl Drop for Client {
     fn drop(&mut self) {
         // Our pins die with the connection (the daemon clears our bit when it sees EOF); the
-        // region unmaps with `self.region`.
+        // region unmaps with `self.region`. In a forked child the bits are the parent's.
+        if self.same_process().is_err() {
+            return;
+        }
         let slots = std::mem::take(&mut *lock(&self.slots));
         for (slot, u) in slots {
             if let Some(h) = self.region.header(slot) {
@@ -306,6 +339,7 @@ impl<'c> ZcFile<'c> {
     /// with one request for all of them. Stops at EOF (fewer blocks returned).
     pub fn read_blocks(&self, first: u64, count: u64) -> Result<Vec<BlockRef<'c>>> {
         let c = self.client;
+        c.same_process()?;
         if !c.region.serving() {
             return Err(Error::Gone("the region is closed".into()));
         }
@@ -586,6 +620,9 @@ impl std::ops::DerefMut for BlockMut<'_> {
 impl Drop for BlockMut<'_> {
     fn drop(&mut self) {
         let c = self.block.client;
+        if c.same_process().is_err() {
+            return; // the bits are the parent's
+        }
         let _gate = lock(&c.write_gate);
         let mut held = lock(&c.slots);
         if let Some(u) = held.get_mut(&self.block.slot) {

@@ -445,3 +445,34 @@ fn bytes_a_client_left_past_eof_never_show_when_the_file_grows() {
         );
     }
 }
+
+#[test]
+fn a_client_used_after_fork_refuses_and_leaves_the_parents_pins() {
+    let m = Mount::new(&["--zero-copy"]);
+    std::fs::write(m.mnt.join("f"), content(20_000, 5)).unwrap();
+    let c = Client::connect(&m.mnt).unwrap();
+    let f = c.open(m.mnt.join("f")).unwrap();
+    let held = f.read_blocks(0, 2).unwrap();
+    // SAFETY: the child only calls the client (atomics, a mutex nobody holds here) and
+    // `_exit`s; no allocation-heavy work happens there.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok = matches!(f.read_blocks(0, 1), Err(Error::Protocol(_)));
+        drop(held); // must not unpin the parent's blocks
+                    // SAFETY: ends the child at once, running no destructors of the parent's state.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child made above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: {status}"
+    );
+    assert_eq!(c.pinned_slots(), 2);
+    assert!(
+        m.stats()["zerocopy"]["pinned_slots"].as_u64().unwrap() >= 2,
+        "the child unpinned"
+    );
+    assert_eq!(&held[0][..100], &content(20_000, 5)[..100]);
+}
