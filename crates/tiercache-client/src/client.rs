@@ -243,7 +243,7 @@ impl Client {
     /// of `file`, valid, and still does once pinned. No system call.
     fn try_hit(&self, file: u64, block: u64) -> Result<Option<u32>> {
         for slot in self.region.hints(file, block) {
-            match self.pin_slot(file, block, slot) {
+            match self.pin_slot(file, block, slot, false) {
                 Pin::Held => return Ok(Some(slot)),
                 Pin::Miss => {}
                 Pin::Busy => return Err(busy(block)),
@@ -255,7 +255,7 @@ impl Client {
     /// Pins `slot` for `block` of `file` (validated in its header) and counts the reference.
     /// Also for a slot the daemon pinned for us: if it no longer holds the block (retired
     /// meanwhile) and we hold nothing else of it, the bit the daemon set is cleared here.
-    fn pin_slot(&self, file: u64, block: u64, slot: u32) -> Pin {
+    fn pin_slot(&self, file: u64, block: u64, slot: u32, from_daemon: bool) -> Pin {
         // Under the map's lock: a concurrent release of our last reference to the same slot
         // cannot clear the bit this pin relies on.
         let mut slots = lock(&self.slots);
@@ -263,10 +263,15 @@ impl Client {
             return Pin::Miss;
         };
         if slots.get(&slot).is_some_and(|u| u.writing) {
-            return Pin::Busy;
+            // Busy only if it is this block (a stale hint may name a slot of another one).
+            let same = h.file.load(Relaxed) == file && h.block.load(Relaxed) == block;
+            return if same { Pin::Busy } else { Pin::Miss };
         }
         if h.try_pin(file, block, self.bit).is_none() {
-            if !slots.contains_key(&slot) {
+            // A bit the daemon set for this reply that we cannot use (the block left the
+            // slot meanwhile) is cleared if nothing of ours relies on it. (On the hint path
+            // `try_pin` already dropped any bit it set itself.)
+            if from_daemon && !slots.contains_key(&slot) {
                 h.unpin(self.bit);
             }
             return Pin::Miss;
@@ -370,26 +375,40 @@ impl<'c> ZcFile<'c> {
             c.stats.misses.fetch_add(missing.len() as u64, Relaxed);
             let req = Request::Pin {
                 handle: self.handle,
-                first: first + lo,
+                first: first.saturating_add(lo),
                 count: hi - lo + 1,
             };
             match c.call(&req, None)? {
                 Response::Pinned { slots, size } => {
                     self.size.store(size, Relaxed);
+                    let mut busy_at = None;
+                    // Every slot the daemon pinned for us is either counted or let go.
+                    let mut unused = Vec::new();
                     for (j, s) in slots.into_iter().enumerate() {
                         let i = lo as usize + j;
                         let Some(slot) = s else { continue };
-                        if i >= out.len() {
-                            break;
-                        }
-                        if out[i].is_some() {
+                        if i >= out.len() || out[i].is_some() || busy_at.is_some() {
+                            unused.push(slot);
                             continue;
                         }
-                        match c.pin_slot(self.id, first + i as u64, slot) {
+                        match c.pin_slot(self.id, first + i as u64, slot, true) {
                             Pin::Held => out[i] = Some(BlockRef::new(c, slot)),
                             Pin::Miss => {}
-                            Pin::Busy => return Err(busy(first + i as u64)),
+                            Pin::Busy => busy_at = Some(first + i as u64),
                         }
+                    }
+                    {
+                        let held = lock(&c.slots);
+                        for slot in unused {
+                            if !held.contains_key(&slot) {
+                                if let Some(h) = c.region.header(slot) {
+                                    h.unpin(c.bit);
+                                }
+                            }
+                        }
+                    }
+                    if let Some(b) = busy_at {
+                        return Err(busy(b));
                     }
                 }
                 other => return Err(Error::Protocol(format!("unexpected answer {other:?}"))),

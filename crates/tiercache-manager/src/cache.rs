@@ -611,6 +611,12 @@ impl MemCache {
         self.inner.sync_extend(file, new_size)
     }
 
+    /// A zero-copy client is done with `file` without syncing (closed it or went away): what
+    /// it stored past EOF is dropped (see `zerocopy_eof`).
+    pub fn zc_discard(&self, file: FileId) {
+        self.inner.zc_discard(file);
+    }
+
     /// A zero-copy client is gone: drops its pins and frees the slots held back for it.
     pub fn release_client(&self, bit: u64) {
         self.inner.release_client(bit);

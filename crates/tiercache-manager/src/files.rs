@@ -98,10 +98,9 @@ impl ReadAhead {
 /// Everything the tier knows about one file (guarded by the engine lock).
 #[derive(Debug)]
 pub(crate) struct FileState {
-    /// A zero-copy client updated the block holding EOF, or blocks past it, in place: cached
-    /// bytes past EOF may not be zero, so a growth of the file zeroes or drops them first
-    /// (see `zerocopy`).
-    pub zc_past_eof: bool,
+    /// Blocks at or past EOF that zero-copy clients update in place, each holding one engine
+    /// pin (never evicted) until `zc_settle` (see `zerocopy_eof`).
+    pub zc_held: Vec<(u64, tiercache_core::SlotId)>,
     pub shared: Arc<FileShared>,
     pub backing: Option<Arc<File>>,
     /// Access mode of `backing` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
@@ -167,7 +166,7 @@ impl FileState {
         fkey: Option<FileKey>,
     ) -> Self {
         Self {
-            zc_past_eof: false,
+            zc_held: Vec::new(),
             fkey,
             version: version_of(&stamp),
             shared: Arc::new(FileShared::default()),

@@ -99,13 +99,15 @@ impl Inner {
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         // Allocated before the engine lock.
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
-        let mut eng = self.lock();
-        // A write that starts past EOF grows the file over the bytes between.
-        if let Some(size) = eng.files.get(&file).map(|f| f.size) {
-            if offset > size {
-                eng.zero_past_eof_for_growth(&self.arena, file, size, offset, self.bs);
+        // A write that starts past EOF grows the file over what zero-copy clients stored
+        // there unsynced: that goes first (zeroed, see `zerocopy_eof`).
+        if self.arena.shared().is_some() {
+            let size = self.lock().files.get(&file).map_or(0, |f| f.size);
+            if offset > size && self.zc_holds(file) {
+                self.zc_settle(file, size);
             }
         }
+        let mut eng = self.lock();
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
@@ -500,6 +502,12 @@ impl Inner {
                 }
             }
         }
+        // What zero-copy clients stored past EOF unsynced is not the file's: settled (zeroed,
+        // holds released) before the size moves (the file is quiesced: `io` + `op`).
+        if self.arena.shared().is_some() && self.zc_holds(file) {
+            let size = self.lock().files.get(&file).map_or(0, |f| f.size);
+            self.zc_settle(file, size.min(new_size));
+        }
         self.device.set_len(file, fd, new_size)?;
         // Only once BACKING took the new size: a failed truncate keeps the tail's bytes.
         self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
@@ -525,12 +533,6 @@ impl Inner {
             invalidate_below = f.fkey;
             f.ra = ReadAhead::default();
             let old_size = f.size;
-            if new_size > old_size {
-                eng.zero_past_eof_for_growth(&self.arena, file, old_size, new_size, self.bs);
-            }
-            let Some(f) = eng.files.get_mut(&file) else {
-                return Ok(());
-            };
             f.size = new_size;
             f.backing_size = new_size;
             f.needs_sync = true;

@@ -216,3 +216,49 @@ fn a_block_updated_in_place_stays_dirty_until_the_update_ends_and_then_reaches_b
     assert_eq!(&read_file(&p)[..5], b"dying");
     cache.check_invariants().unwrap();
 }
+
+/// Review: blocks a client updated past EOF were marked clean by a write-back (nothing of
+/// them is within EOF) and then evicted, so a later `sync_extend` lost their bytes.
+#[test]
+fn blocks_updated_past_eof_survive_write_back_and_eviction_until_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = zc_cache(8);
+    let p = make_file(dir.path(), "f", &pattern(0, 612, 1));
+    let id = open(&cache, &p, Class::Normal);
+    let other = make_file(dir.path(), "g", &pattern(0, 64 * BS, 2));
+    let other = open(&cache, &other, Class::Normal);
+    let region = cache.zero_copy_region().unwrap();
+    let client = Region::open(region.file().try_clone().unwrap()).unwrap();
+    let bit = 1 << 9;
+    for (block, text) in [(1u64, b"tail"), (2, b"two!"), (3, b"thre")] {
+        let slot = cache.pin_for_write(id, block, bit).unwrap();
+        let at = if block == 1 { 612 - BS } else { 0 };
+        // SAFETY: pinned slot in range; this test is the only writer.
+        unsafe { client.data_ptr(slot).add(at).copy_from(text.as_ptr(), 4) };
+        let h = client.header(slot).unwrap();
+        h.end_write(bit);
+        h.unpin(bit);
+    }
+    // Write-back, then memory pressure from another file: the held blocks stay.
+    cache.fsync(id, false).unwrap();
+    let mut buf = vec![0u8; BS];
+    for b in 0..64 {
+        cache.read_into(other, b * BS as u64, &mut buf).unwrap();
+    }
+    assert_eq!(
+        read_file(&p).len(),
+        612,
+        "past EOF reached BACKING before a sync"
+    );
+    let size = cache.sync_extend(id, Some(3 * BS as u64 + 4)).unwrap();
+    assert_eq!(size, 3 * BS as u64 + 4);
+    let mut want = pattern(0, 612, 1);
+    want.extend_from_slice(b"tail");
+    want.resize(2 * BS, 0);
+    want.extend_from_slice(b"two!");
+    want.resize(3 * BS, 0);
+    want.extend_from_slice(b"thre");
+    assert_bytes(&read_file(&p), &want, "BACKING after sync_extend");
+    cache.release_client(bit);
+    cache.check_invariants().unwrap();
+}

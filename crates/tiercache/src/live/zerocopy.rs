@@ -106,12 +106,15 @@ impl Service {
                                 continue;
                             }
                             let shared = Arc::clone(&shared);
+                            let slot = ConnSlot(Arc::clone(&shared));
                             let spawned = std::thread::Builder::new()
                                 .name("zc-client".into())
                                 .spawn(move || {
+                                    // Given back however the thread ends (a panic included).
+                                    let _slot = slot;
                                     shared.serve_client(s);
-                                    shared.conns.fetch_sub(1, Relaxed);
                                 });
+                            // A thread that could not start dropped its `ConnSlot` with it.
                             if let Err(e) = spawned {
                                 log::error!("zero-copy: cannot start a client thread: {e}");
                             }
@@ -140,6 +143,15 @@ struct Shared {
     conns: AtomicUsize,
 }
 
+/// One counted connection; dropping it gives the place back.
+struct ConnSlot(Arc<Shared>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.conns.fetch_sub(1, Relaxed);
+    }
+}
+
 /// Connections served at once (64 clients and room for those being turned away).
 const MAX_CONNECTIONS: usize = 128;
 /// Files one client may hold open.
@@ -158,6 +170,10 @@ struct Session<'a> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         for (_, o) in self.files.drain() {
+            if o.writable {
+                // Unsynced bytes it stored past EOF go with it.
+                self.shared.data.mem().zc_discard(FileId(o.fh.ino));
+            }
             self.shared.data.release(&o.fh);
         }
         self.shared.data.mem().release_client(1u64 << self.bit);
@@ -394,6 +410,9 @@ impl Shared {
             }
             Request::Close { handle } => match files.remove(&handle) {
                 Some(o) => {
+                    if o.writable {
+                        self.data.mem().zc_discard(FileId(o.fh.ino));
+                    }
                     self.data.release(&o.fh);
                     (Response::Closed, false)
                 }

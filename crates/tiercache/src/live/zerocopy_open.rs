@@ -118,12 +118,14 @@ fn open_beneath(root: &File, rel: &Path, writable: bool) -> io::Result<File> {
     // `libc::open_how` is non-exhaustive: zeroed, then filled in.
     // SAFETY: `open_how` is three integers; all-zero is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_CLOEXEC
-        | if writable {
-            libc::O_RDWR
-        } else {
-            libc::O_RDONLY
-        }) as u64;
+    // O_NONBLOCK: a FIFO renamed into place cannot block the service (it is then refused as
+    // not the client's inode); no effect on a regular file.
+    let access = if writable {
+        libc::O_RDWR
+    } else {
+        libc::O_RDONLY
+    };
+    how.flags = (libc::O_CLOEXEC | libc::O_NONBLOCK | access) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
     // SAFETY: a valid directory descriptor, a NUL-terminated path and an `open_how` of the
     // size passed; the result is checked.
