@@ -87,8 +87,45 @@ pub struct Client {
 static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static ATFORK: std::sync::Once = std::sync::Once::new();
 
+/// This process's client sockets (-1: free). In a forked child they are replaced by
+/// `/dev/null`, so a connection ends when its parent does (the daemon then drops its pins)
+/// rather than living on in the child.
+static SOCKETS: [std::sync::atomic::AtomicI32; 64] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; 64];
+
 extern "C" fn forked_child() {
     FORKS.fetch_add(1, Relaxed);
+    for s in &SOCKETS {
+        let fd = s.load(Relaxed);
+        if fd >= 0 {
+            // SAFETY: open/dup2/close are async-signal-safe; `fd` is a descriptor this
+            // process registered (the child's copy), replaced in place.
+            unsafe {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                if null >= 0 {
+                    libc::dup2(null, fd);
+                    libc::close(null);
+                }
+            }
+        }
+    }
+}
+
+/// Registers `fd` in `SOCKETS` (not registered past 64 clients in one process).
+fn register_socket(fd: i32) {
+    for s in &SOCKETS {
+        if s.compare_exchange(-1, fd, Relaxed, Relaxed).is_ok() {
+            return;
+        }
+    }
+}
+
+fn unregister_socket(fd: i32) {
+    for s in &SOCKETS {
+        if s.compare_exchange(fd, -1, Relaxed, Relaxed).is_ok() {
+            return;
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -146,6 +183,7 @@ impl Client {
                 "block size disagrees with the region".into(),
             ));
         }
+        register_socket(sock.as_raw_fd());
         Ok(Self {
             sock: Mutex::new(sock),
             region,
@@ -312,6 +350,7 @@ impl Drop for Client {
         if self.same_process().is_err() {
             return;
         }
+        unregister_socket(lock(&self.sock).as_raw_fd());
         let slots = std::mem::take(&mut *lock(&self.slots));
         for (slot, u) in slots {
             if let Some(h) = self.region.header(slot) {

@@ -465,15 +465,37 @@ fn a_client_used_after_fork_refuses_and_leaves_the_parents_pins() {
     let c = Client::connect(&m.mnt).unwrap();
     let f = c.open(m.mnt.join("f")).unwrap();
     let held = f.read_blocks(0, 2).unwrap();
-    // SAFETY: the child only calls the client (atomics, a mutex nobody holds here) and
-    // `_exit`s; no allocation-heavy work happens there.
+    // SAFETY: the child only calls the client (atomics, a mutex nobody holds here), sleeps
+    // and `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let ok = matches!(f.read_blocks(0, 1), Err(Error::Protocol(_)));
         drop(held); // must not unpin the parent's blocks
-                    // SAFETY: ends the child at once, running no destructors of the parent's state.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        // SAFETY: ends the child at once, running no destructors of the parent's state.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(c.pinned_slots(), 2);
+    assert!(
+        m.stats()["zerocopy"]["pinned_slots"].as_u64().unwrap() >= 2,
+        "the child unpinned"
+    );
+    assert_eq!(&held[0][..100], &content(20_000, 5)[..100]);
+    // The parent lets go while the child lives: the connection ends (the child's copy of the
+    // socket was replaced at fork), so the daemon drops the parent's pins now.
+    drop(held);
+    drop(f);
+    drop(c);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while m.stats()["zerocopy"]["clients"] != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        m.stats()["zerocopy"]["clients"],
+        0,
+        "the child kept the connection alive"
+    );
     let mut status = 0;
     // SAFETY: waits for the child made above.
     unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -481,10 +503,4 @@ fn a_client_used_after_fork_refuses_and_leaves_the_parents_pins() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child: {status}"
     );
-    assert_eq!(c.pinned_slots(), 2);
-    assert!(
-        m.stats()["zerocopy"]["pinned_slots"].as_u64().unwrap() >= 2,
-        "the child unpinned"
-    );
-    assert_eq!(&held[0][..100], &content(20_000, 5)[..100]);
 }
