@@ -54,7 +54,7 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Blocks one `read_blocks` call may ask for (the daemon pins at most this many per request).
-pub const MAX_BLOCKS: u64 = 4096;
+pub const MAX_BLOCKS: u64 = wire::MAX_PIN_BLOCKS;
 
 /// Hits and misses of this client's `read_blocks`.
 #[derive(Debug, Default)]

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 /// Protocol version (`Hello`/`Welcome`).
 pub const VERSION: u32 = 1;
+/// Blocks one `Pin` request (and one `read_blocks` call) may cover.
+pub const MAX_PIN_BLOCKS: u64 = 4096;
 /// Largest frame body either side accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 

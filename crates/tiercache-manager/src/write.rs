@@ -102,8 +102,13 @@ impl Inner {
         // A write that starts past EOF grows the file over what zero-copy clients stored
         // there unsynced: that goes first (zeroed, see `zerocopy_eof`).
         if self.arena.shared().is_some() {
-            let size = self.lock().files.get(&file).map_or(0, |f| f.size);
-            if offset > size && self.zc_holds(file) {
+            let grows_over_holds = self
+                .lock()
+                .files
+                .get(&file)
+                .filter(|f| offset > f.size && !f.zc_held.is_empty())
+                .map(|f| f.size);
+            if let Some(size) = grows_over_holds {
                 self.zc_settle(file, size);
             }
         }
@@ -504,9 +509,16 @@ impl Inner {
         }
         // What zero-copy clients stored past EOF unsynced is not the file's: settled (zeroed,
         // holds released) before the size moves (the file is quiesced: `io` + `op`).
-        if self.arena.shared().is_some() && self.zc_holds(file) {
-            let size = self.lock().files.get(&file).map_or(0, |f| f.size);
-            self.zc_settle(file, size.min(new_size));
+        if self.arena.shared().is_some() {
+            let held_size = self
+                .lock()
+                .files
+                .get(&file)
+                .filter(|f| !f.zc_held.is_empty())
+                .map(|f| f.size);
+            if let Some(size) = held_size {
+                self.zc_settle(file, size.min(new_size));
+            }
         }
         self.device.set_len(file, fd, new_size)?;
         // Only once BACKING took the new size: a failed truncate keeps the tail's bytes.

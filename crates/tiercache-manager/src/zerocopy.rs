@@ -93,10 +93,7 @@ impl Inner {
                 }
             }
             drop(eng);
-            let past_eof = |i: u64| {
-                let size = self.lock().files.get(&file).map_or(0, |f| f.size);
-                (first + i).saturating_mul(self.bs as u64) >= size
-            };
+            let past_eof = |i: u64| (first + i).saturating_mul(self.bs as u64) >= size;
             if (0..count).all(|i| out[i as usize].is_some() || past_eof(i)) {
                 break;
             }

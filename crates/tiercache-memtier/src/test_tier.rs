@@ -99,6 +99,13 @@ impl TestTier {
         Ok(())
     }
 
+    /// A store's injected fault, then its modelled latency.
+    fn before_store(&self) -> Result<(), TierError> {
+        self.fault(&self.fail_writes, "write")?;
+        Self::sleep(self.write_latency);
+        Ok(())
+    }
+
     fn sleep(d: Duration) {
         if !d.is_zero() {
             std::thread::sleep(d);
@@ -140,8 +147,7 @@ impl DataTier for TestTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.fault(&self.fail_writes, "write")?;
-        Self::sleep(self.write_latency);
+        self.before_store()?;
         self.inner.fill(key, version, class, data, current)
     }
 
@@ -153,8 +159,7 @@ impl DataTier for TestTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        self.fault(&self.fail_writes, "write")?;
-        Self::sleep(self.write_latency);
+        self.before_store()?;
         self.inner.demote(key, version, class, data, current)
     }
 
@@ -167,8 +172,7 @@ impl DataTier for TestTier {
         current: &dyn Fn() -> bool,
         spill: &mut Spill<'_>,
     ) -> Result<Admit, TierError> {
-        self.fault(&self.fail_writes, "write")?;
-        Self::sleep(self.write_latency);
+        self.before_store()?;
         self.inner
             .fill_spilling(key, version, class, data, current, spill)
     }
@@ -186,8 +190,7 @@ impl DataTier for TestTier {
         current: &dyn Fn() -> bool,
         spill: &mut Spill<'_>,
     ) -> Result<Admit, TierError> {
-        self.fault(&self.fail_writes, "write")?;
-        Self::sleep(self.write_latency);
+        self.before_store()?;
         self.inner
             .demote_spilling(key, version, class, data, current, spill)
     }
@@ -199,8 +202,7 @@ impl DataTier for TestTier {
         class: Class,
         data: &[u8],
     ) -> Result<Admit, TierError> {
-        self.fault(&self.fail_writes, "write")?;
-        Self::sleep(self.write_latency);
+        self.before_store()?;
         self.inner.write_dirty(key, version, class, data)
     }
 

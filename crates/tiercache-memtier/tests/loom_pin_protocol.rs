@@ -54,6 +54,7 @@ fn a_retired_pinned_slot_reports_the_pin_until_the_client_lets_go() {
         let c = Arc::clone(&s);
         let client = thread::spawn(move || {
             if c.h.try_pin(5, 0, 4).is_some() {
+                // SAFETY (model): loom checks that no access races with another (it fails if one does).
                 let v = c.bytes.with(|p| unsafe { *p });
                 assert_eq!(v, 50);
                 c.h.unpin(4);
@@ -62,6 +63,7 @@ fn a_retired_pinned_slot_reports_the_pin_until_the_client_lets_go() {
         // The daemon retires the block; it may reuse the slot only once nobody pins it.
         s.h.retire();
         if !s.h.pinned() {
+            // SAFETY (model): loom checks that no access races with another (it fails if one does).
             s.bytes.with_mut(|p| unsafe { *p = 0 });
         }
         client.join().unwrap();
@@ -81,6 +83,7 @@ fn two_clients_and_a_claim() {
             let c = Arc::clone(&s);
             hs.push(thread::spawn(move || {
                 if c.h.try_pin(2, 2, bit).is_some() {
+                    // SAFETY (model): loom checks that no access races with another (it fails if one does).
                     let v = c.bytes.with(|p| unsafe { *p });
                     assert_eq!(v, 7);
                     c.h.unpin(bit);
@@ -88,6 +91,7 @@ fn two_clients_and_a_claim() {
             }));
         }
         if s.h.claim() {
+            // SAFETY (model): loom checks that no access races with another (it fails if one does).
             s.bytes.with_mut(|p| unsafe { *p = 9 });
         }
         for h in hs {

@@ -53,11 +53,9 @@ pub struct SlotHeader {
     pub reserved1: AtomicU64,
 }
 
-/// What a client saw in a header it pinned.
+/// A pin `try_pin` validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pinned {
-    /// The (even) `seq` the pin was validated against.
-    pub seq: u64,
     /// Whether this call set the client's bit (false: the client already held a pin on it).
     pub newly: bool,
 }
@@ -104,7 +102,7 @@ impl SlotHeader {
             }
             return None;
         }
-        Some(Pinned { seq: s0, newly })
+        Some(Pinned { newly })
     }
 
     /// Client: drops its bit (its last pin on the slot).

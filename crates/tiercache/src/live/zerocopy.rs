@@ -338,8 +338,14 @@ impl Shared {
                 let Some(o) = files.get(&handle) else {
                     return (refuse(format!("no open file {handle}"), libc::EBADF), false);
                 };
-                if count == 0 || count > 4096 {
-                    return (refuse("count must be 1..=4096", libc::EINVAL), false);
+                if count == 0 || count > wire::MAX_PIN_BLOCKS {
+                    return (
+                        refuse(
+                            format!("count must be 1..={}", wire::MAX_PIN_BLOCKS),
+                            libc::EINVAL,
+                        ),
+                        false,
+                    );
                 }
                 match self
                     .data
