@@ -1,6 +1,6 @@
 /* Reads a file on a tiercache --zero-copy mount through the C API and writes it to stdout;
- * with a third argument "update", first writes "from C" in place at the start of block 0 and
- * syncs. Build: cc -I<dir of tiercache.h> read.c -ltiercache_capi */
+ * with a third argument "update", first writes "from C" at the start of block 0 (an update:
+ * a private copy of the block, committed on release) and syncs. Build: cc -I<dir of tiercache.h> read.c -ltiercache_capi */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,8 +29,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "tc_write_block: %s\n", tc_last_error());
             return 1;
         }
-        memcpy(tc_block_data(b), "from C", 6);
-        tc_block_release(b);
+        memcpy(tc_block_data_mut(b), "from C", 6);
+        if (tc_block_release(b) < 0) {
+            fprintf(stderr, "tc_block_release: %s\n", tc_last_error());
+            return 1;
+        }
         if (tc_sync(f, 0, 0, 0) < 0) {
             fprintf(stderr, "tc_sync: %s\n", tc_last_error());
             return 1;

@@ -22,7 +22,7 @@ pub struct TcClient(Client);
 #[derive(Debug)]
 pub struct TcFile(ZcFile<'static>);
 
-/// A pinned block: read-only, or being updated in place.
+/// A block: pinned in the cache and read in place, or an update (a private copy of it).
 #[derive(Debug)]
 pub enum TcBlock {
     Ref(BlockRef<'static>),
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn tc_block_size(c: *const TcClient) -> usize {
     unsafe { c.as_ref() }.map_or(0, |c| c.0.block_size())
 }
 
-/// Opens `path` (on the mount) for zero-copy reads, and in-place updates when `writable`.
+/// Opens `path` (on the mount) for zero-copy reads, and updates when `writable`.
 /// NULL on failure.
 ///
 /// # Safety
@@ -203,7 +203,9 @@ pub unsafe extern "C" fn tc_read_blocks(
     }
 }
 
-/// Pins block `block` for an in-place update (it is marked dirty). NULL on failure.
+/// An update of block `block`: a private copy of its bytes (zeros past EOF), changed through
+/// `tc_block_data_mut`; the changed bytes are written to the file (as `pwrite`s would be) by
+/// `tc_block_commit` or `tc_block_release`. NULL on failure.
 ///
 /// # Safety
 /// `f` is from `tc_open` (writable).
@@ -223,35 +225,86 @@ pub unsafe extern "C" fn tc_write_block(f: *const TcFile, block: u64) -> *mut Tc
     }
 }
 
-/// The block's bytes (`tc_block_size` of them), valid until `tc_block_release`. Writable only
-/// for a block from `tc_write_block`.
+/// The block's bytes (`tc_block_size` of them), valid until `tc_block_release`. For a block
+/// from `tc_read_blocks` they are the cache's memory, read in place and read-only: another
+/// write to the file may change them while you read (the block stays this block). For an
+/// update, the private copy.
 ///
 /// # Safety
 /// `b` is a live block handle.
 #[no_mangle]
-pub unsafe extern "C" fn tc_block_data(b: *mut TcBlock) -> *mut u8 {
+pub unsafe extern "C" fn tc_block_data(b: *const TcBlock) -> *const u8 {
+    // SAFETY: a live block handle (contract), used by one thread at a time.
+    match unsafe { b.as_ref() } {
+        Some(TcBlock::Ref(r)) => r.as_ptr(),
+        Some(TcBlock::Mut(m)) => m.as_ptr(),
+        None => std::ptr::null(),
+    }
+}
+
+/// The private copy of an update (`tc_write_block`), to change; NULL (errno `EBADF`) for a
+/// block from `tc_read_blocks`, which is read-only.
+///
+/// # Safety
+/// `b` is a live block handle.
+#[no_mangle]
+pub unsafe extern "C" fn tc_block_data_mut(b: *mut TcBlock) -> *mut u8 {
     // SAFETY: a live block handle (contract), used by one thread at a time.
     match unsafe { b.as_mut() } {
-        Some(TcBlock::Ref(r)) => r.bytes().as_ptr().cast_mut(),
         Some(TcBlock::Mut(m)) => m.bytes_mut().as_mut_ptr(),
+        Some(TcBlock::Ref(_)) => {
+            set_error("a block from tc_read_blocks is read-only", libc::EBADF);
+            std::ptr::null_mut()
+        }
         None => std::ptr::null_mut(),
     }
 }
 
-/// Releases a block (its pin; for an updated block, ends the update).
+/// Writes the bytes of an update changed since it was made (or last committed) to the file:
+/// then other processes and the mount see them. 0, or -1. Nothing to do for a read block.
+///
+/// # Safety
+/// `b` is a live block handle.
+#[no_mangle]
+pub unsafe extern "C" fn tc_block_commit(b: *mut TcBlock) -> c_int {
+    // SAFETY: a live block handle (contract), used by one thread at a time.
+    match unsafe { b.as_mut() } {
+        Some(TcBlock::Mut(m)) => match m.commit() {
+            Ok(()) => 0,
+            Err(e) => {
+                fail(&e);
+                -1
+            }
+        },
+        Some(TcBlock::Ref(_)) => 0,
+        None => {
+            set_error("NULL block", libc::EINVAL);
+            -1
+        }
+    }
+}
+
+/// Releases a block (its pin; an update is committed first). 0, or -1 when that commit failed
+/// (the block is released all the same).
 ///
 /// # Safety
 /// `b` is NULL or a live block handle, not used afterwards.
 #[no_mangle]
-pub unsafe extern "C" fn tc_block_release(b: *mut TcBlock) {
-    if !b.is_null() {
-        // SAFETY: from `Box::into_raw` in `tc_read_blocks`/`tc_write_block`, given up here.
-        drop(unsafe { Box::from_raw(b) });
+pub unsafe extern "C" fn tc_block_release(b: *mut TcBlock) -> c_int {
+    if b.is_null() {
+        return 0;
     }
+    // SAFETY: a live block handle (contract).
+    let rc = unsafe { tc_block_commit(b) };
+    // SAFETY: from `Box::into_raw` in `tc_read_blocks`/`tc_write_block`, given up here; its
+    // update was committed above (a second try in its drop finds nothing changed, or keeps
+    // the error for the next `tc_sync`).
+    drop(unsafe { Box::from_raw(b) });
+    rc
 }
 
 /// 003's syncblock: dirty blocks to BACKING, synced; with `extend`, the size grows to
-/// `offset + len` (past EOF: over blocks updated in place). Returns the new size, or -1.
+/// `offset + len` if the file is shorter. Returns the new size, or -1.
 ///
 /// # Safety
 /// `f` is from `tc_open`.

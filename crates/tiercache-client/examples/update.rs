@@ -1,6 +1,7 @@
-//! Appends a line to a file of a `--zero-copy` mount in place (003's in-place update and
-//! syncblock with extend); the example keeps to the file's last block (blocks past it work
-//! the same way, with `write_block` of each):
+//! Appends a line to a file of a `--zero-copy` mount with an update of its last block (a
+//! private copy, committed as a write of the changed bytes) and 003's syncblock; the example
+//! keeps to the file's last block (blocks past it work the same way, with `write_block` of
+//! each):
 //! `cargo run -p tiercache-client --example update -- MOUNTPOINT FILE TEXT`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,6 +1,7 @@
-//! The zero-copy socket protocol: frames of a 4-byte little-endian length and a JSON body; a
-//! descriptor rides along with a frame as `SCM_RIGHTS` (the region with `Welcome`, the
-//! client's own descriptor of the file with `Open`). Specified in `docs/design.md` §8.
+//! The zero-copy socket protocol: frames of a 4-byte little-endian length and a JSON body;
+//! descriptors ride along with a frame as `SCM_RIGHTS` (the region and the client's pin area
+//! with `Welcome`, the client's own descriptor of the file with `Open`); a `Write` is followed
+//! by one raw frame (length + bytes). Specified in `docs/design.md` §8.
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -9,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 /// Protocol version (`Hello`/`Welcome`).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Blocks one `Pin` request (and one `read_blocks` call) may cover.
 pub const MAX_PIN_BLOCKS: u64 = 4096;
 /// Largest frame body either side accepts.
@@ -31,14 +32,17 @@ pub enum Request {
         first: u64,
         count: u64,
     },
-    /// Pins block `block` for an in-place update and marks it dirty (the writer bit is set).
-    PinWrite {
+    /// Writes the bytes of the raw frame that follows (the concatenated `runs`, each `[start,
+    /// len]` relative to `offset`, in order) into the file at `offset + start`, as `pwrite`s
+    /// through the mount would (past EOF they extend the file). Only for a file opened
+    /// read-write. The client's commit of an update ([`crate::BlockMut`]).
+    Write {
         handle: u64,
-        block: u64,
+        offset: u64,
+        runs: Vec<[u32; 2]>,
     },
-    /// 003's syncblock: dirty blocks to BACKING, synced; with `extend`, the size grows to
-    /// `offset + len` when that passes EOF (the block holding the new EOF must be cached);
-    /// mtime is now.
+    /// 003's syncblock: with `extend`, the size grows to `offset + len` if the file is shorter
+    /// (zeros where nothing was written); dirty blocks to BACKING, synced.
     Sync {
         handle: u64,
         offset: u64,
@@ -54,7 +58,8 @@ pub enum Request {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "r", rename_all = "snake_case")]
 pub enum Response {
-    /// The region's descriptor rides along; `client` is this client's pin bit index.
+    /// The region's descriptor and this client's pin area ride along, in that order; `client`
+    /// is the client's index (its pin area says it too).
     Welcome {
         version: u32,
         client: u32,
@@ -71,6 +76,9 @@ pub enum Response {
         slots: Vec<Option<u32>>,
         size: u64,
     },
+    Written {
+        size: u64,
+    },
     Synced {
         size: u64,
     },
@@ -81,29 +89,42 @@ pub enum Response {
     },
 }
 
-/// Writes one frame, with `fd` attached when given.
-pub fn send(sock: &UnixStream, body: &impl Serialize, fd: Option<RawFd>) -> io::Result<()> {
+/// Writes one frame, with `fds` attached (at most [`MAX_FDS`]).
+pub fn send(sock: &UnixStream, body: &impl Serialize, fds: &[RawFd]) -> io::Result<()> {
     let json = serde_json::to_vec(body).map_err(io::Error::other)?;
     let mut frame = Vec::with_capacity(4 + json.len());
     frame.extend_from_slice(&(json.len() as u32).to_le_bytes());
     frame.extend_from_slice(&json);
-    match fd {
-        None => (&*sock).write_all(&frame),
-        Some(fd) => {
-            let n = send_fd(sock, &frame, fd)?;
-            (&*sock).write_all(&frame[n..])
-        }
+    if fds.is_empty() {
+        (&*sock).write_all(&frame)
+    } else {
+        let n = send_fds(sock, &frame, fds)?;
+        (&*sock).write_all(&frame[n..])
     }
 }
 
-/// Reads one frame and the descriptor that came with it, if any.
-pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> io::Result<(T, Option<OwnedFd>)> {
-    let mut len = [0u8; 4];
-    let (n, fd) = recv_fd(sock, &mut len)?;
-    if n == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed"));
+/// Writes `body` and then `payload` as one raw frame (a `Write` and its bytes).
+pub fn send_with_payload(
+    sock: &UnixStream,
+    body: &impl Serialize,
+    payload: &[u8],
+) -> io::Result<()> {
+    if payload.len() > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("payload of {} bytes (at most {MAX_FRAME})", payload.len()),
+        ));
     }
-    (&*sock).read_exact(&mut len[n..])?;
+    let json = serde_json::to_vec(body).map_err(io::Error::other)?;
+    let mut frame = Vec::with_capacity(8 + json.len() + payload.len());
+    frame.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&json);
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(payload);
+    (&*sock).write_all(&frame)
+}
+
+fn frame_len(len: [u8; 4]) -> io::Result<usize> {
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME {
         return Err(io::Error::new(
@@ -111,17 +132,46 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> io::Result<(T, O
             format!("frame of {len} bytes (at most {MAX_FRAME})"),
         ));
     }
-    let mut body = vec![0u8; len];
+    Ok(len)
+}
+
+/// Reads one frame and the descriptors that came with it.
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> io::Result<(T, Vec<OwnedFd>)> {
+    let mut len = [0u8; 4];
+    let (n, fds) = recv_fds(sock, &mut len)?;
+    if n == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed"));
+    }
+    (&*sock).read_exact(&mut len[n..])?;
+    let mut body = vec![0u8; frame_len(len)?];
     (&*sock).read_exact(&mut body)?;
     let v = serde_json::from_slice(&body)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))?;
-    Ok((v, fd))
+    Ok((v, fds))
 }
 
-/// Space for one descriptor's control message.
+/// Reads the raw frame that follows a `Write`.
+pub fn recv_payload(sock: &UnixStream) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    (&*sock).read_exact(&mut len)?;
+    let mut body = vec![0u8; frame_len(len)?];
+    (&*sock).read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// Descriptors one frame may carry.
+pub const MAX_FDS: usize = 2;
+/// Space for the control message of `MAX_FDS` descriptors (and room to spare).
 const CMSG_SPACE: usize = 64;
 
-fn send_fd(sock: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
+fn send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many descriptors for one frame",
+        ));
+    }
+    let fd_bytes = std::mem::size_of_val(fds) as u32;
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
@@ -133,9 +183,10 @@ fn send_fd(sock: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE is a pure computation.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
-    // SAFETY: `msg_control` points at `cbuf`, large enough for one cmsg with one fd (checked
-    // by CMSG_FIRSTHDR returning non-null); we write its header and data in bounds.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(fd_bytes) } as _;
+    // SAFETY: `msg_control` points at `cbuf`, large enough for one cmsg with MAX_FDS fds
+    // (CMSG_SPACE(8) = 24 ≤ 64; CMSG_FIRSTHDR returning non-null is checked); we write its
+    // header and `fds.len()` descriptors in bounds.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
         if c.is_null() {
@@ -143,8 +194,11 @@ fn send_fd(sock: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
         }
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        libc::CMSG_DATA(c).cast::<RawFd>().write_unaligned(fd);
+        (*c).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        let data = libc::CMSG_DATA(c).cast::<RawFd>();
+        for (i, &fd) in fds.iter().enumerate() {
+            data.add(i).write_unaligned(fd);
+        }
     }
     // SAFETY: a valid socket and a fully initialised msghdr.
     let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
@@ -154,7 +208,7 @@ fn send_fd(sock: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-fn recv_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+fn recv_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -178,10 +232,10 @@ fn recv_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<Owned
             return Err(e);
         }
     };
-    let mut fd = None;
+    let mut fds = Vec::new();
     // SAFETY: walking the control messages the kernel wrote into `cbuf` with the CMSG macros,
     // which stay within `msg_controllen`; an SCM_RIGHTS message carries whole fds, which we
-    // take ownership of (extra ones are closed).
+    // take ownership of (past MAX_FDS they are closed).
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
@@ -192,8 +246,8 @@ fn recv_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<Owned
                 for i in 0..count {
                     let raw = data.add(i).read_unaligned();
                     let owned = OwnedFd::from_raw_fd(raw);
-                    if fd.is_none() {
-                        fd = Some(owned);
+                    if fds.len() < MAX_FDS {
+                        fds.push(owned);
                     }
                 }
             }
@@ -203,7 +257,7 @@ fn recv_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<Owned
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         return Err(io::Error::other("a descriptor was cut off (MSG_CTRUNC)"));
     }
-    Ok((n, fd))
+    Ok((n, fds))
 }
 
 /// Credentials of the process at the other end of `sock` (`SO_PEERCRED`).
@@ -292,11 +346,19 @@ mod tests {
     fn frames_and_descriptors_cross_a_socket_pair() {
         let (a, b) = UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
         let f = std::fs::File::open("/proc/self/status").unwrap_or_else(|e| panic!("{e}"));
-        send(&a, &Request::Open, Some(f.as_raw_fd())).unwrap_or_else(|e| panic!("{e}"));
-        send(&a, &Request::Close { handle: 3 }, None).unwrap_or_else(|e| panic!("{e}"));
-        let (r, fd): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
+        send(&a, &Request::Open, &[f.as_raw_fd()]).unwrap_or_else(|e| panic!("{e}"));
+        send(&a, &Request::Close { handle: 3 }, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let w = Request::Write {
+            handle: 1,
+            offset: 8,
+            runs: vec![[0, 2], [5, 1]],
+        };
+        send_with_payload(&a, &w, b"abc").unwrap_or_else(|e| panic!("{e}"));
+        send(&a, &Request::Open, &[f.as_raw_fd(), f.as_raw_fd()]).unwrap_or_else(|e| panic!("{e}"));
+        let (r, mut fds): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r, Request::Open);
-        let fd = fd.expect("descriptor passed");
+        assert_eq!(fds.len(), 1);
+        let fd = fds.pop().expect("descriptor passed");
         let got = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
@@ -305,9 +367,14 @@ mod tests {
                 .join(std::process::id().to_string())
                 .join("status")
         );
-        let (r, fd): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
+        let (r, fds): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r, Request::Close { handle: 3 });
-        assert!(fd.is_none());
+        assert!(fds.is_empty());
+        let (r, _): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r, w);
+        assert_eq!(recv_payload(&b).unwrap_or_else(|e| panic!("{e}")), b"abc");
+        let (_, fds): (Request, _) = recv(&b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fds.len(), 2, "two descriptors in one frame");
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::time::{Instant, SystemTime};
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
 use tiercache_memtier::arena::Arena;
+use tiercache_memtier::shm::ClientId;
 use tiercache_tier::{TierKind, TierSnapshot};
 
 /// Locks a mutex; a poisoned lock is taken over (nothing in this crate panics while holding
@@ -439,14 +440,14 @@ impl MemCache {
     /// backing handle, so it fails with `EBADF` for a file without one (closed and clean); use
     /// [`MemCache::truncate_with`] when a writable descriptor is at hand.
     pub fn truncate(&self, file: FileId, new_size: u64) -> io::Result<()> {
-        self.inner.truncate(file, None, new_size)
+        self.inner.truncate(file, None, new_size, false)
     }
 
     /// [`MemCache::truncate`] through `writable`, a descriptor of the file open for writing
     /// (`truncate(2)` by path of a closed file, whose backing handle the tier let go). A file
     /// the tier does not know is simply truncated on BACKING.
     pub fn truncate_with(&self, file: FileId, writable: &File, new_size: u64) -> io::Result<()> {
-        self.inner.truncate(file, Some(writable), new_size)
+        self.inner.truncate(file, Some(writable), new_size, false)
     }
 
     /// The background write-back error of `file` not reported yet, if any; reporting clears it
@@ -587,39 +588,27 @@ impl MemCache {
     }
 
     /// Zero-copy miss path: reads blocks `first..first+count` of `file` into the cache and pins
-    /// each for client bit `bit`; each block's slot, `None` past EOF or when it could not be
-    /// kept (see `zerocopy`).
+    /// each for client `id`; each block's slot, `None` past EOF or when it could not be kept
+    /// (see `zerocopy`).
     pub fn pin_blocks(
         &self,
         file: FileId,
         first: u64,
         count: u64,
-        bit: u64,
+        id: ClientId,
     ) -> io::Result<Vec<Option<u32>>> {
-        self.inner.pin_blocks(file, first, count, bit)
+        self.inner.pin_blocks(file, first, count, id)
     }
 
-    /// Zero-copy: pins block `block` of `file` for client `bit` to update in place, dirty (see
-    /// `zerocopy`); its slot.
-    pub fn pin_for_write(&self, file: FileId, block: u64, bit: u64) -> io::Result<u32> {
-        self.inner.pin_for_write(file, block, bit)
-    }
-
-    /// Zero-copy sync (003's syncblock): grows the logical size to `new_size` (within the last
-    /// block), writes the dirty blocks back and syncs BACKING. Returns the size.
+    /// Zero-copy sync (003's syncblock): grows the file to `new_size` if it is shorter, writes
+    /// the dirty blocks back and syncs BACKING. Returns the size.
     pub fn sync_extend(&self, file: FileId, new_size: Option<u64>) -> io::Result<u64> {
         self.inner.sync_extend(file, new_size)
     }
 
-    /// A zero-copy client is done with `file` without syncing (closed it or went away): what
-    /// it stored past EOF is dropped (see `zerocopy_eof`).
-    pub fn zc_discard(&self, file: FileId) {
-        self.inner.zc_discard(file);
-    }
-
     /// A zero-copy client is gone: drops its pins and frees the slots held back for it.
-    pub fn release_client(&self, bit: u64) {
-        self.inner.release_client(bit);
+    pub fn release_client(&self, id: ClientId) {
+        self.inner.release_client(id);
     }
 
     /// Slots held back because a zero-copy client pinned them when they were removed.

@@ -110,9 +110,7 @@ impl Engine {
         }
         let inserted = match &self.zc {
             // A victim a client has pinned is skipped; one it has not is made unpinnable.
-            Some(r) => self
-                .tier
-                .insert_checked(key, class, &mut |s| r.header(s.0).is_none_or(|h| h.claim())),
+            Some(r) => self.tier.insert_checked(key, class, &mut |s| r.claim(s.0)),
             None => self.tier.insert(key, class),
         };
         let ins = match inserted {
@@ -174,7 +172,7 @@ impl Engine {
     fn remove_slot(&mut self, key: BlockKey, slot: SlotId) {
         if let Some(r) = &self.zc {
             r.clear_hint(key.file.0, key.block.0, slot.0);
-            if r.header(slot.0).is_some_and(|h| h.retire()) {
+            if r.retire(slot.0) {
                 self.tier.remove_held(&key);
                 self.held.push(slot);
                 return;
@@ -190,7 +188,7 @@ impl Engine {
         };
         let tier = &mut self.tier;
         self.held.retain(|&s| {
-            let pinned = r.header(s.0).is_some_and(|h| h.pinned());
+            let pinned = r.pinned(s.0);
             if !pinned {
                 tier.release_held(s);
             }
@@ -226,12 +224,7 @@ impl Engine {
     /// Write-back of `slot` finished with the bytes of dirty sequence `seq`: clean it unless it
     /// was written again since. Returns whether it is clean now.
     pub fn mark_clean(&mut self, arena: &Arena, key: BlockKey, slot: SlotId, seq: u64) -> bool {
-        // Writers first, then the sequence: a client ends an update by bumping the sequence,
-        // then clearing its writer bit, so seeing no writer implies seeing that bump.
-        if self.tier.peek(&key) != Some(slot)
-            || arena.client_writing(slot)
-            || arena.seq(slot).load(ORD) != seq
-        {
+        if self.tier.peek(&key) != Some(slot) || arena.seq(slot).load(ORD) != seq {
             return false;
         }
         self.clear_dirty(key, slot);
@@ -374,9 +367,7 @@ impl Engine {
                 if m.dirty != f.dirty.contains(&b) {
                     return Err(format!("file {} block {b}: dirty flags disagree", id.0));
                 }
-                // Blocks held for zero-copy updates past EOF keep one pin each.
-                let held = f.zc_held.iter().filter(|&&(hb, _)| hb == b).count() as u32;
-                if m.pins != held {
+                if m.pins != 0 {
                     return Err(format!("file {} block {b}: {} pins left", id.0, m.pins));
                 }
             }

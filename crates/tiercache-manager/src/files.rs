@@ -98,9 +98,6 @@ impl ReadAhead {
 /// Everything the tier knows about one file (guarded by the engine lock).
 #[derive(Debug)]
 pub(crate) struct FileState {
-    /// Blocks at or past EOF that zero-copy clients update in place, each holding one engine
-    /// pin (never evicted) until `zc_settle` (see `zerocopy_eof`).
-    pub zc_held: Vec<(u64, tiercache_core::SlotId)>,
     pub shared: Arc<FileShared>,
     pub backing: Option<Arc<File>>,
     /// Access mode of `backing` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
@@ -166,7 +163,6 @@ impl FileState {
         fkey: Option<FileKey>,
     ) -> Self {
         Self {
-            zc_held: Vec::new(),
             fkey,
             version: version_of(&stamp),
             shared: Arc::new(FileShared::default()),

@@ -39,8 +39,8 @@
 //! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `handle` (BACKING file
 //! handles), `recover` (a persistent tier's dirty blocks from before a restart, written to
 //! BACKING before serving), `owner` (times set as a file's owner on root-squashed
-//! BACKING), `zerocopy` (pins and fills for zero-copy clients of a shared arena), `zerocopy_eof`
-//! (their updates at and past EOF, and syncblock), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
+//! BACKING), `zerocopy` (pins and fills for zero-copy clients of a shared arena, and their
+//! syncblock), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
 //! `error`.
 
 pub mod backing;
@@ -65,7 +65,6 @@ mod times;
 mod trace;
 mod write;
 mod zerocopy;
-mod zerocopy_eof;
 
 pub use backing::{
     BackingIo, DeviceModel, EmulatedBacking, EmulationStats, FaultyBacking, RealBacking,

@@ -471,7 +471,6 @@ impl Inner {
             let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
             let g = self.arena.read(slot);
             if !g.state().holds(key)
-                || self.arena.client_writing(slot)
                 || self.arena.seq(slot).load(tiercache_memtier::arena::ORD) != seq
             {
                 continue;

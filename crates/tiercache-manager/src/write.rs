@@ -99,19 +99,6 @@ impl Inner {
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         // Allocated before the engine lock.
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
-        // A write that starts past EOF grows the file over what zero-copy clients stored
-        // there unsynced: that goes first (zeroed, see `zerocopy_eof`).
-        if self.arena.shared().is_some() {
-            let grows_over_holds = self
-                .lock()
-                .files
-                .get(&file)
-                .filter(|f| offset > f.size && !f.zc_held.is_empty())
-                .map(|f| f.size);
-            if let Some(size) = grows_over_holds {
-                self.zc_settle(file, size);
-            }
-        }
         let mut eng = self.lock();
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
@@ -445,12 +432,14 @@ impl Inner {
     /// Sets the size of `file` to `new_size`, BACKING first: through `given` (a writable
     /// descriptor of the file) when there is one, else through the file's backing handle (a
     /// read-write reopen of it if it is read-only). With `given`, a file the tier does not know
-    /// (any more) is simply truncated on BACKING.
+    /// (any more) is simply truncated on BACKING. With `grow_only`, a file already at least
+    /// `new_size` long (checked under the file's locks) is left alone.
     pub(crate) fn truncate(
         &self,
         file: FileId,
         given: Option<&File>,
         new_size: u64,
+        grow_only: bool,
     ) -> io::Result<()> {
         // A state that goes away (closed and evicted, or forgotten) while we wait for its locks
         // sends us round again.
@@ -476,6 +465,9 @@ impl Inner {
                         continue;
                     }
                     same_state(f, &shared, file)?;
+                }
+                if grow_only && f.size >= new_size {
+                    return Ok(());
                 }
                 f.backing.clone().map(|fd| (fd, f.backing_mode))
             };
@@ -505,19 +497,6 @@ impl Inner {
                 if t.info().persistent {
                     t.sync().map_err(|e| io::Error::other(e.to_string()))?;
                 }
-            }
-        }
-        // What zero-copy clients stored past EOF unsynced is not the file's: settled (zeroed,
-        // holds released) before the size moves (the file is quiesced: `io` + `op`).
-        if self.arena.shared().is_some() {
-            let held_size = self
-                .lock()
-                .files
-                .get(&file)
-                .filter(|f| !f.zc_held.is_empty())
-                .map(|f| f.size);
-            if let Some(size) = held_size {
-                self.zc_settle(file, size.min(new_size));
             }
         }
         self.device.set_len(file, fd, new_size)?;

@@ -4,6 +4,8 @@
 //! - `pin_blocks`: 003's readblock miss path — reads the blocks through the ordinary read path
 //!   (lower tiers, then BACKING; the blocks land in the arena) and pins them for the client,
 //!   under the engine lock, so no eviction or removal can come in between;
+//! - `sync_extend`: 003's syncblock (a client's updates are ordinary writes, made by the
+//!   daemon at their commit: clients cannot store into the region);
 //! - `release_client`: a client that is gone lets go of every pin it held, and the slots held
 //!   back for it (removed while it pinned them) become free.
 //!
@@ -13,7 +15,7 @@ use crate::cache::Inner;
 use std::io;
 use std::sync::Arc;
 use tiercache_core::FileId;
-use tiercache_memtier::shm::Region;
+use tiercache_memtier::shm::{ClientId, Region};
 
 /// How often `pin_blocks` reads a block again when it was evicted between its read and its
 /// pin (only under heavy eviction pressure).
@@ -28,13 +30,13 @@ impl Inner {
     }
 
     /// Reads blocks `first..first+count` of `file` into the cache and pins each for client
-    /// `bit`. Returns each block's slot, `None` past EOF or when it could not be kept.
+    /// `id`. Returns each block's slot, `None` past EOF or when it could not be kept.
     pub(crate) fn pin_blocks(
         &self,
         file: FileId,
         first: u64,
         count: u64,
-        bit: u64,
+        id: ClientId,
     ) -> io::Result<Vec<Option<u32>>> {
         let region = self.region().ok_or_else(|| {
             io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
@@ -86,10 +88,8 @@ impl Inner {
                     continue;
                 };
                 // Under the engine lock no claim or retire runs: a valid slot pins for sure.
-                if let Some(h) = region.header(slot.0) {
-                    if h.try_pin(file.0, block, bit).is_some() {
-                        out[i as usize] = Some(slot.0);
-                    }
+                if region.pin_for(id, slot.0, file.0, block) {
+                    out[i as usize] = Some(slot.0);
                 }
             }
             drop(eng);
@@ -101,82 +101,21 @@ impl Inner {
         Ok(out)
     }
 
-    /// Pins block `block` of `file` for client `bit` to update in place and marks it dirty (003's
-    /// mutable block). The block is read into the cache first; then, under the file's `op` lock
-    /// (as a write) and the engine lock, the client's pin and writer bit are set *before* the
-    /// block is committed dirty — so write-back cannot mark it clean until the client ends its
-    /// update — and, as for a write, the file's generation and change counter move, its mtime
-    /// is now, and copies of the block below memory are invalidated. Only blocks that begin
-    /// before EOF; one past EOF is installed zero-filled (`zerocopy_eof`).
-    pub(crate) fn pin_for_write(&self, file: FileId, block: u64, bit: u64) -> io::Result<u32> {
-        let region = self.region().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::Unsupported, "the cache is not zero-copy")
-        })?;
-        let off = block
-            .checked_mul(self.bs as u64)
-            .filter(|&o| o <= i64::MAX as u64)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "block out of bounds"))?;
-        let mut buf = vec![0u8; self.bs];
-        for _ in 0..PIN_TRIES {
-            let size = self.lock().files.get(&file).map_or(0, |f| f.size);
-            if off >= size {
-                match self.pin_past_eof(file, block, bit)? {
-                    Some(slot) => return Ok(slot),
-                    None => continue, // the file grew over it meanwhile: read it
-                }
-            }
-            self.read_into(file, off, &mut buf)?;
-            let shared = self.shared(file)?;
-            let _op = crate::cache::read_lock(&shared.op);
-            let key = Self::key(file, block);
-            let fkey = {
-                let mut eng = self.lock();
-                let Some(slot) = eng.tier.peek(&key) else {
-                    continue;
-                };
-                let Some(h) = region.header(slot.0) else {
-                    continue;
-                };
-                if h.try_pin(file.0, block, bit).is_none() {
-                    continue;
-                }
-                h.begin_write(bit);
-                eng.commit_write(&self.arena, key, slot, std::time::Instant::now());
-                let Some(f) = eng.files.get_mut(&file) else {
-                    h.end_write(bit);
-                    h.unpin(bit);
-                    return Err(crate::error::unknown_file(file));
-                };
-                f.generation += 1;
-                f.shared
-                    .change
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                f.mtime = Some(std::time::SystemTime::now());
-                let eof_block =
-                    f.size % self.bs as u64 != 0 && (f.size - 1) / self.bs as u64 == block;
-                let fk = f.fkey;
-                if eof_block {
-                    // Bytes the client stores past EOF there are its own until a sync covers
-                    // them: the block stays in memory meanwhile (`zerocopy_eof`).
-                    Self::hold_for_zc(&mut eng, file, block, slot);
-                }
-                (slot.0, fk)
-            };
-            if let (Some(lower), (_, Some(fk))) = (&self.lower, fkey) {
-                shared
-                    .change
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                lower.invalidate(tiercache_tier::TierKey::new(fk, block));
-            }
-            return Ok(fkey.0);
+    /// 003's syncblock: with `new_size`, the file grows to it if it is shorter (zeros, as a
+    /// truncate up: the client's updates are ordinary writes, made at their commit); then its
+    /// dirty blocks go to BACKING and BACKING is synced. Returns the size.
+    pub(crate) fn sync_extend(&self, file: FileId, new_size: Option<u64>) -> io::Result<u64> {
+        if let Some(n) = new_size {
+            self.truncate(file, None, n, true)?;
         }
-        Err(io::Error::from_raw_os_error(libc::EAGAIN))
+        self.fsync(file, false)?;
+        Ok(self.lock().files.get(&file).map_or(0, |f| f.size))
     }
 
-    /// Client `bit` is gone: its pins go, and slots held back for it are freed.
-    pub(crate) fn release_client(&self, bit: u64) {
+    /// Client `id` is gone: its pins go, and slots held back for it are freed.
+    pub(crate) fn release_client(&self, id: ClientId) {
         if let Some(r) = self.region() {
-            r.release_client(bit);
+            r.remove_client(id);
             self.lock().release_held();
         }
     }

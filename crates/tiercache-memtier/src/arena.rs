@@ -1,9 +1,9 @@
 //! The data arena: one contiguous, zero-initialised allocation of `capacity × block_size` bytes,
 //! cut into fixed-size slots indexed by [`SlotId`], each with a small header.
 //!
-//! Why one allocation: the roadmap's zero-copy client (paper 003) will map the arena from a
-//! memfd; slot index + per-slot header (state lock, dirty sequence) is the layout it needs. (Pins
-//! live in the engine's slot metadata; the zero-copy issue moves them into the header.)
+//! Why one allocation: the zero-copy clients (paper 003) map the arena from a memfd
+//! ([`Arena::new_shared`]); slot index + per-slot header (state lock, dirty sequence) is the
+//! layout they need.
 //!
 //! Why `unsafe`: a per-slot `RwLock` cannot own a sub-slice of one allocation in safe Rust
 //! without leaking the allocation (`Box::leak` + `chunks_mut`) or giving up the single
@@ -13,7 +13,8 @@
 //! guard types below. A memfd mapping will need the same raw-pointer handling anyway.
 //!
 //! A *shared* arena ([`Arena::new_shared`]) keeps the bytes in a zero-copy region (`shm`) that
-//! clients map; each slot's header there follows the slot's state (`WriteSlot::set_state`).
+//! clients map read-only; each slot's header there follows the slot's state
+//! (`WriteSlot::set_state`).
 //!
 //! Invariants:
 //! - slot `i` owns bytes `[i·bs, (i+1)·bs)`; ranges of different slots are disjoint;
@@ -95,12 +96,10 @@ impl std::fmt::Debug for Arena {
 }
 
 // SAFETY: the only non-`Sync` part is the byte array (`UnsafeCell`s, or the shared mapping).
-// Every access to a slot's bytes *in this process* goes through a guard of that slot's
-// `RwLock` (see `ReadSlot`/`WriteSlot`), so shared access is read-only and mutation is
-// exclusive, per slot, with disjoint byte ranges per slot. (In a shared arena a zero-copy
-// client process may also write a slot's bytes in place, as any process may write a shared
-// mapping: what this process copies out can then be torn at byte level — paper 003's
-// semantics, documented for users — but it only ever copies those bytes as plain data.)
+// Every access to a slot's bytes goes through a guard of that slot's `RwLock` (see
+// `ReadSlot`/`WriteSlot`), so shared access is read-only and mutation is exclusive, per slot,
+// with disjoint byte ranges per slot. In a shared arena no other process can store into the
+// bytes: clients can only map the sealed region read-only (`shm::region`).
 unsafe impl Sync for Arena {}
 
 impl Arena {
@@ -151,25 +150,11 @@ impl Arena {
         })
     }
 
-    /// The dirty sequence of `slot` (in the slot's shared header when the arena is shared, so
-    /// that a client's in-place update moves it too).
+    /// The dirty sequence of `slot` (bumped by every committed write; only this process
+    /// changes it: zero-copy clients cannot store into the region).
     #[inline]
     pub fn seq(&self, slot: SlotId) -> &AtomicU64 {
-        match &self.bytes {
-            Bytes::Shared(r) => match r.header(slot.0) {
-                Some(h) => &h.wseq,
-                None => &self.slot(slot).seq,
-            },
-            Bytes::Heap(_) => &self.slot(slot).seq,
-        }
-    }
-
-    /// Whether a zero-copy client is updating `slot` in place (it may not be marked clean).
-    #[inline]
-    pub fn client_writing(&self, slot: SlotId) -> bool {
-        self.shared()
-            .and_then(|r| r.header(slot.0))
-            .is_some_and(|h| h.writing())
+        &self.slot(slot).seq
     }
 
     /// The shared region, when the arena is one.
@@ -286,9 +271,8 @@ impl ReadSlot<'_> {
     pub fn data(&self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` is this slot's byte range inside the live arena (it outlives
         // the guard's borrow); we hold the slot's read lock, so no `WriteSlot` of this slot
-        // exists and nothing in this process mutates these bytes while the slice lives. (In a
-        // shared arena a zero-copy client process may store into them, as into any shared
-        // mapping; the slice is only copied from, as plain bytes.)
+        // exists and nothing mutates these bytes while the slice lives (no other process can:
+        // clients map a shared arena read-only).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }

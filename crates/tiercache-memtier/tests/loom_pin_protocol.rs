@@ -1,49 +1,70 @@
 //! Model check (loom) of the zero-copy pin protocol: a client never reads a slot's bytes while
-//! the daemon rewrites them for another block, whatever the interleaving. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p tiercache-memtier --test loom_pin_protocol --release`
-//! (`.ci/run` does); without `--cfg loom` this file is empty.
+//! the daemon rewrites them for another block, whatever the interleaving. Each client's pins
+//! live in a pin word of its own (its pin area), read by the daemon inside its change window.
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p tiercache-memtier --test loom_pin_protocol
+//! --release` (`.ci/run` does); without `--cfg loom` this file is empty.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
-use tiercache_memtier::shm::SlotHeader;
+use tiercache_memtier::shm::{pin_mask, unpin, SlotHeader};
 
-/// A slot: its header and its bytes (one word stands for the block).
+const SLOT: u32 = 5;
+
+/// A slot: its header, its bytes (one word stands for the block), and two clients' pin words.
 struct Slot {
     h: SlotHeader,
     bytes: UnsafeCell<u64>,
+    pins: [AtomicU64; 2],
+}
+
+impl Slot {
+    /// The daemon's view: any client's bit for the slot.
+    fn pinned(&self) -> bool {
+        self.pins
+            .iter()
+            .any(|w| w.load(SeqCst) & pin_mask(SLOT) != 0)
+    }
 }
 
 fn published(file: u64, block: u64, value: u64) -> Arc<Slot> {
     let s = Slot {
         h: SlotHeader::default(),
         bytes: UnsafeCell::new(value),
+        pins: [AtomicU64::new(0), AtomicU64::new(0)],
     };
     s.h.publish(file, block);
     s.h.set_valid();
     Arc::new(s)
 }
 
+/// Client `c`: pins `block` of `file`, reads the bytes, unpins; the bytes must be `want`.
+fn client(s: Arc<Slot>, c: usize, file: u64, block: u64, want: u64) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let m = pin_mask(SLOT);
+        if s.h.try_pin(file, block, &s.pins[c], m).is_some() {
+            // SAFETY (model): loom reports any access racing with the daemon's write.
+            let v = s.bytes.with(|p| unsafe { *p });
+            assert_eq!(v, want, "pinned the block but read another block's bytes");
+            unpin(&s.pins[c], m);
+        }
+    })
+}
+
 #[test]
 fn a_pinned_slot_is_never_rewritten() {
     loom::model(|| {
         let s = published(1, 1, 11);
-        let c = Arc::clone(&s);
-        let client = thread::spawn(move || {
-            if c.h.try_pin(1, 1, 1).is_some() {
-                // SAFETY (model): loom reports any access racing with the daemon's write.
-                let v = c.bytes.with(|p| unsafe { *p });
-                assert_eq!(v, 11, "pinned block 1 but read another block's bytes");
-                c.h.unpin(1);
-            }
-        });
-        if s.h.claim() {
+        let t = client(Arc::clone(&s), 0, 1, 1, 11);
+        if s.h.claim(|| s.pinned()) {
+            // SAFETY (model): loom checks that no access races with another.
             s.bytes.with_mut(|p| unsafe { *p = 22 });
             s.h.publish(1, 2);
             s.h.set_valid();
         }
-        client.join().unwrap();
+        t.join().unwrap();
     });
 }
 
@@ -51,22 +72,14 @@ fn a_pinned_slot_is_never_rewritten() {
 fn a_retired_pinned_slot_reports_the_pin_until_the_client_lets_go() {
     loom::model(|| {
         let s = published(5, 0, 50);
-        let c = Arc::clone(&s);
-        let client = thread::spawn(move || {
-            if c.h.try_pin(5, 0, 4).is_some() {
-                // SAFETY (model): loom checks that no access races with another (it fails if one does).
-                let v = c.bytes.with(|p| unsafe { *p });
-                assert_eq!(v, 50);
-                c.h.unpin(4);
-            }
-        });
+        let t = client(Arc::clone(&s), 1, 5, 0, 50);
         // The daemon retires the block; it may reuse the slot only once nobody pins it.
-        s.h.retire();
-        if !s.h.pinned() {
-            // SAFETY (model): loom checks that no access races with another (it fails if one does).
+        s.h.retire(|| s.pinned());
+        if !s.pinned() {
+            // SAFETY (model): loom checks that no access races with another.
             s.bytes.with_mut(|p| unsafe { *p = 0 });
         }
-        client.join().unwrap();
+        t.join().unwrap();
     });
 }
 
@@ -78,48 +91,16 @@ fn two_clients_and_a_claim() {
     b.preemption_bound = Some(3);
     b.check(|| {
         let s = published(2, 2, 7);
-        let mut hs = Vec::new();
-        for bit in [1u64, 2] {
-            let c = Arc::clone(&s);
-            hs.push(thread::spawn(move || {
-                if c.h.try_pin(2, 2, bit).is_some() {
-                    // SAFETY (model): loom checks that no access races with another (it fails if one does).
-                    let v = c.bytes.with(|p| unsafe { *p });
-                    assert_eq!(v, 7);
-                    c.h.unpin(bit);
-                }
-            }));
-        }
-        if s.h.claim() {
-            // SAFETY (model): loom checks that no access races with another (it fails if one does).
+        let hs = [
+            client(Arc::clone(&s), 0, 2, 2, 7),
+            client(Arc::clone(&s), 1, 2, 2, 7),
+        ];
+        if s.h.claim(|| s.pinned()) {
+            // SAFETY (model): loom checks that no access races with another.
             s.bytes.with_mut(|p| unsafe { *p = 9 });
         }
         for h in hs {
             h.join().unwrap();
         }
-    });
-}
-
-#[test]
-fn write_back_never_calls_an_in_place_update_clean_before_it_copied_it() {
-    use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
-    loom::model(|| {
-        let s = published(3, 3, 0);
-        s.h.begin_write(1);
-        let data = Arc::new(AtomicU64::new(0));
-        let (c, d) = (Arc::clone(&s), Arc::clone(&data));
-        let client = thread::spawn(move || {
-            d.store(1, SeqCst); // the in-place update
-            c.h.end_write(1);
-        });
-        // Write-back as the manager does it: sequence snapshot, copy, then `mark_clean`'s
-        // check — writers first, then the sequence (engine.rs).
-        let snap = s.h.wseq.load(SeqCst);
-        let copied = data.load(SeqCst);
-        let clean = !s.h.writing() && s.h.wseq.load(SeqCst) == snap;
-        if clean {
-            assert_eq!(copied, 1, "marked clean without the update's bytes");
-        }
-        client.join().unwrap();
     });
 }

@@ -1,20 +1,24 @@
-//! The lock-free protocol on one slot header of the shared region (format: `docs/design.md`
-//! §8): clients pin and validate with no system call; the daemon claims a slot before it
-//! changes what the slot holds, and never while a client has it pinned.
+//! The lock-free protocol between a slot header of the shared region and the clients' pins
+//! (format: `docs/design.md` §8): clients pin and validate with no system call; the daemon
+//! claims a slot before it changes what the slot holds, and never while a client has it pinned.
 //!
 //! A header's `seq` is a seqlock counter: even while the slot's identity (`file`, `block`) and
-//! validity are stable, odd while the daemon changes them. `pins` is a bitmap of clients (bit
-//! `c`: client `c` holds at least one pin); one `fetch_or` pins, one `fetch_and` unpins, so a
-//! client that dies holds nothing the daemon cannot see and clear.
+//! validity are stable, odd while the daemon changes them. Headers live in the read-only part
+//! of the region: only the daemon stores into them. Pins do not live there: each client has a
+//! pin area of its own (a bitmap, bit `s % 64` of word `s / 64` for slot `s`) that only it and
+//! the daemon map, so no client can set, clear or forge another client's pin, and nothing a
+//! client stores can change a header.
 //!
-//! Why it is safe (Dekker): a client pins with `fetch_or` *then* re-reads `seq`; the daemon
-//! makes `seq` odd *then* reads `pins`, each with a `SeqCst` fence between its two steps (the
-//! fences, not only `SeqCst` accesses, so that loom models it exactly). In their order either the
-//! client's pin comes before the daemon's read of `pins` (the daemon sees it and gives up the
-//! slot) or the daemon's odd `seq` comes before the client's re-read (the client sees `seq`
-//! changed, drops its pin and treats the block as missing). So a slot the daemon reuses has no
-//! pin that a client relies on, and a pin that a client relies on is on a slot whose identity
-//! and validity did not change since the client checked them.
+//! Why it is safe (Dekker): a client sets its pin bit *then* re-reads `seq`; the daemon makes
+//! `seq` odd *then* reads every client's pin bit for the slot, each with a `SeqCst` fence
+//! between its two steps (the fences, not only `SeqCst` accesses, so that loom models it
+//! exactly). In their order either the client's pin comes before the daemon's read of it (the
+//! daemon sees it and gives up the slot) or the daemon's odd `seq` comes before the client's
+//! re-read (the client sees `seq` changed, drops its pin and treats the block as missing). So
+//! a slot the daemon reuses has no pin that a client relies on, and a pin that a client relies
+//! on is on a slot whose identity and validity did not change since the client checked them.
+//! A pin bit a client sets without following the protocol (scribbling its own area) can only
+//! keep slots from being reused; it never makes the daemon read or write other bytes.
 
 #[cfg(loom)]
 use loom::sync::atomic::fence;
@@ -29,7 +33,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `flags` bit: the slot's bytes hold `block` of `file` (cleared before any change).
 pub const VALID: u32 = 1;
 
-/// One slot's header: 64 bytes, `repr(C)`, laid out as `docs/design.md` §8 says.
+/// One slot's header: 32 bytes, `repr(C)`, laid out as `docs/design.md` §8 says. Written by
+/// the daemon only (clients map it read-only).
 #[repr(C)]
 #[derive(Debug)]
 pub struct SlotHeader {
@@ -39,24 +44,15 @@ pub struct SlotHeader {
     pub file: AtomicU64,
     /// Which block of it.
     pub block: AtomicU64,
-    /// Bitmap of the clients holding a pin.
-    pub pins: AtomicU64,
     /// [`VALID`].
     pub flags: AtomicU32,
-    pub reserved0: AtomicU32,
-    /// Dirty sequence of the slot's bytes: bumped by the daemon when a write is committed and
-    /// by a client when it ends an in-place update; write-back marks a block clean only if it
-    /// is unchanged since the copy it wrote.
-    pub wseq: AtomicU64,
-    /// Bitmap of the clients updating the slot in place now (never marked clean meanwhile).
-    pub writers: AtomicU64,
-    pub reserved1: AtomicU64,
+    pub reserved: AtomicU32,
 }
 
 /// A pin `try_pin` validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pinned {
-    /// Whether this call set the client's bit (false: the client already held a pin on it).
+    /// Whether this call set the bit (false: the client already held a pin on the slot).
     pub newly: bool,
 }
 
@@ -66,20 +62,29 @@ impl Default for SlotHeader {
             seq: AtomicU64::new(0),
             file: AtomicU64::new(0),
             block: AtomicU64::new(0),
-            pins: AtomicU64::new(0),
             flags: AtomicU32::new(0),
-            reserved0: AtomicU32::new(0),
-            wseq: AtomicU64::new(0),
-            writers: AtomicU64::new(0),
-            reserved1: AtomicU64::new(0),
+            reserved: AtomicU32::new(0),
         }
     }
 }
 
+/// The bit of `slot` in its pin word (word `slot / 64` of a pin area).
+#[inline]
+pub fn pin_mask(slot: u32) -> u64 {
+    1u64 << (slot % 64)
+}
+
+/// Client: drops its pin bit `mask` in `word` (its last reference to the slot went).
+#[inline]
+pub fn unpin(word: &AtomicU64, mask: u64) {
+    word.fetch_and(!mask, SeqCst);
+}
+
 impl SlotHeader {
-    /// Client: pins the slot for client bit `bit` if it holds `block` of `file`, valid, and
-    /// keeps doing so after the pin is visible. `None`: not there (or changing): a miss.
-    pub fn try_pin(&self, file: u64, block: u64, bit: u64) -> Option<Pinned> {
+    /// Client (or the daemon on a client's behalf): pins the slot with bit `mask` of the
+    /// client's pin `word` if it holds `block` of `file`, valid, and keeps doing so after the
+    /// pin is visible. `None`: not there (or changing): a miss.
+    pub fn try_pin(&self, file: u64, block: u64, word: &AtomicU64, mask: u64) -> Option<Pinned> {
         let s0 = self.seq.load(Acquire);
         if s0 & 1 == 1 {
             return None;
@@ -90,48 +95,44 @@ impl SlotHeader {
         {
             return None;
         }
-        let before = self.pins.fetch_or(bit, SeqCst);
+        let before = word.fetch_or(mask, SeqCst);
         // Dekker with `begin`'s fence: the pin above or the daemon's odd `seq` is seen by the
         // other side. Also an acquire fence for the loads above (a seqlock read): if one of
         // them saw a store of a change window, the re-read of `seq` sees that window's `seq`.
         fence(SeqCst);
-        let newly = before & bit == 0;
+        let newly = before & mask == 0;
         if self.seq.load(SeqCst) != s0 {
             if newly {
-                self.pins.fetch_and(!bit, SeqCst);
+                unpin(word, mask);
             }
             return None;
         }
         Some(Pinned { newly })
     }
 
-    /// Client: drops its bit (its last pin on the slot).
-    pub fn unpin(&self, bit: u64) {
-        self.pins.fetch_and(!bit, SeqCst);
-    }
-
-    /// Daemon: opens a change window (`seq` odd) and reports whether any client holds a pin.
-    fn begin(&self) -> bool {
+    /// Daemon: opens a change window (`seq` odd); then `pinned` reads the clients' pins.
+    fn begin(&self, pinned: impl FnOnce() -> bool) -> bool {
         self.seq.fetch_add(1, SeqCst);
         // Dekker with `try_pin`'s fence; also a release fence: a client that sees any store of
         // this window sees the odd `seq` (or later) when it re-reads it.
         fence(SeqCst);
-        self.pins.load(SeqCst) != 0
+        pinned()
     }
 
     fn end(&self) {
         self.seq.fetch_add(1, Release);
     }
 
-    /// Daemon: takes the slot for reuse (eviction). `false` (nothing changed but `seq`) when a
+    /// Daemon: takes the slot for reuse (eviction). `pinned` says whether any client's pin bit
+    /// for this slot is set (SeqCst loads). `false` (nothing changed but maybe `seq`) when a
     /// client holds a pin; otherwise the slot is invalid from now on and no client can pin it
     /// until [`SlotHeader::publish`] and [`SlotHeader::set_valid`].
-    pub fn claim(&self) -> bool {
+    pub fn claim(&self, pinned: impl Fn() -> bool) -> bool {
         // Visibly pinned: leave `seq` alone (a refused claim would make pinning clients retry).
-        if self.pins.load(SeqCst) != 0 {
+        if pinned() {
             return false;
         }
-        let pinned = self.begin();
+        let pinned = self.begin(pinned);
         if !pinned {
             self.flags.store(0, Relaxed);
         }
@@ -142,7 +143,7 @@ impl SlotHeader {
     /// Daemon: the slot now holds (not yet valid) `block` of `file`. Only for a slot that is
     /// invalid (claimed, retired, or never used): no client can hold a pin it relies on.
     pub fn publish(&self, file: u64, block: u64) {
-        self.begin();
+        self.begin(|| false);
         self.flags.store(0, Relaxed);
         self.file.store(file, Relaxed);
         self.block.store(block, Relaxed);
@@ -155,45 +156,13 @@ impl SlotHeader {
     }
 
     /// Daemon: the slot leaves the cache (dropped, truncated, invalid). Returns whether a
-    /// client holds a pin: then the slot must not be reused until `pins` is zero.
-    pub fn retire(&self) -> bool {
-        let pinned = self.begin();
+    /// client holds a pin (`pinned`, read inside the change window): then the slot must not be
+    /// reused until no pin bit for it is set.
+    pub fn retire(&self, pinned: impl FnOnce() -> bool) -> bool {
+        let pinned = self.begin(pinned);
         self.flags.store(0, Relaxed);
         self.end();
         pinned
-    }
-
-    /// Daemon: whether any client holds a pin now.
-    pub fn pinned(&self) -> bool {
-        self.pins.load(SeqCst) != 0
-    }
-
-    /// Daemon, for client `bit` (which holds a pin): it may update the slot in place from now
-    /// on. Set *before* the block is marked dirty for it, so write-back cannot mark it clean
-    /// until [`SlotHeader::end_write`].
-    pub fn begin_write(&self, bit: u64) {
-        self.writers.fetch_or(bit, SeqCst);
-    }
-
-    /// Client: its in-place update is over (its last mutable reference went). The sequence is
-    /// bumped first: write-back that sees no writer also sees the bytes changed.
-    pub fn end_write(&self, bit: u64) {
-        self.wseq.fetch_add(1, SeqCst);
-        self.writers.fetch_and(!bit, SeqCst);
-    }
-
-    /// Whether a client is updating the slot in place.
-    pub fn writing(&self) -> bool {
-        self.writers.load(SeqCst) != 0
-    }
-
-    /// Daemon: drops every pin and write of a client that is gone (a write it left half done
-    /// is still written back: the sequence moves).
-    pub fn release_client(&self, bit: u64) {
-        if self.writers.load(SeqCst) & bit != 0 {
-            self.end_write(bit);
-        }
-        self.pins.fetch_and(!bit, SeqCst);
     }
 }
 
@@ -213,44 +182,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_is_64_bytes() {
-        assert_eq!(std::mem::size_of::<SlotHeader>(), 64);
+    fn header_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<SlotHeader>(), 32);
         assert_eq!(std::mem::align_of::<SlotHeader>(), 8);
     }
 
     #[test]
     fn pin_needs_a_published_valid_slot_and_blocks_claims() {
         let h = SlotHeader::default();
-        assert_eq!(h.try_pin(7, 3, 1), None, "never published");
+        let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
+        let m = pin_mask(3);
+        let pinned = || (a.load(SeqCst) | b.load(SeqCst)) & m != 0;
+        assert_eq!(h.try_pin(7, 3, &a, m), None, "never published");
         h.publish(7, 3);
-        assert_eq!(h.try_pin(7, 3, 1), None, "not valid yet");
+        assert_eq!(h.try_pin(7, 3, &a, m), None, "not valid yet");
         h.set_valid();
-        assert_eq!(h.try_pin(7, 4, 1), None, "another block");
-        let p = h.try_pin(7, 3, 1).expect("pinned");
+        assert_eq!(h.try_pin(7, 4, &a, m), None, "another block");
+        let p = h.try_pin(7, 3, &a, m).expect("pinned");
         assert!(p.newly);
-        assert!(!h.try_pin(7, 3, 1).expect("again").newly);
-        assert!(!h.claim(), "a pinned slot is not claimed");
+        assert!(!h.try_pin(7, 3, &a, m).expect("again").newly);
+        assert!(!h.claim(pinned), "a pinned slot is not claimed");
         assert!(
-            h.try_pin(7, 3, 2).is_some(),
+            h.try_pin(7, 3, &b, m).is_some(),
             "a refused claim leaves the slot valid"
         );
-        h.unpin(1);
-        h.unpin(2);
-        assert!(h.claim());
-        assert_eq!(h.try_pin(7, 3, 1), None, "claimed: invalid");
+        unpin(&a, m);
+        unpin(&b, m);
+        assert!(h.claim(pinned));
+        assert_eq!(h.try_pin(7, 3, &a, m), None, "claimed: invalid");
     }
 
     #[test]
-    fn retire_reports_pins_and_release_client_clears_them() {
+    fn retire_reports_pins() {
         let h = SlotHeader::default();
+        let w = AtomicU64::new(0);
+        let m = pin_mask(70);
         h.publish(1, 1);
         h.set_valid();
-        h.try_pin(1, 1, 1 << 5).expect("pinned");
-        assert!(h.retire());
-        assert!(h.pinned());
-        h.release_client(1 << 5);
-        assert!(!h.pinned());
-        assert!(!h.retire());
+        h.try_pin(1, 1, &w, m).expect("pinned");
+        assert!(h.retire(|| w.load(SeqCst) & m != 0));
+        unpin(&w, m);
+        assert!(!h.retire(|| w.load(SeqCst) & m != 0));
     }
 
     #[test]

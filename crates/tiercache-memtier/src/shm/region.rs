@@ -1,115 +1,42 @@
-//! The shared region: one sealed memfd holding the superblock, the slot headers, the hint
-//! table and the slot bytes (format: `docs/design.md` §8). The daemon creates it; a client maps
-//! the descriptor it receives and checks the superblock before trusting any offset in it.
+//! The daemon's side of the shared memory: the region (superblock, slot headers, hint table,
+//! slot bytes in one memfd) and the pin area of each admitted client (format:
+//! `docs/design.md` §8).
+//!
+//! Who may store into what — the whole security argument:
+//! - the region is mapped read-write by the daemon *before* it is sealed with
+//!   `F_SEAL_FUTURE_WRITE`; from then on no new writable mapping, `write`, hole punch or
+//!   resize of it can be made by anyone (a client's descriptor, or one reopened through
+//!   `/proc`, only maps read-only). So only the daemon stores into headers, hints and bytes;
+//! - each client's pin area is a memfd of its own, shared by that client and the daemon only.
+//!   The daemon reads nothing from it but pin bits (a set bit keeps a slot from reuse) and
+//!   the hit counter (stats); so nothing a client stores can make the daemon read or write
+//!   another block's bytes.
 
-use super::proto::{bucket, SlotHeader};
+use super::layout::{
+    add_seals, sized_memfd, ClientId, Layout, Mapped, Mapping, PinArea, Superblock, MAGIC,
+    MAX_CLIENTS, PIN_MAGIC, PIN_VERSION, STATE_CLOSED, STATE_SERVING, VERSION,
+};
+use super::proto::{pin_mask, SlotHeader, VALID};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Relaxed, Release, SeqCst};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-pub const MAGIC: [u8; 8] = *b"TCZCSHM1";
-pub const VERSION: u32 = 1;
-/// Bytes of the superblock page.
-pub const SUPER_BYTES: u64 = 4096;
-/// Bytes of one slot header.
-pub const HEADER_BYTES: u64 = 64;
-/// Clients that may map the region at once (one bit each in a header's `pins`).
-pub const MAX_CLIENTS: usize = 64;
-/// Entries per hint-table set (a set is 16 bytes).
-pub const WAYS: usize = 4;
-/// Offset in the superblock page of the per-client hit counters (one `u64` per client bit).
-pub const CLIENT_HITS_OFF: u64 = 128;
-/// `Superblock::state`: serving.
-pub const STATE_SERVING: u32 = 1;
-/// `Superblock::state`: the daemon is gone or shutting down; pins mean nothing any more.
-pub const STATE_CLOSED: u32 = 2;
-
-/// The first bytes of the region, `repr(C)`; written once before the region is shared
-/// (`state` excepted).
-#[repr(C)]
-#[derive(Debug)]
-pub struct Superblock {
-    pub magic: [u8; 8],
-    pub version: u32,
-    pub block_size: u32,
-    pub slots: u32,
-    pub buckets: u32,
-    pub headers_off: u64,
-    pub table_off: u64,
-    pub data_off: u64,
-    pub total_len: u64,
-    /// Random per daemon start: tells a client's cached view from a new daemon's.
-    pub epoch: u64,
-    pub state: AtomicU32,
-    pub reserved: u32,
-}
-
-/// Offsets of a region for `slots` slots of `block` bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
-    pub block: u64,
-    pub slots: u64,
-    pub buckets: u64,
-    pub headers_off: u64,
-    pub table_off: u64,
-    pub data_off: u64,
-    pub total: u64,
-}
-
-fn round_up(x: u64, to: u64) -> Option<u64> {
-    x.checked_add(to - 1).map(|v| v / to * to)
-}
-
-impl Layout {
-    pub fn new(slots: u64, block: u64) -> Option<Self> {
-        if slots == 0 || slots > u64::from(u32::MAX) || block == 0 || !block.is_power_of_two() {
-            return None;
-        }
-        // Sets of WAYS entries, twice as many entries as slots (rounded to a power of two):
-        // a hint is rarely pushed out by another one.
-        let buckets = slots.div_ceil(2).next_power_of_two();
-        let headers_off = SUPER_BYTES;
-        let table_off = round_up(headers_off + slots.checked_mul(HEADER_BYTES)?, 4096)?;
-        let data_off = round_up(
-            table_off + buckets.checked_mul(4 * WAYS as u64)?,
-            block.max(4096),
-        )?;
-        let total = data_off.checked_add(slots.checked_mul(block)?)?;
-        (buckets <= u64::from(u32::MAX) && total <= isize::MAX as u64).then_some(Self {
-            block,
-            slots,
-            buckets,
-            headers_off,
-            table_off,
-            data_off,
-            total,
-        })
-    }
-}
-
-/// A mapping of the region (the daemon's or a client's). Unmapped on drop.
+/// The daemon's mapping of the region and its clients' pin areas. Unmapped on drop.
 #[derive(Debug)]
 pub struct Region {
-    base: *mut u8,
-    /// Read once (clients may scribble over the superblock; nothing is re-read from it but
-    /// the atomic `state`).
+    mapped: Mapped,
     epoch: u64,
-    layout: Layout,
     file: File,
+    /// Pin area of each admitted client (`None`: the index is free).
+    clients: RwLock<Vec<Option<Arc<PinArea>>>>,
+    /// Hits of clients that are gone (their counters went with their areas).
+    gone_hits: AtomicU64,
 }
 
-// SAFETY: the mapping is plain shared memory; every field the region hands out is either
-// atomic (headers, table, superblock state) or raw bytes reached through raw pointers whose
-// synchronisation is the caller's (the arena's slot locks in the daemon, pins in clients).
-unsafe impl Send for Region {}
-// SAFETY: as above.
-unsafe impl Sync for Region {}
-
 impl Region {
-    /// Daemon: a new zeroed region in a sealed memfd (size fixed: a client mapping it can
-    /// never be cut short, so no SIGBUS).
+    /// A new zeroed region in a memfd that nobody but this mapping can ever write (sealed).
     pub fn create(slots: usize, block: usize, epoch: u64) -> io::Result<Self> {
         let layout = Layout::new(slots as u64, block as u64).ok_or_else(|| {
             io::Error::new(
@@ -117,30 +44,13 @@ impl Region {
                 format!("no shared region for {slots} slots of {block} bytes"),
             )
         })?;
-        // SAFETY: a NUL-terminated name and valid flags; the result is checked.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"tiercache-arena".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and is owned by nobody else.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(layout.total)?;
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: F_ADD_SEALS on our own memfd with valid seal bits.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let region = Self::map(file, layout)?;
+        let file = sized_memfd(c"tiercache-arena", layout.total)?;
+        let map = Mapping::new(&file, layout.total, true)?;
         // SAFETY: the superblock lies at offset 0 of a mapping at least SUPER_BYTES long,
         // page aligned; nobody else has the descriptor yet, so these plain writes race with
         // nothing.
         unsafe {
-            let sb = region.base.cast::<Superblock>();
+            let sb = map.base().cast::<Superblock>();
             std::ptr::addr_of_mut!((*sb).magic).write(MAGIC);
             std::ptr::addr_of_mut!((*sb).version).write(VERSION);
             std::ptr::addr_of_mut!((*sb).block_size).write(block as u32);
@@ -152,103 +62,26 @@ impl Region {
             std::ptr::addr_of_mut!((*sb).total_len).write(layout.total);
             std::ptr::addr_of_mut!((*sb).epoch).write(epoch);
         }
-        let mut region = region;
-        region.epoch = epoch;
-        region.state().store(STATE_SERVING, Release);
-        Ok(region)
-    }
-
-    /// Client: maps a region received from the daemon, after checking its superblock and size.
-    pub fn open(file: File) -> io::Result<Self> {
-        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
-        let len = file.metadata()?.len();
-        if len < SUPER_BYTES {
-            return Err(bad(format!("shared region of {len} bytes is too small")));
-        }
-        let mut sb = [0u8; 72];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut sb, 0)?;
-        if sb[..8] != MAGIC {
-            return Err(bad("not a tiercache shared region (bad magic)".into()));
-        }
-        let u32_at = |o: usize| u32::from_le_bytes([sb[o], sb[o + 1], sb[o + 2], sb[o + 3]]);
-        let version = u32_at(8);
-        if version != VERSION {
-            return Err(bad(format!(
-                "shared region version {version}, this client speaks {VERSION}"
-            )));
-        }
-        let (block, slots) = (u64::from(u32_at(12)), u64::from(u32_at(16)));
-        let layout = Layout::new(slots, block)
-            .ok_or_else(|| bad(format!("bad region geometry: {slots} slots of {block} B")))?;
-        let u64_at = |o: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&sb[o..o + 8]);
-            u64::from_le_bytes(b)
-        };
-        let stored = (
-            u64::from(u32_at(20)),
-            u64_at(24),
-            u64_at(32),
-            u64_at(40),
-            u64_at(48),
-        );
-        let want = (
-            layout.buckets,
-            layout.headers_off,
-            layout.table_off,
-            layout.data_off,
-            layout.total,
-        );
-        if stored != want || len < layout.total {
-            return Err(bad(format!(
-                "shared region layout {stored:?} (size {len}) is not {want:?}"
-            )));
-        }
-        let mut region = Self::map(file, layout)?;
-        region.epoch = u64_at(56);
-        Ok(region)
-    }
-
-    fn map(file: File, layout: Layout) -> io::Result<Self> {
-        let len = usize::try_from(layout.total)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
-        // SAFETY: a fresh shared mapping of `len` bytes of `file` (at least that long, checked
-        // by the callers); the result is checked against MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        // Our writable mapping exists: from now on nobody can make another one.
+        add_seals(&file, libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL)?;
+        let mapped = Mapped::new(map, layout);
+        mapped.state().store(STATE_SERVING, Release);
         Ok(Self {
-            base: p.cast(),
-            epoch: 0,
-            layout,
+            mapped,
+            epoch,
             file,
+            clients: RwLock::new((0..MAX_CLIENTS).map(|_| None).collect()),
+            gone_hits: AtomicU64::new(0),
         })
     }
 
     pub fn layout(&self) -> &Layout {
-        &self.layout
+        self.mapped.layout()
     }
 
-    /// The memfd (to send to a client).
+    /// The region's memfd (to send to a client; it can only map it read-only).
     pub fn file(&self) -> &File {
         &self.file
-    }
-
-    /// The superblock's `state` (the only field read after the region is shared).
-    fn state(&self) -> &AtomicU32 {
-        // SAFETY: offset 64 of a live, page-aligned mapping at least SUPER_BYTES long, 4-byte
-        // aligned; only ever accessed atomically.
-        unsafe { &*self.base.add(64).cast::<AtomicU32>() }
     }
 
     pub fn epoch(&self) -> u64 {
@@ -256,208 +89,213 @@ impl Region {
     }
 
     pub fn serving(&self) -> bool {
-        self.state().load(Acquire) == STATE_SERVING
+        self.mapped.serving()
     }
 
-    /// Daemon: tells clients the region is no longer served.
+    /// Tells clients the region is no longer served.
     pub fn close(&self) {
-        self.state().store(STATE_CLOSED, Release);
+        self.mapped.state().store(STATE_CLOSED, Release);
     }
 
-    /// Header of `slot`; `None` out of range (a client may be handed garbage).
+    /// Header of `slot`; `None` out of range.
     #[inline]
     pub fn header(&self, slot: u32) -> Option<&SlotHeader> {
-        if u64::from(slot) >= self.layout.slots {
-            return None;
+        self.mapped.header(slot)
+    }
+
+    /// Pointer to the first byte of `slot` (panics if out of range). Writable: this is the
+    /// daemon's mapping.
+    pub fn data_ptr(&self, slot: u32) -> *mut u8 {
+        self.mapped.data_ptr(slot)
+    }
+
+    fn clients(&self) -> RwLockReadGuard<'_, Vec<Option<Arc<PinArea>>>> {
+        self.clients.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Gives client `id` a fresh pin area (zeroed) and returns its memfd, to send to the
+    /// client. Sealed against resizing: the client cannot cut the daemon's mapping short.
+    pub fn add_client(&self, id: ClientId) -> io::Result<File> {
+        let idx = id.0 as usize;
+        if idx >= MAX_CLIENTS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("client index {} out of range", id.0),
+            ));
         }
-        let off = self.layout.headers_off + u64::from(slot) * HEADER_BYTES;
-        // SAFETY: in range (checked), 64-byte aligned (headers_off is 4096, headers are 64 B),
-        // inside the mapping; `SlotHeader` is all atomics, valid for any bit pattern (zero
-        // included), and only ever accessed atomically.
-        Some(unsafe { &*self.base.add(off as usize).cast::<SlotHeader>() })
+        let layout = self.layout();
+        let file = sized_memfd(c"tiercache-pins", layout.pin_area_bytes())?;
+        add_seals(&file, libc::F_SEAL_SEAL)?;
+        let map = Mapping::new(&file, layout.pin_area_bytes(), true)?;
+        // SAFETY: the header lies in the first 64 bytes of a fresh mapping at least one page
+        // long; nobody else has the descriptor yet.
+        unsafe {
+            let p = map.base();
+            p.cast::<[u8; 8]>().write(PIN_MAGIC);
+            p.add(8).cast::<u32>().write(PIN_VERSION);
+            p.add(12).cast::<u32>().write(layout.slots as u32);
+            p.add(16).cast::<u32>().write(id.0);
+            p.add(24).cast::<u64>().write(self.epoch);
+        }
+        let area = Arc::new(PinArea::new(map, layout.pin_words()));
+        let mut clients = self.clients.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(old) = clients[idx].replace(area) {
+            self.gone_hits.fetch_add(old.hits().load(Relaxed), Relaxed);
+        }
+        Ok(file)
     }
 
-    /// The hint-table set of `block` of `file`: WAYS cells.
-    fn set_of(&self, file: u64, block: u64) -> &[AtomicU32; WAYS] {
-        let set = bucket(file, block, self.layout.buckets - 1);
-        let off = self.layout.table_off as usize + 4 * WAYS * set;
-        // SAFETY: `set < buckets` (masked), so the 16 bytes lie inside the table, 4-byte
-        // aligned; atomics only.
-        unsafe { &*self.base.add(off).cast::<[AtomicU32; WAYS]>() }
+    /// Client `id` is gone: its pins no longer count (the caller then frees held slots).
+    pub fn remove_client(&self, id: ClientId) {
+        let mut clients = self.clients.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(old) = clients.get_mut(id.0 as usize).and_then(Option::take) {
+            self.gone_hits.fetch_add(old.hits().load(Relaxed), Relaxed);
+        }
     }
 
-    /// The slots the hint table names for `block` of `file` (0..=WAYS of them; validate each
-    /// with its header).
-    #[inline]
-    pub fn hints(&self, file: u64, block: u64) -> impl Iterator<Item = u32> + '_ {
-        self.set_of(file, block)
+    /// Whether any client's pin bit for `slot` is set (SeqCst loads: the daemon's half of the
+    /// Dekker pair in `proto`).
+    pub fn pinned(&self, slot: u32) -> bool {
+        let mask = pin_mask(slot);
+        self.clients()
             .iter()
-            .filter_map(|c| c.load(Acquire).checked_sub(1))
+            .flatten()
+            .any(|a| a.word(slot).is_some_and(|w| w.load(SeqCst) & mask != 0))
     }
 
-    /// Daemon: names `slot` for `block` of `file` in its set: an empty cell, else one whose
-    /// slot holds no valid block of this set any more, else one chosen by the key.
+    /// Takes `slot` for reuse (eviction) unless a client pins it; see `SlotHeader::claim`.
+    pub fn claim(&self, slot: u32) -> bool {
+        self.header(slot)
+            .is_none_or(|h| h.claim(|| self.pinned(slot)))
+    }
+
+    /// `slot` leaves the cache; whether a client still pins it (see `SlotHeader::retire`).
+    pub fn retire(&self, slot: u32) -> bool {
+        self.header(slot)
+            .is_some_and(|h| h.retire(|| self.pinned(slot)))
+    }
+
+    /// Pins `slot` for client `id` if it holds `block` of `file` (a miss served by the daemon).
+    pub fn pin_for(&self, id: ClientId, slot: u32, file: u64, block: u64) -> bool {
+        let (Some(h), Some(area)) = (
+            self.header(slot),
+            self.clients().get(id.0 as usize).cloned().flatten(),
+        ) else {
+            return false;
+        };
+        area.word(slot)
+            .is_some_and(|w| h.try_pin(file, block, w, pin_mask(slot)).is_some())
+    }
+
+    /// Names `slot` for `block` of `file` in its hint set: an empty cell, else one whose slot
+    /// holds no valid block of this set any more, else one chosen by the key.
     pub fn set_hint(&self, file: u64, block: u64, slot: u32) {
-        let cells = self.set_of(file, block);
+        let (set, cells) = self.mapped.set_of(file, block);
         let v = slot.saturating_add(1);
         if cells.iter().any(|c| c.load(Relaxed) == v) {
             return;
         }
-        let set = bucket(file, block, self.layout.buckets - 1);
+        let mask = self.layout().buckets - 1;
         for c in cells {
             let old = c.load(Relaxed);
             let stale = old == 0
                 || self.header(old - 1).is_none_or(|h| {
-                    h.flags.load(Relaxed) & super::VALID == 0
-                        || bucket(
-                            h.file.load(Relaxed),
-                            h.block.load(Relaxed),
-                            self.layout.buckets - 1,
-                        ) != set
+                    h.flags.load(Relaxed) & VALID == 0
+                        || super::proto::bucket(h.file.load(Relaxed), h.block.load(Relaxed), mask)
+                            != set
                 });
             if stale && c.compare_exchange(old, v, Release, Relaxed).is_ok() {
                 return;
             }
         }
-        cells[((file ^ block) as usize) % WAYS].store(v, Release);
+        cells[((file ^ block) as usize) % cells.len()].store(v, Release);
     }
 
-    /// Daemon: clears `slot` from the set of `block` of `file`.
+    /// Clears `slot` from the hint set of `block` of `file`.
     pub fn clear_hint(&self, file: u64, block: u64, slot: u32) {
         let v = slot.saturating_add(1);
-        for c in self.set_of(file, block) {
+        for c in self.mapped.set_of(file, block).1 {
             let _ = c.compare_exchange(v, 0, Release, Relaxed);
         }
     }
 
-    /// Pointer to the first byte of `slot` (panics if out of range).
-    pub fn data_ptr(&self, slot: u32) -> *mut u8 {
-        // Never a pointer outside the mapping, whatever the caller passes.
-        assert!(
-            u64::from(slot) < self.layout.slots,
-            "slot {slot} out of range"
-        );
-        let off = self.layout.data_off + u64::from(slot) * self.layout.block;
-        // SAFETY: `slot < slots` (checked), so the offset lies inside the mapping.
-        unsafe { self.base.add(off as usize) }
-    }
-
-    /// Client `index`'s hit counter (bumped by the client itself, summed by the daemon).
-    pub fn client_hits(&self, index: u32) -> Option<&AtomicU64> {
-        if index as usize >= MAX_CLIENTS {
-            return None;
-        }
-        let off = CLIENT_HITS_OFF as usize + 8 * index as usize;
-        // SAFETY: 128 + 8·63 + 8 ≤ 4096 = SUPER_BYTES, 8-byte aligned, inside the mapping;
-        // atomics only.
-        Some(unsafe { &*self.base.add(off).cast::<AtomicU64>() })
-    }
-
-    /// Hits of every client so far.
+    /// Hits of every client so far (counted by the clients in their pin areas).
     pub fn total_client_hits(&self) -> u64 {
-        (0..MAX_CLIENTS as u32)
-            .filter_map(|i| self.client_hits(i))
-            .map(|c| c.load(Relaxed))
-            .sum()
-    }
-
-    /// Daemon: drops every pin held by client `bit`.
-    pub fn release_client(&self, bit: u64) {
-        for s in 0..self.layout.slots as u32 {
-            if let Some(h) = self.header(s) {
-                h.release_client(bit);
-            }
-        }
-    }
-
-    /// Whether a client is updating any slot in place.
-    pub fn any_writing(&self) -> bool {
-        (0..self.layout.slots as u32).any(|s| self.header(s).is_some_and(SlotHeader::writing))
+        let live: u64 = self
+            .clients()
+            .iter()
+            .flatten()
+            .map(|a| a.hits().load(Relaxed))
+            .fold(0, u64::saturating_add);
+        live.saturating_add(self.gone_hits.load(Relaxed))
     }
 
     /// Slots some client holds a pin on.
     pub fn pinned_slots(&self) -> u64 {
-        (0..self.layout.slots as u32)
-            .filter(|&s| self.header(s).is_some_and(SlotHeader::pinned))
-            .count() as u64
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`total` are exactly what `mmap` returned and was asked for; nothing
-        // borrowed from the region outlives it (borrows are tied to `&self`).
-        unsafe {
-            libc::munmap(self.base.cast(), self.layout.total as usize);
+        let clients = self.clients();
+        let words = self.layout().pin_words() as usize;
+        let mut any = vec![0u64; words];
+        for a in clients.iter().flatten() {
+            for (acc, w) in any.iter_mut().zip(a.words()) {
+                *acc |= w.load(Relaxed);
+            }
         }
+        // Bits past the last slot mean nothing (a client may set them).
+        let tail = self.layout().slots % 64;
+        if let (Some(last), true) = (any.last_mut(), tail != 0) {
+            *last &= (1u64 << tail) - 1;
+        }
+        any.iter().map(|w| u64::from(w.count_ones())).sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::view::RegionView;
     use super::*;
 
     #[test]
-    fn superblock_fields_are_where_the_format_says() {
-        assert_eq!(std::mem::offset_of!(Superblock, epoch), 56);
-        assert_eq!(std::mem::offset_of!(Superblock, state), 64);
-        assert!(std::mem::size_of::<Superblock>() <= CLIENT_HITS_OFF as usize);
-    }
-
-    #[test]
-    fn layout_is_aligned_and_covers_everything() {
-        let l = Layout::new(1000, 4096).expect("layout");
-        assert_eq!(l.headers_off, 4096);
-        assert_eq!(l.buckets, 512);
-        assert_eq!(l.table_off % 4096, 0);
-        assert!(l.table_off >= 4096 + 64 * 1000);
-        assert_eq!(l.data_off % 4096, 0);
-        assert!(l.data_off >= l.table_off + 16 * 512);
-        assert_eq!(l.total, l.data_off + 1000 * 4096);
-        assert!(Layout::new(0, 4096).is_none());
-        assert!(Layout::new(10, 3000).is_none());
-    }
-
-    #[test]
-    fn a_client_mapping_sees_the_daemons_headers_and_bytes() {
-        let d = Region::create(16, 4096, 99).expect("create");
-        let fd = d.file().try_clone().expect("dup");
-        let c = Region::open(fd).expect("open");
+    fn a_client_sees_the_daemons_headers_and_bytes_and_its_pins_hold_slots() {
+        let d = Region::create(100, 4096, 99).expect("create");
+        let pins = d.add_client(ClientId(2)).expect("client");
+        let c =
+            RegionView::open(d.file().try_clone().expect("dup"), pins, ClientId(2)).expect("open");
         assert_eq!(c.epoch(), 99);
         assert!(c.serving());
-        let h = d.header(3).expect("header");
+        let h = d.header(70).expect("header");
         h.publish(10, 2);
-        // SAFETY: slot 3 is in range and nothing else touches it in this test.
-        unsafe { d.data_ptr(3).write_bytes(0xab, 4096) };
+        // SAFETY: slot 70 is in range and nothing else touches it in this test.
+        unsafe { d.data_ptr(70).write_bytes(0xab, 4096) };
         h.set_valid();
-        d.set_hint(10, 2, 3);
-        assert_eq!(c.hints(10, 2).collect::<Vec<_>>(), vec![3]);
-        let p = c.header(3).expect("h").try_pin(10, 2, 1).expect("pin");
-        assert!(p.newly);
+        d.set_hint(10, 2, 70);
+        assert_eq!(c.hints(10, 2).collect::<Vec<_>>(), vec![70]);
+        assert!(c.try_pin(70, 10, 2).expect("pin").newly);
         // SAFETY: pinned, in range.
-        assert_eq!(unsafe { *c.data_ptr(3).add(4095) }, 0xab);
-        assert!(!d.header(3).expect("h").claim());
-        d.release_client(1);
-        assert!(d.header(3).expect("h").claim());
-        assert!(c.header(16).is_none());
+        assert_eq!(unsafe { *c.data_ptr(70).add(4095) }, 0xab);
+        assert!(d.pinned(70));
+        assert_eq!(d.pinned_slots(), 1);
+        assert!(!d.claim(70), "pinned");
+        c.unpin(70);
+        assert!(d.claim(70));
+        assert!(c.try_pin(70, 10, 2).is_none(), "claimed");
         d.close();
         assert!(!c.serving());
     }
 
     #[test]
-    fn a_file_that_is_not_a_region_is_refused() {
-        let f = tempfile_in_memfd(b"hello, not a region");
-        let e = Region::open(f).expect_err("refused");
-        assert!(e.to_string().contains("too small") || e.to_string().contains("magic"));
-    }
-
-    fn tempfile_in_memfd(bytes: &[u8]) -> File {
-        // SAFETY: NUL-terminated name, valid flags, checked result.
-        let fd = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0);
-        // SAFETY: fresh descriptor owned here.
-        let f = unsafe { File::from_raw_fd(fd) };
-        std::os::unix::fs::FileExt::write_all_at(&f, bytes, 0).expect("write");
-        f
+    fn a_gone_clients_pins_stop_counting() {
+        let d = Region::create(16, 4096, 1).expect("create");
+        let pins = d.add_client(ClientId(0)).expect("client");
+        let c =
+            RegionView::open(d.file().try_clone().expect("dup"), pins, ClientId(0)).expect("open");
+        let h = d.header(3).expect("h");
+        h.publish(1, 1);
+        h.set_valid();
+        c.try_pin(3, 1, 1).expect("pin");
+        c.hits().fetch_add(5, Relaxed);
+        assert!(d.retire(3));
+        d.remove_client(ClientId(0));
+        assert!(!d.pinned(3));
+        assert_eq!(d.total_client_hits(), 5);
     }
 }

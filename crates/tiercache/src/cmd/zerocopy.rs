@@ -18,8 +18,9 @@ pub enum ZeroCopyCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct UpdateArgs {
-    /// zerocopy (in place, one mutable reference, then sync) | fuse | native (1-byte pread +
-    /// pwrite per update).
+    /// zerocopy (one update of a private copy, committed once at the end, then sync) |
+    /// zerocopy-each (a committed update per update: one request each) | fuse | native (1-byte
+    /// pread + pwrite per update).
     #[arg(long)]
     pub via: String,
     #[arg(long)]
@@ -62,22 +63,37 @@ fn update(a: &UpdateArgs) -> Result<(), String> {
             let c = tiercache_client::Client::connect(&a.mountpoint).map_err(|e| e.to_string())?;
             let f = c.open_rw(&a.file).map_err(|e| e.to_string())?;
             let mut b = f.write_block(0).map_err(|e| e.to_string())?;
-            let p = b.bytes_mut().as_mut_ptr();
+            let q: &mut u8 = b
+                .bytes_mut()
+                .get_mut(a.byte)
+                .ok_or("--byte is past the block")?;
+            while t0.elapsed() < limit {
+                for _ in 0..4096 {
+                    // Volatile: every update is a real store, as 003's are.
+                    let p: *mut u8 = q;
+                    // SAFETY: `p` comes from a live `&mut u8` into the update's private copy.
+                    unsafe { p.write_volatile(p.read_volatile().wrapping_add(1)) };
+                    n += 1;
+                }
+            }
+            b.commit().map_err(|e| e.to_string())?;
+            drop(b);
+            f.sync(0, 0, false).map_err(|e| e.to_string())?;
+        }
+        "zerocopy-each" => {
+            let c = tiercache_client::Client::connect(&a.mountpoint).map_err(|e| e.to_string())?;
+            let f = c.open_rw(&a.file).map_err(|e| e.to_string())?;
             if a.byte >= c.block_size() {
                 return Err("--byte is past the block".into());
             }
             while t0.elapsed() < limit {
-                for _ in 0..4096 {
-                    // SAFETY: `p + byte` is inside the pinned block (checked above); volatile,
-                    // so every update is a real store other processes can see.
-                    unsafe {
-                        let q = p.add(a.byte);
-                        q.write_volatile(q.read_volatile().wrapping_add(1));
-                    }
+                for _ in 0..16 {
+                    let mut b = f.write_block(0).map_err(|e| e.to_string())?;
+                    b[a.byte] = b[a.byte].wrapping_add(1);
+                    b.commit().map_err(|e| e.to_string())?;
                     n += 1;
                 }
             }
-            drop(b);
             f.sync(0, 0, false).map_err(|e| e.to_string())?;
         }
         "fuse" | "native" => {
@@ -117,8 +133,11 @@ fn read(a: &ReadArgs) -> Result<(), String> {
         .read_bytes(a.offset, len)
         .map_err(|e| format!("{}: {e}", a.file.display()))?;
     let mut out = std::io::stdout().lock();
-    for chunk in view.chunks() {
-        out.write_all(chunk).map_err(|e| format!("stdout: {e}"))?;
+    let mut buf = Vec::new();
+    for (block, from, n) in view.pieces() {
+        buf.resize(n, 0);
+        block.copy_range(from, &mut buf);
+        out.write_all(&buf).map_err(|e| format!("stdout: {e}"))?;
     }
     out.flush().map_err(|e| format!("stdout: {e}"))?;
     if a.hold {

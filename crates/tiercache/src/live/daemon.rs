@@ -493,19 +493,10 @@ fn final_write_back(
     conn: Option<u64>,
 ) -> Result<(), String> {
     let _ = conn;
-    // Zero-copy clients learn at their next call that the region is no longer served; updates
-    // in place still under way get up to 5 s to end, so the final write-back takes them.
+    // Zero-copy clients learn at their next call that the region is no longer served (their
+    // updates are requests: those answered are in memory, and written back below).
     if let Some(r) = mem.zero_copy_region() {
         r.close();
-        let until = std::time::Instant::now() + Duration::from_secs(5);
-        while r.any_writing() && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if r.any_writing() {
-            log::warn!(
-                "zero-copy clients still updating blocks in place at stop: later bytes are lost"
-            );
-        }
     }
     loop {
         match mem.flush_all() {

@@ -3,11 +3,14 @@
 //! tier's shared region and ask for misses; hits never reach here.
 //!
 //! Admission: a peer (SO_PEERCRED) whose uid is the daemon's or root's, or that is in
-//! `--zero-copy-group` (its `/proc/PID/status` groups), gets one of 64 client bits; others are
-//! refused with a reason. A file is registered only from a descriptor the client opened on
-//! the mount itself (the kernel and the mount checked its rights) and that names, by its path
-//! and inode, a regular file of BACKING. When a connection ends, its files are released and
-//! its pins dropped (`MemCache::release_client`), whatever state the client died in.
+//! `--zero-copy-group` (`SO_PEERGROUPS`), gets one of 64 client indices and a pin area of its
+//! own; others are refused with a reason. A file is registered only from a descriptor the
+//! client opened on the mount itself (the kernel and the mount checked its rights) and that
+//! names, by its path and inode, a regular file of BACKING. A client cannot store into the
+//! region (sealed, read-only for it): its updates arrive as `Write` requests, taken only for a
+//! file it opened read-write, and written like a FUSE write. When a connection ends, its files
+//! are released and its pins dropped (`MemCache::release_client`), whatever state the client
+//! died in.
 
 use super::adapter::CacheDataPath;
 use std::collections::HashMap;
@@ -21,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tiercache_client::wire::{self, Request, Response};
 use tiercache_fuse::DataPath;
 use tiercache_manager::FileId;
-use tiercache_memtier::shm::{Region, MAX_CLIENTS};
+use tiercache_memtier::shm::{ClientId, Region, MAX_CLIENTS};
 
 /// `--zero-copy` settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,29 +163,27 @@ const MAX_FILES: usize = 1024;
 const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An admitted client's state; dropping it (after the connection ends, or while a panic
-/// unwinds) releases its files, its pins and its bit.
+/// unwinds) releases its files, its pins and its index.
 struct Session<'a> {
     shared: &'a Shared,
-    bit: u32,
+    id: ClientId,
+    /// Its pin area's memfd, sent with `Welcome`.
+    pins: File,
     files: HashMap<u64, Opened>,
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         for (_, o) in self.files.drain() {
-            if o.writable {
-                // Unsynced bytes it stored past EOF go with it.
-                self.shared.data.mem().zc_discard(FileId(o.fh.ino));
-            }
             self.shared.data.release(&o.fh);
         }
-        self.shared.data.mem().release_client(1u64 << self.bit);
+        self.shared.data.mem().release_client(self.id);
         let mut bits = self
             .shared
             .bits
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        *bits &= !(1u64 << self.bit);
+        *bits &= !(1u64 << self.id.0);
         self.shared.counters.clients.fetch_sub(1, Relaxed);
     }
 }
@@ -198,31 +199,44 @@ fn refuse(message: impl Into<String>, errno: i32) -> Response {
 
 impl Shared {
     fn serve_client(&self, sock: UnixStream) {
-        let bit = match self.admit(&sock) {
+        let (id, pins) = match self.admit(&sock) {
             Ok(b) => b,
             Err(resp) => {
                 self.counters.refused.fetch_add(1, Relaxed);
                 // Answered at once: its hello, if any, waits unread in the socket.
-                let _ = wire::send(&sock, &resp, None);
+                let _ = wire::send(&sock, &resp, &[]);
                 return;
             }
         };
         self.counters.clients.fetch_add(1, Relaxed);
         let mut session = Session {
             shared: self,
-            bit,
+            id,
+            pins,
             files: HashMap::new(),
         };
         // A peer that never says hello does not keep its thread.
         let _ = sock.set_read_timeout(Some(HELLO_TIMEOUT));
         let mut hello = true;
         loop {
-            let Ok((req, fd)) = wire::recv::<Request>(&sock) else {
+            let Ok((req, mut fds)) = wire::recv::<Request>(&sock) else {
                 break;
             };
-            let (resp, send_fd) = self.handle(req, fd, bit, &mut session.files);
-            let fd = send_fd.then(|| self.region.file().as_raw_fd());
-            if wire::send(&sock, &resp, fd).is_err() {
+            // A write's bytes follow it: read them whatever the answer, to stay in step.
+            let payload = match &req {
+                Request::Write { .. } => match wire::recv_payload(&sock) {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ => Vec::new(),
+            };
+            let (resp, send_fds) = self.handle(req, fds.pop(), &payload, id, &mut session.files);
+            let fds = if send_fds {
+                vec![self.region.file().as_raw_fd(), session.pins.as_raw_fd()]
+            } else {
+                Vec::new()
+            };
+            if wire::send(&sock, &resp, &fds).is_err() {
                 break;
             }
             if hello {
@@ -233,8 +247,8 @@ impl Shared {
         // `session` drops here (or while unwinding): files, pins and bit go.
     }
 
-    /// Checks the peer and gives it a client bit, or says why not.
-    fn admit(&self, sock: &UnixStream) -> Result<u32, Response> {
+    /// Checks the peer and gives it a client index and a pin area, or says why not.
+    fn admit(&self, sock: &UnixStream) -> Result<(ClientId, File), Response> {
         let cred =
             wire::peer_cred(sock).map_err(|e| refuse(format!("SO_PEERCRED: {e}"), libc::EACCES))?;
         // SAFETY: geteuid has no preconditions.
@@ -265,24 +279,29 @@ impl Shared {
                 libc::EUSERS,
             ));
         };
+        let id = ClientId(b);
+        // A fresh, zeroed pin area: nothing a previous client of this index left counts.
+        let pins = self.region.add_client(id).map_err(|e| {
+            log::error!("zero-copy: cannot make a pin area: {e}");
+            refuse(format!("cannot make a pin area: {e}"), libc::ENOMEM)
+        })?;
         *bits |= 1u64 << b;
-        // A bit that a previous client left set anywhere is cleared before reuse.
-        self.region.release_client(1u64 << b);
-        Ok(b)
+        Ok((id, pins))
     }
 
     fn handle(
         &self,
         req: Request,
         fd: Option<OwnedFd>,
-        bit: u32,
+        payload: &[u8],
+        id: ClientId,
         files: &mut HashMap<u64, Opened>,
     ) -> (Response, bool) {
         match req {
             Request::Hello { version } if version == wire::VERSION => (
                 Response::Welcome {
                     version: wire::VERSION,
-                    client: bit,
+                    client: id.0,
                     epoch: self.region.epoch(),
                     block_size: self.region.layout().block as u32,
                 },
@@ -350,7 +369,7 @@ impl Shared {
                 match self
                     .data
                     .mem()
-                    .pin_blocks(FileId(o.fh.ino), first, count, 1u64 << bit)
+                    .pin_blocks(FileId(o.fh.ino), first, count, id)
                 {
                     Ok(slots) => {
                         self.counters.misses.fetch_add(count, Relaxed);
@@ -368,25 +387,19 @@ impl Shared {
                     ),
                 }
             }
-            Request::PinWrite { handle, block } => {
+            Request::Write {
+                handle,
+                offset,
+                runs,
+            } => {
                 let Some(o) = files.get(&handle) else {
                     return (refuse(format!("no open file {handle}"), libc::EBADF), false);
                 };
                 if !o.writable {
                     return (refuse("the file was opened read-only", libc::EBADF), false);
                 }
-                match self
-                    .data
-                    .mem()
-                    .pin_for_write(FileId(o.fh.ino), block, 1u64 << bit)
-                {
-                    Ok(slot) => (
-                        Response::Pinned {
-                            slots: vec![Some(slot)],
-                            size: self.size(o),
-                        },
-                        false,
-                    ),
+                match self.write_runs(o, offset, &runs, payload) {
+                    Ok(()) => (Response::Written { size: self.size(o) }, false),
                     Err(e) => (
                         refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
                         false,
@@ -416,15 +429,56 @@ impl Shared {
             }
             Request::Close { handle } => match files.remove(&handle) {
                 Some(o) => {
-                    if o.writable {
-                        self.data.mem().zc_discard(FileId(o.fh.ino));
-                    }
                     self.data.release(&o.fh);
                     (Response::Closed, false)
                 }
                 None => (refuse(format!("no open file {handle}"), libc::EBADF), false),
             },
         }
+    }
+
+    /// A client's commit: each run of `payload` written at `offset + start`, as a FUSE write
+    /// of the file would be (the runs were checked to fit the payload and a block first).
+    fn write_runs(
+        &self,
+        o: &Opened,
+        offset: u64,
+        runs: &[[u32; 2]],
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        let invalid =
+            |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string());
+        let block = self.region.layout().block;
+        let mut at = 0usize;
+        let mut plan = Vec::with_capacity(runs.len());
+        for &[start, len] in runs {
+            let end = u64::from(start) + u64::from(len);
+            if len == 0 || end > block {
+                return Err(invalid("a run is empty or passes the block"));
+            }
+            let bytes = payload
+                .get(at..at + len as usize)
+                .ok_or_else(|| invalid("the runs are longer than the bytes sent"))?;
+            let off = offset
+                .checked_add(u64::from(start))
+                .filter(|&o| o.saturating_add(u64::from(len)) <= i64::MAX as u64)
+                .ok_or_else(|| invalid("offset out of range"))?;
+            plan.push((off, bytes));
+            at += len as usize;
+        }
+        if at != payload.len() {
+            return Err(invalid("bytes sent that no run covers"));
+        }
+        for (off, bytes) in plan {
+            let n = self.data.write(&o.fh, off, bytes)?;
+            if n as usize != bytes.len() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    format!("short write at {off}: {n} of {} bytes", bytes.len()),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn size(&self, o: &Opened) -> u64 {
