@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bs = client.block_size() as u64;
     let size = f.size();
     if size == 0 {
-        return Err("the file is empty: nothing to extend in place".into());
+        return Err("the file is empty: no last block to extend".into());
     }
     let (last, at) = ((size - 1) / bs, (size % bs) as usize);
     let line = format!("{text}\n");

@@ -1,6 +1,7 @@
 //! The zero-copy client from C and Python: `examples/read.c` of tiercache-capi, compiled
 //! against the generated `tiercache.h` and linked with `libtiercache_capi.so`, reads a file of
-//! a `--zero-copy` mount and updates it in place; `examples/read.py` (ctypes) reads it too.
+//! a `--zero-copy` mount and updates it (a private copy, committed on release); `examples/read.py`
+//! (ctypes) reads it too.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -32,7 +33,7 @@ fn example(name: &str) -> PathBuf {
 }
 
 #[test]
-fn a_c_program_reads_and_updates_in_place_and_python_reads() {
+fn a_c_program_reads_and_updates_and_python_reads() {
     let lib = capi_dir();
     let header = PathBuf::from(tiercache_capi::HEADER);
     assert!(header.exists(), "{} was not generated", header.display());

@@ -5,7 +5,7 @@
 //! Checks: a regular file of this mount; opened for reading (`O_RDONLY` or `O_RDWR`, not
 //! `O_PATH` or `O_WRONLY`, which need no read permission); the path the kernel gives for it,
 //! opened on BACKING *beneath* BACKING with no symlink followed (`openat2`), must be the same
-//! inode on BACKING's own device. In-place updates need `O_RDWR`.
+//! inode on BACKING's own device. Updates (`Write`) need `O_RDWR`.
 
 use super::adapter::CacheDataPath;
 use std::fs::File;
@@ -21,7 +21,7 @@ use tiercache_fuse::{AttrSnapshot, DataPath, FileHandleInfo};
 #[derive(Debug)]
 pub struct Opened {
     pub fh: FileHandleInfo,
-    /// The client's descriptor was opened read-write (in-place updates allowed).
+    /// The client's descriptor was opened read-write (its `Write`s are taken).
     pub writable: bool,
 }
 
