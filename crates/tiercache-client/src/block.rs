@@ -235,7 +235,6 @@ impl<'f> BlockMut<'f> {
     /// Writes the bytes changed since the copy was made (or last committed) to the file: one
     /// request, none if nothing changed. Then other processes and the mount see them.
     pub fn commit(&mut self) -> Result<()> {
-        self.file.take_deferred()?;
         let (runs, payload) = changed_runs(&self.twin, &self.work);
         if runs.is_empty() {
             return Ok(());

@@ -163,8 +163,14 @@ impl Client {
         let hello = Request::Hello {
             version: wire::VERSION,
         };
-        wire::send(&sock, &hello, &[])?;
-        let (resp, fds) = wire::recv::<Response>(&sock).map_err(|e| Error::Gone(e.to_string()))?;
+        // A refused peer is answered at once and the connection closed, maybe before our hello
+        // is written: its answer is read even when the write fails.
+        let sent = wire::send(&sock, &hello, &[]);
+        let (resp, fds) = match (wire::recv::<Response>(&sock), sent) {
+            (Ok(r), _) => r,
+            (Err(_), Err(e)) => return Err(Error::Io(e)),
+            (Err(e), Ok(())) => return Err(Error::Gone(e.to_string())),
+        };
         let (client, block) = match resp {
             Response::Welcome {
                 version,

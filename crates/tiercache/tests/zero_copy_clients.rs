@@ -170,12 +170,28 @@ fn clients_of_a_daemon_that_stops_get_an_error_not_a_crash() {
     let c = Client::connect(&m.mnt).unwrap();
     let f = c.open(m.mnt.join("f")).unwrap();
     assert_eq!(f.read_blocks(0, 2).unwrap().len(), 2);
+    let w = c.open_rw(m.mnt.join("f")).unwrap();
+    let mut update = w.write_block(1).unwrap();
+    update[0] = update[0].wrapping_add(1);
     let out = tc(&["unmount", s(&m.mnt)]);
     assert!(out.status.success(), "{out:?}");
     match f.read_blocks(0, 2) {
         Err(Error::Gone(_)) => {}
         other => panic!("expected Gone, got {other:?}"),
     }
+    // An update dropped uncommitted whose commit fails is reported by the next sync, once.
+    drop(update);
+    match w.sync(0, 0, false) {
+        Err(Error::Refused { message, .. }) => {
+            assert!(
+                message.contains("earlier update was not written"),
+                "{message}"
+            )
+        }
+        other => panic!("expected the dropped update's error, got {other:?}"),
+    }
+    assert!(matches!(w.sync(0, 0, false), Err(Error::Gone(_))));
+    drop(w);
     // Connecting again says there is no service.
     match Client::connect(&m.mnt) {
         Err(Error::NoService { .. }) => {}
