@@ -38,12 +38,14 @@
 //! down: demotions, fills, cascading spills, the background mover), `lower_wb` (write-back into
 //! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `handle` (BACKING file
 //! handles), `recover` (a persistent tier's dirty blocks from before a restart, written to
-//! BACKING before serving), `owner` (times set as a file's owner on root-squashed
-//! BACKING), `zerocopy` (pins and fills for zero-copy clients of a shared arena, and their
-//! syncblock), `backing` (BACKING I/O), `stats`, `trace`, `cache` (the public type), `config`,
+//! BACKING before serving), `beneath` (whether an inode opened by handle lies beneath
+//! BACKING), `owner` (times set as a file's owner on root-squashed BACKING), `zerocopy` (pins
+//! and fills for zero-copy clients of a shared arena, and their syncblock), `backing` (BACKING
+//! I/O), `stats`, `trace`, `cache` (the public type), `config`,
 //! `error`.
 
 pub mod backing;
+mod beneath;
 mod cache;
 mod config;
 mod engine;

@@ -6,11 +6,22 @@
 //! opened by its handle (so a rename since does not matter), its blocks are written in offset
 //! order, the last one clipped at the logical size, the file extended to that size if it is
 //! shorter, synced, its mtime set to the time of the writes; then the blocks are marked clean
-//! and the tier synced. A file deleted since (`ESTALE`) has nowhere to take them: they are
-//! dropped. Nothing here goes through the memory tier: no file is open yet.
+//! and the tier synced. A file deleted since (`ESTALE`, or no link left) has nowhere to take
+//! them: they are dropped. Nothing here goes through the memory tier: no file is open yet.
+//!
+//! Nothing read from the cache decides where root writes: before anything is written, each
+//! record's handle is opened `O_PATH` (no device is opened for real) and the inode it gives
+//! must be a regular file, the inode the record names (inode number, and birth time when the
+//! record has one), and beneath the BACKING directory (`beneath`: a link to it reached from
+//! BACKING without symlinks or other mounts). A record that fails is refused: its blocks are
+//! dropped unwritten, counted (`files_refused`, `blocks_refused`) and logged as an error. When
+//! records name files outside BACKING and none names one inside, the cache was most likely
+//! used with another BACKING on the same file system: nothing is dropped and the mount is
+//! refused, as for a cache whose files are on another device.
 
+use crate::beneath::{Backing, Ident};
 use crate::handle::open_by_handle;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -30,6 +41,29 @@ pub struct RecoveryReport {
     pub blocks_unplaced: u64,
     /// Blocks the device could not return (they stay dirty there; the mount is refused).
     pub blocks_unreadable: u64,
+    /// Files whose record failed the check (its handle opens no regular file beneath BACKING,
+    /// or not the inode the record names): dropped unwritten, and logged as an error.
+    pub files_refused: u64,
+    /// Their blocks.
+    pub blocks_refused: u64,
+}
+
+/// Where a recovered file's blocks may go, decided before anything is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// This inode: a regular file, the one the record names, beneath BACKING.
+    Write(Ident),
+    /// The record's inode and a regular file, not yet found beneath BACKING (its path did not
+    /// lead there): the walk of BACKING decides.
+    Walk(Ident),
+    /// Not found beneath BACKING.
+    Outside(Ident),
+    /// Fails the check for the reason given.
+    Refused(String),
+    /// Deleted since: its handle no longer opens, or no link to it is left.
+    Deleted,
+    /// No handle was kept.
+    NoHandle,
 }
 
 /// Writes every dirty block `tier` found at open to BACKING (rooted at `root`). An error that
@@ -48,6 +82,7 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         .metadata()
         .map_err(|e| at(format!("{}: {e}", root.display())))?
         .dev();
+    let backing = Backing::new(root_dir);
     // A cache used with another BACKING: none of its handles opens here, and its files are on
     // another device. (One handle that opens, or a file on BACKING's device, says otherwise:
     // then a handle that does not open is a file deleted since — e.g. in a btrfs subvolume,
@@ -55,9 +90,10 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
     let opens = |rf: &RecoveredFile| {
         rf.meta
             .as_ref()
-            .is_some_and(|m| open_by_handle(&root_dir, &m.handle, libc::O_RDONLY).is_ok())
+            .is_some_and(|m| open_by_handle(backing.dir(), &m.handle, libc::O_PATH).is_ok())
     };
     let foreign = !files.iter().any(|rf| rf.file.dev == root_dev || opens(rf));
+    let verdicts = check_all(&backing, foreign, &files).map_err(&at)?;
     let mut by_file: BTreeMap<FileKey, Vec<DirtyBlock>> = BTreeMap::new();
     for b in tier.dirty_blocks(usize::MAX) {
         by_file.entry(b.key.file).or_default().push(b);
@@ -66,11 +102,16 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         "tier {name}: {} files have dirty blocks from before the restart; writing them to BACKING",
         files.len()
     );
-    for rf in &files {
+    for (rf, verdict) in files.iter().zip(verdicts) {
         let mut blocks = by_file.remove(&rf.file).unwrap_or_default();
         blocks.sort_by_key(|b| b.key.block);
         report.files += 1;
-        clean_one(tier, &root_dir, foreign, rf, &blocks, &mut report).map_err(&at)?;
+        match verdict {
+            Verdict::Write(ident) => {
+                clean_one(tier, backing.dir(), ident, rf, &blocks, &mut report).map_err(&at)?;
+            }
+            other => give_up(tier, rf, other, &blocks, &mut report),
+        }
     }
     // Dirty blocks of files not in the list (a tier that reports them only by block).
     let orphans: u64 = by_file.values().map(|v| v.len() as u64).sum();
@@ -93,37 +134,82 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
     }
     log::warn!(
         "tier {name}: recovery wrote {} blocks of {} files to BACKING ({} dropped: file deleted \
-         or past its end; {} without a file handle)",
+         or past its end; {} without a file handle; {} of {} files refused: not the regular file \
+         beneath BACKING their record names)",
         report.blocks_written,
         report.files,
         report.blocks_dropped,
-        report.blocks_unplaced
+        report.blocks_unplaced,
+        report.blocks_refused,
+        report.files_refused
     );
     Ok(report)
 }
 
-fn clean_one(
-    tier: &dyn DataTier,
-    root: &File,
+/// `file (dev D, inode I)`, for messages.
+fn describe(rf: &RecoveredFile) -> String {
+    format!("file (dev {}, inode {})", rf.file.dev, rf.file.ino)
+}
+
+/// The verdict on every recovered file: each record's handle opened and its inode checked,
+/// then one walk of BACKING for those whose path did not show them beneath it. Refuses (an
+/// error) a cache none of whose files lies beneath BACKING while some lie outside it.
+fn check_all(
+    backing: &Backing,
     foreign: bool,
-    rf: &RecoveredFile,
-    blocks: &[DirtyBlock],
-    report: &mut RecoveryReport,
-) -> Result<(), String> {
-    let id = format!("file (dev {}, inode {})", rf.file.dev, rf.file.ino);
-    let Some(meta) = rf.meta.as_ref().filter(|m| !m.handle.bytes.is_empty()) else {
-        log::error!(
-            "{id}: {} dirty blocks were kept without a file handle; they cannot be placed and \
-             are dropped",
-            blocks.len()
+    files: &[RecoveredFile],
+) -> Result<Vec<Verdict>, String> {
+    let mut verdicts = files
+        .iter()
+        .map(|rf| check_one(backing, foreign, rf))
+        .collect::<Result<Vec<_>, _>>()?;
+    let want: HashSet<Ident> = verdicts
+        .iter()
+        .filter_map(|v| match v {
+            Verdict::Walk(i) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    if !want.is_empty() {
+        log::info!(
+            "{} files with dirty blocks are not placed beneath BACKING by their path; looking \
+             for them in BACKING's tree",
+            want.len()
         );
-        for b in blocks {
-            tier.discard(&b.key);
+        let found = backing.walk(&want);
+        for v in &mut verdicts {
+            if let Verdict::Walk(i) = *v {
+                *v = match found.contains(&i) {
+                    true => Verdict::Write(i),
+                    false => Verdict::Outside(i),
+                };
+            }
         }
-        report.blocks_unplaced += blocks.len() as u64;
-        return Ok(());
+    }
+    let outside = verdicts
+        .iter()
+        .filter(|v| matches!(v, Verdict::Outside(_)))
+        .count();
+    if outside > 0 && !verdicts.iter().any(|v| matches!(v, Verdict::Write(_))) {
+        return Err(format!(
+            "none of the files with dirty blocks in the cache lies beneath BACKING ({outside} \
+             lie elsewhere on its file system): the cache was used with another BACKING (or \
+             its file was tampered with); nothing was written. Mount it over the BACKING it was \
+             used with; to give those blocks up, remove the cache file"
+        ));
+    }
+    Ok(verdicts)
+}
+
+/// Opens `rf`'s handle `O_PATH` and checks what it gives: a regular file, the inode the record
+/// names, with a link left; then whether its path shows it beneath BACKING. An error stops
+/// the mount (the cache belongs to another BACKING, or handles cannot be opened at all).
+fn check_one(backing: &Backing, foreign: bool, rf: &RecoveredFile) -> Result<Verdict, String> {
+    let id = describe(rf);
+    let Some(meta) = rf.meta.as_ref().filter(|m| !m.handle.bytes.is_empty()) else {
+        return Ok(Verdict::NoHandle);
     };
-    let f = match open_by_handle(root, &meta.handle, libc::O_RDWR) {
+    let f = match open_by_handle(backing.dir(), &meta.handle, libc::O_PATH) {
         Ok(f) => f,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) && foreign => {
             // Not "deleted": the cache was used with another BACKING.
@@ -134,15 +220,7 @@ fn clean_one(
             ));
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
-            log::info!(
-                "{id}: deleted since; its {} dirty blocks are dropped",
-                blocks.len()
-            );
-            for b in blocks {
-                tier.discard(&b.key);
-            }
-            report.blocks_dropped += blocks.len() as u64;
-            return Ok(());
+            return Ok(Verdict::Deleted)
         }
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
             return Err(format!(
@@ -150,13 +228,135 @@ fn clean_one(
                  CAP_DAC_READ_SEARCH: run tiercache as root)"
             ))
         }
+        // A handle the file system cannot even decode: a damaged or forged record.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            return Ok(Verdict::Refused(format!(
+                "its file handle does not decode (open_by_handle_at: {e})"
+            )))
+        }
         Err(e) => return Err(format!("{id}: open_by_handle_at: {e}")),
     };
     let st = f.metadata().map_err(|e| format!("{id}: fstat: {e}"))?;
-    if st.ino() != rf.file.ino {
+    if !st.file_type().is_file() {
+        return Ok(Verdict::Refused(format!(
+            "its handle opens a {}, not a regular file",
+            kind_of(st.mode())
+        )));
+    }
+    let now = crate::stamp::file_key(&f, crate::stamp::birth_time(&f))
+        .map_err(|e| format!("{id}: fstat: {e}"))?;
+    if now.ino != rf.file.ino {
+        return Ok(Verdict::Refused(format!(
+            "its handle opens inode {} instead",
+            now.ino
+        )));
+    }
+    if rf.file.birth != 0 && now.birth != rf.file.birth {
+        return Ok(Verdict::Refused(format!(
+            "its handle opens an inode born at {} ns, not at {} ns as recorded",
+            now.birth, rf.file.birth
+        )));
+    }
+    if st.nlink() == 0 {
+        return Ok(Verdict::Deleted);
+    }
+    if now.dev != rf.file.dev {
+        // Device numbers of some devices (device mapper, btrfs subvolumes, FUSE) are not kept
+        // across a reboot; the handle itself only ever opens BACKING's file system.
+        log::info!("{id}: now on device {} (numbered anew since)", now.dev);
+    }
+    let ident = Ident {
+        dev: now.dev,
+        ino: now.ino,
+    };
+    Ok(match backing.by_path(&f, ident) {
+        true => Verdict::Write(ident),
+        false => Verdict::Walk(ident),
+    })
+}
+
+/// `directory`, `symlink`, ... for messages.
+fn kind_of(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => "directory",
+        libc::S_IFLNK => "symlink",
+        libc::S_IFCHR => "character device",
+        libc::S_IFBLK => "block device",
+        libc::S_IFIFO => "fifo",
+        libc::S_IFSOCK => "socket",
+        _ => "file of unknown type",
+    }
+}
+
+/// Drops the blocks of a file they cannot be written to, counted by why.
+fn give_up(
+    tier: &dyn DataTier,
+    rf: &RecoveredFile,
+    verdict: Verdict,
+    blocks: &[DirtyBlock],
+    report: &mut RecoveryReport,
+) {
+    let id = describe(rf);
+    let n = blocks.len() as u64;
+    match verdict {
+        Verdict::Write(_) | Verdict::Walk(_) => return,
+        Verdict::Deleted => {
+            log::info!("{id}: deleted since; its {n} dirty blocks are dropped");
+            report.blocks_dropped += n;
+        }
+        Verdict::NoHandle => {
+            log::error!(
+                "{id}: {n} dirty blocks were kept without a file handle; they cannot be placed \
+                 and are dropped"
+            );
+            report.blocks_unplaced += n;
+        }
+        Verdict::Outside(_) | Verdict::Refused(_) => {
+            let why = match verdict {
+                Verdict::Refused(why) => why,
+                _ => "its handle opens a file that is not beneath BACKING".to_string(),
+            };
+            log::error!(
+                "{id}: {why}; refusing to write there: its {n} dirty blocks are dropped (the \
+                 cache file may have been tampered with)"
+            );
+            report.files_refused += 1;
+            report.blocks_refused += n;
+        }
+    }
+    for b in blocks {
+        tier.discard(&b.key);
+    }
+}
+
+/// Writes `rf`'s blocks to the inode `ident` (checked by [`check_all`]), reopened read-write
+/// by its handle.
+fn clean_one(
+    tier: &dyn DataTier,
+    root: &File,
+    ident: Ident,
+    rf: &RecoveredFile,
+    blocks: &[DirtyBlock],
+    report: &mut RecoveryReport,
+) -> Result<(), String> {
+    let id = describe(rf);
+    let Some(meta) = rf.meta.as_ref() else {
+        return Err(format!("{id}: no file meta"));
+    };
+    let f = match open_by_handle(root, &meta.handle, libc::O_RDWR) {
+        Ok(f) => f,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
+            // Deleted since it was checked.
+            give_up(tier, rf, Verdict::Deleted, blocks, report);
+            return Ok(());
+        }
+        Err(e) => return Err(format!("{id}: open_by_handle_at: {e}")),
+    };
+    let st = f.metadata().map_err(|e| format!("{id}: fstat: {e}"))?;
+    if Ident::of(&f).ok() != Some(ident) {
         return Err(format!(
-            "{id}: its handle opens inode {} instead; refusing to write there",
-            st.ino()
+            "{id}: its handle now opens another inode than the one checked; refusing to write \
+             there"
         ));
     }
     let bs = tier.info().block_size as u64;

@@ -177,6 +177,11 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     };
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
+    // The mount's source names its BACKING, for the one-mount check of later mounts.
+    let fs_name = super::mountinfo::fs_name_for(&backing)?;
+    // One mount per BACKING; held until this mount is in the mount table (recovery of an SSD
+    // tier included: it writes to BACKING too).
+    let claim = super::one_mount::claim(&backing)?;
     let real: Arc<dyn BackingIo> = Arc::new(RealBacking);
     let (device, emulation): (Arc<dyn BackingIo>, Option<String>) = match s.emulate {
         Some(model) => {
@@ -218,6 +223,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     opts.entry_ttl = s.entry_timeout;
     opts.backing_identity = s.backing_identity;
     opts.attr_ttl = s.attr_timeout;
+    opts.fs_name = fs_name;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
@@ -246,6 +252,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         data.clone() as Arc<dyn tiercache_fuse::DataPath>,
     )
     .map_err(|e| e.to_string())?;
+    drop(claim);
     // The FUSE connection's number, to abort it (so no write is acknowledged any more) when a
     // forced stop must not leave open files being served.
     let conn = std::fs::metadata(&s.mountpoint)

@@ -10,6 +10,8 @@ pub mod daemon;
 pub mod flash;
 pub mod logging;
 pub mod metrics;
+pub mod mountinfo;
+pub mod one_mount;
 pub mod priority;
 pub mod remote;
 pub mod size;
