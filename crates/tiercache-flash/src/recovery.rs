@@ -269,8 +269,9 @@ impl FlashTier {
         }
     }
 
-    /// Opens the cache file or block device at `path` (the manager's entry point): a missing
-    /// or empty regular file is created at `size` bytes (preallocated) and formatted; an
+    /// Opens the cache file or block device at `path` (never through a symlink, refused unless
+    /// private: see [`FileDevice::open_locked`], whose `flock` the tier keeps): a missing
+    /// or empty regular file is created at `size` bytes (mode 0600, preallocated) and formatted; an
     /// existing one is opened **as it is** — never resized, since it may hold the only copy
     /// of dirty blocks (a size other than `size` is logged; remove the file once it is clean
     /// to resize it); a block device keeps its size. Errors as [`FlashTier::open_or_create`].
@@ -281,12 +282,8 @@ impl FlashTier {
         direct: bool,
         cfg: FlashConfig,
     ) -> Result<(Self, bool), FlashError> {
-        let existing = std::fs::metadata(path).ok();
-        let fresh = existing
-            .as_ref()
-            .is_none_or(|m| m.is_file() && m.len() == 0);
-        let dev = FileDevice::open(path, fresh.then_some(size), direct)?;
-        if !fresh && existing.is_some_and(|m| m.is_file()) && dev.len() != size {
+        let (dev, fresh) = FileDevice::open_locked(path, Some(size), direct)?;
+        if !fresh && dev.metadata()?.is_file() && dev.len() != size {
             log::warn!(
                 "flash cache {}: {} bytes, not the {size} asked for; kept as it is (remove the \
                  file once it is clean to resize it)",

@@ -466,8 +466,14 @@ fn bad_flash_settings_mount_nothing_and_name_what_is_wrong() {
         !out.status.success() && err.contains("give its size"),
         "{err}"
     );
-    // A file that is not a cache is never overwritten.
+    // A file that is not a cache is never overwritten (private, as a cache must be: one with
+    // group or other bits is refused before its contents are looked at).
     std::fs::write(&r.cache, b"precious data").unwrap();
+    std::fs::set_permissions(
+        &r.cache,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let out = r.try_mount("16M", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

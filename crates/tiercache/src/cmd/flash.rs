@@ -8,6 +8,7 @@
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
+use tiercache_flash::device::check_private;
 use tiercache_flash::{FileDevice, FlashTier};
 
 #[derive(Subcommand, Debug)]
@@ -33,11 +34,20 @@ pub fn run(cmd: FlashCommand) -> Result<(), String> {
 
 fn check(a: &CheckArgs) -> Result<(), String> {
     let at = a.path.display();
-    if !a.path.exists() {
+    if a.path.symlink_metadata().is_err() {
         return Err(format!("{at}: no such file or device"));
     }
+    // Read only and never through a symlink; an owner or mode a mount would refuse is only
+    // warned about here (reading changes nothing).
     let dev = FileDevice::open_read_only(&a.path).map_err(|e| format!("{at}: {e}"))?;
     let r = FlashTier::check(&dev).map_err(|e| format!("{at}: {e}"))?;
+    if let Err(why) = dev
+        .metadata()
+        .map_err(|e| e.to_string())
+        .and_then(|m| check_private(&m, &a.path))
+    {
+        eprintln!("warning: {at}: a mount would refuse it: {why}");
+    }
     if a.json {
         println!(
             "{}",

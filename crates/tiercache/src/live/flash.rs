@@ -16,29 +16,13 @@ use tiercache_tier::DataTier;
 /// Blocks per set (2^8 = 256: 1 MiB sets of 4 KiB blocks, as in paper 001).
 const SET_SHIFT: u8 = 8;
 
-/// A flash tier of the mount.
+/// A flash tier of the mount. Its device holds an exclusive `flock` on the cache file or
+/// device while the tier lives (two daemons on one cache would corrupt it).
 #[derive(Debug, Clone)]
 pub struct MountedFlash {
     pub tier: Arc<FlashTier>,
     pub spec: FlashSpec,
     pub recovery: RecoveryReport,
-    /// An exclusive `flock` on the cache file or device while the mount uses it.
-    _lock: Arc<std::fs::File>,
-}
-
-/// Takes an exclusive lock on the cache at `path`: two daemons on one cache would corrupt it.
-fn lock_cache(path: &Path) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor `f` owns; no memory is involved.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!(
-            "{}: in use by another tiercache mount (flock: {e})",
-            path.display()
-        ));
-    }
-    Ok(f)
 }
 
 /// Checks that BACKING can reopen files by handle (a write-back tier needs it to find the
@@ -65,28 +49,25 @@ fn check_handles(backing: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Opens the cache at `f.path`: an existing tiercache flash cache is opened (its own size
-/// wins; a different SIZE is an error), a missing file or an empty one is created with SIZE,
-/// a block device whose first 128 KiB are zero is formatted, anything else is refused rather
-/// than overwritten. `cfg` gets the cleaner's floor once the
-/// number of sets is known.
+/// Opens the cache at `f.path` (never through a symlink; refused unless private to the
+/// daemon's user or root, see `FileDevice`), locked for the mount: an existing tiercache flash
+/// cache is opened (its own size wins; a different SIZE is an error), a missing file or an
+/// empty one is created with SIZE (mode 0600), a block device whose first 128 KiB are zero is
+/// formatted, anything else is refused rather than overwritten. `cfg` gets the cleaner's
+/// floor once the number of sets is known.
 fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool), String> {
     let at = f.path.display();
-    let exists = f.path.exists();
-    let empty_file = std::fs::metadata(&f.path).is_ok_and(|m| m.is_file() && m.len() == 0);
-    let fresh = !exists || empty_file;
-    let size = if fresh {
-        Some(f.size.ok_or_else(|| {
+    let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, false).map_err(|e| {
+        if f.size.is_none() && e.kind() == std::io::ErrorKind::NotFound {
             format!(
                 "{at}: no cache there yet; give its size to create it (--flash {at}:SIZE, or \
                  `size`)"
             )
-        })?)
-    } else {
-        None
-    };
-    let dev = FileDevice::open(&f.path, size, false).map_err(|e| format!("{at}: {e}"))?;
-    let regular = std::fs::metadata(&f.path).is_ok_and(|m| m.is_file());
+        } else {
+            format!("{at}: {e}")
+        }
+    })?;
+    let regular = dev.metadata().is_ok_and(|m| m.is_file());
     if !fresh {
         // A block device is formatted when it holds nothing yet (its first 128 KiB zero,
         // `open_or_create`); a regular file only when new or empty.
@@ -149,28 +130,9 @@ pub fn build(
         clean_only: f.mode != FlashMode::Writeback,
         ..FlashConfig::new(spec.name.clone())
     };
-    // Locked before anything reads or formats it: a missing file is made empty first (an
-    // empty file counts as new), so two daemons starting together cannot both format it.
-    if !f.path.exists() && f.size.is_some() {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&f.path)
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => std::fs::File::open(&f.path),
-                _ => Err(e),
-            })
-            .map_err(|e| format!("{}: {e}", f.path.display()))?;
-    }
-    let lock = match f.path.exists() {
-        true => Some(lock_cache(&f.path)?),
-        false => None,
-    };
+    // Locked (by its device) before anything reads or formats it: two daemons starting
+    // together cannot both format it.
     let (tier, created) = open_device(f, cfg)?;
-    let lock = match lock {
-        Some(l) => l,
-        None => lock_cache(&f.path)?,
-    };
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
     let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
@@ -194,7 +156,6 @@ pub fn build(
             tier,
             spec: f.clone(),
             recovery,
-            _lock: Arc::new(lock),
         },
     ))
 }
