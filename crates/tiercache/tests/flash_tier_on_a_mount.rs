@@ -172,6 +172,10 @@ fn fsync_lands_in_the_flash_tier_and_flush_makes_backing_current() {
         .and_then(|v| v.parse::<f64>().ok());
     assert!(dirty.is_some_and(|d| d > 0.0), "{body}");
     assert!(body.contains("tiercache_tier_hits_total{tier=\"flash\",kind=\"flash\"}"));
+    assert!(
+        body.contains("tiercache_flash_checksum_errors_total{tier=\"flash\"} 0"),
+        "{body}"
+    );
     let st = r.stats();
     assert!(
         st["flash"]["dirty_blocks"].as_u64().unwrap() > 0,

@@ -7,8 +7,10 @@ use super::config_flash::{CleanerKind, FlashMode, FlashSpec};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
+use tiercache_flash::format::UPGRADABLE_VERSION;
 use tiercache_flash::{
-    CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashTier, Geometry,
+    CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashError, FlashTier,
+    Geometry, LegacyTier,
 };
 use tiercache_manager::{LowerTier, RecoveryReport};
 use tiercache_tier::DataTier;
@@ -53,9 +55,14 @@ fn check_handles(backing: &Path) -> Result<(), String> {
 /// daemon's user or root, see `FileDevice`), locked for the mount: an existing tiercache flash
 /// cache is opened (its own size wins; a different SIZE is an error), a missing file or an
 /// empty one is created with SIZE (mode 0600), a block device whose first 128 KiB are zero is
-/// formatted, anything else is refused rather than overwritten. `cfg` gets the cleaner's
-/// floor once the number of sets is known.
-fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool), String> {
+/// formatted, a cache of format 2 is upgraded (see [`upgrade`]), anything else is refused
+/// rather than overwritten. `cfg` gets the cleaner's floor once the number of sets is known.
+/// Returns the tier, what was done, and what an upgrade's recovery did.
+fn open_device(
+    f: &FlashSpec,
+    mut cfg: FlashConfig,
+    backing: &Path,
+) -> Result<(FlashTier, &'static str, Option<RecoveryReport>), String> {
     let at = f.path.display();
     let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, false).map_err(|e| {
         if f.size.is_none() && e.kind() == std::io::ErrorKind::NotFound {
@@ -91,15 +98,52 @@ fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool),
     let dev: Arc<dyn FlashDevice> = Arc::new(dev);
     if fresh {
         let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: {e}"))?;
-        return Ok((t, true));
+        return Ok((t, "created", None));
     }
-    FlashTier::open_or_create(dev, cfg).map_err(|e| match e {
-        tiercache_flash::FlashError::NotFormatted(_) => format!(
+    match FlashTier::open_or_create(dev.clone(), cfg.clone()) {
+        Ok((t, created)) => Ok((t, if created { "created" } else { "opened" }, None)),
+        Err(FlashError::FormatVersion { found }) if found == UPGRADABLE_VERSION => {
+            let (t, report) = upgrade(f, dev, cfg, backing)?;
+            Ok((t, "upgraded from format 2", Some(report)))
+        }
+        Err(FlashError::NotFormatted(_)) => Err(format!(
             "{at}: holds other data and is not a tiercache flash cache; refusing to overwrite \
              it (to use the device as a cache, zero its first 128 KiB)"
-        ),
-        e => format!("{at}: {e}"),
-    })
+        )),
+        Err(e) => Err(format!("{at}: {e}")),
+    }
+}
+
+/// Upgrades a cache of format 2 (before block checksums): its dirty blocks — the only copy
+/// of acknowledged writes — are written back to BACKING by the same recovery as after a
+/// crash; only when that succeeded is the device reformatted as format 3 (its clean blocks
+/// are lost: a cold cache). If recovery cannot write them all, the mount is refused and the
+/// device is left as it was, so nothing acknowledged is ever discarded.
+fn upgrade(
+    f: &FlashSpec,
+    dev: Arc<dyn FlashDevice>,
+    cfg: FlashConfig,
+    backing: &Path,
+) -> Result<(FlashTier, RecoveryReport), String> {
+    let at = f.path.display();
+    let old = LegacyTier::open(dev.clone(), &cfg.name).map_err(|e| format!("{at}: {e}"))?;
+    log::warn!(
+        "{at}: a flash cache of format 2 (an older tiercache): writing its {} dirty blocks to \
+         BACKING, then reformatting it as format 3",
+        old.dirty_left()
+    );
+    let report = tiercache_manager::clean_recovered(&old, backing)
+        .map_err(|e| format!("{at}: upgrading from format 2: {e}"))?;
+    if old.dirty_left() > 0 {
+        return Err(format!(
+            "{at}: upgrading from format 2: {} dirty blocks were not written back; the cache \
+             is left as it was",
+            old.dirty_left()
+        ));
+    }
+    drop(old);
+    let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: reformatting: {e}"))?;
+    Ok((t, report))
 }
 
 /// Opens or creates the tier, writes the dirty blocks it kept to BACKING, and returns it as a
@@ -132,15 +176,16 @@ pub fn build(
     };
     // Locked (by its device) before anything reads or formats it: two daemons starting
     // together cannot both format it.
-    let (tier, created) = open_device(f, cfg)?;
+    let (tier, how, upgraded) = open_device(f, cfg, backing)?;
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
     let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
+    let recovery = upgraded.unwrap_or(recovery);
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks)",
         spec.name,
         f.path.display(),
-        if created { "created" } else { "opened" },
+        how,
         tier.geometry().sets,
         tier.info().capacity_blocks
     );
@@ -210,7 +255,7 @@ pub fn prometheus(flashes: &[MountedFlash]) -> String {
         })
         .collect();
     type Field = fn(&tiercache_flash::FlashStats) -> f64;
-    let series: [(&str, &str, &str, Field); 6] = [
+    let series: [(&str, &str, &str, Field); 7] = [
         (
             "flash_dirty_blocks",
             "gauge",
@@ -250,6 +295,13 @@ pub fn prometheus(flashes: &[MountedFlash]) -> String {
             "gauge",
             "1 after too many device errors.",
             |s| f64::from(u8::from(s.degraded)),
+        ),
+        (
+            "flash_checksum_errors_total",
+            "counter",
+            "Blocks read back with other bytes than were written (clean: read from BACKING \
+             instead; dirty: EIO).",
+            |s| s.checksum_errors as f64,
         ),
     ];
     for (name, kind, help, field) in series {
