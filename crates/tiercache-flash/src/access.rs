@@ -86,11 +86,13 @@ impl FlashTier {
             st.snap.misses += 1;
             return Ok(Lookup::Miss);
         }
-        if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
-            return Err(self.fail(&mut st, e));
-        }
         let dirty = st.idx.is_dirty(id, b);
-        if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
+        if let Some(data) = Self::parked(&st, id, b) {
+            buf[..bs].copy_from_slice(data);
+        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
+            return Err(self.fail(&mut st, e));
+        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
+            buf[..bs].fill(0); // the bad bytes go nowhere
             if dirty {
                 return Err(self.corrupt_err(id, b));
             }
@@ -174,23 +176,42 @@ impl FlashTier {
                 id
             }
         };
+        self.put(&mut st, id, b, data, how, mapped_now)
+    }
+
+    /// The end of a store: block `b` of set `id` (mapped, `mapped_now` if just now) takes
+    /// `data` — on the device, or parked (`crate::park`) when it is an overwrite of a block
+    /// the device holds dirty without its in-place bit.
+    fn put(
+        &self,
+        st: &mut State,
+        id: u32,
+        b: usize,
+        data: &[u8],
+        how: Store,
+        mapped_now: bool,
+    ) -> Result<Admit, TierError> {
+        if how == Store::Dirty && Self::must_park(st, id, b) {
+            st.idx.set_block(id, b, true);
+            st.idx.touch(id);
+            st.snap.writebacks_in += 1;
+            self.park(st, id, b, data);
+            return Ok(Admit::Stored);
+        }
         if how != Store::Dirty {
             // Rule 3: the device must not still claim this block dirty with older bytes.
-            self.persist_if_disk_dirty(&mut st, id, b)?;
-        } else {
-            // An overwrite in place of a block the device may hold dirty: its in-place bit
-            // is durable first (`crate::sums`, rule 3).
-            self.before_overwrite(&mut st, id, b)?;
+            self.persist_if_disk_dirty(st, id, b)?;
         }
-        let slot = self.ready_sum(&mut st, id, mapped_now)?;
+        let slot = self.ready_sum(st, id, mapped_now)?;
         st.unsynced = true;
         if let Err(e) = self.dev.write_at(data, self.geo.block_off(id, b)) {
             // The block's bytes on the device are now unknown: it goes, dirty or not (the
             // caller keeps the newer bytes and falls back to BACKING).
-            self.drop_block(&mut st, id, b);
-            return Err(self.fail(&mut st, e));
+            self.drop_block(st, id, b);
+            return Err(self.fail(st, e));
         }
-        self.note_sum_at(&mut st, slot, id, b, data);
+        st.idx.parked.remove(&(id, b as u32)); // the device has the newest bytes now
+        self.note_sum_at(st, slot, id, b, data);
         st.sums.stored(id, b);
         st.idx.set_block(id, b, how == Store::Dirty);
         st.idx.touch(id);

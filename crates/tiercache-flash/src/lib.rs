@@ -48,6 +48,7 @@ pub mod format;
 mod index;
 mod legacy;
 mod meta;
+mod park;
 mod recovery;
 mod spill;
 pub mod stats;

@@ -36,10 +36,15 @@ impl FlashTier {
             buf.resize((end - b) * bs, 0);
             match self.dev.read_at(&mut buf, self.geo.block_off(id, b)) {
                 Ok(()) => {
-                    for (i, data) in buf.chunks_exact(bs).enumerate() {
-                        if !matches!(self.check_sum(st, id, b + i, data), Ok(Checked::Good)) {
+                    for (i, read) in buf.chunks_exact(bs).enumerate() {
+                        // Parked bytes are the newest (the device's are older).
+                        let parked = Self::parked(st, id, b + i).map(|d| d.to_vec());
+                        let good = parked.is_some()
+                            || matches!(self.check_sum(st, id, b + i, read), Ok(Checked::Good));
+                        if !good {
                             continue;
                         }
+                        let data = parked.as_deref().unwrap_or(read);
                         let block = (m.set_index << self.geo.set_shift) | (b + i) as u64;
                         spill(Spilled {
                             key: TierKey::new(m.file, block),

@@ -51,8 +51,10 @@ pub struct FlashStats {
     /// Found at the last open (after a crash): dirty blocks whose overwrite in place may have
     /// been under way, taken as they are (each sector old or new bytes) without a check.
     pub unverified_blocks: u64,
-    /// Records written (and synced) before an overwrite in place of a block the device held
-    /// dirty, to set its in-place bit.
+    /// Dirty stores over a block the device held dirty without its in-place bit, parked in
+    /// RAM until the next sync (`crate::park`).
+    pub parked_blocks: u64,
+    /// Records written (and synced) by syncs to set the in-place bits of parked blocks.
     pub in_place_records: u64,
     pub record_writes: u64,
     pub device_syncs: u64,

@@ -14,11 +14,13 @@
 //!    clean block is dropped (a miss: the caller reads BACKING), a dirty one is an I/O error —
 //!    never the bytes, never a miss.
 //! 3. **In-place overwrite**: a block the device may hold dirty (`disk_dirty`) is overwritten
-//!    in place only once its in-place bit is durable in the set's record (else that record is
-//!    written and synced first). A record keeps a block's bit only if the block was stored
-//!    since the set's previous record (a block rewritten every sync keeps it; a quiet one
-//!    loses it). A record is only written right after a sync, when every block's bytes and
-//!    checksum are durable and nothing is in flight, so dropping a bit there is always safe.
+//!    in place only once its in-place bit is durable in the set's record; until then the new
+//!    bytes are parked in RAM and the next `sync()` makes the bits of all parked blocks
+//!    durable in one round before writing them (`crate::park`). A record keeps a block's bit
+//!    only if the block was stored since the set's previous record (a block rewritten every
+//!    sync keeps it and is not parked again; a quiet one loses it). A record is only written
+//!    right after a sync, when every stored block's bytes and checksum are durable and nothing
+//!    is in flight, so dropping a bit there is always safe.
 //! 4. **Open**: after a clean close every checksum matches (the close wrote every table before
 //!    its last sync). After a crash, a dirty block without its in-place bit was not written
 //!    since its durable record, so it must match; one with the bit may hold old or new bytes
@@ -207,7 +209,7 @@ impl Sums {
     }
 
     /// The next record of `set` must carry block `b`'s in-place bit.
-    fn want(&mut self, set: u32, b: usize) {
+    pub fn want(&mut self, set: u32, b: usize) {
         let w = self.words;
         let p = self.in_place.entry(set).or_insert_with(|| InPlace {
             on_disk: vec![0; w],
@@ -309,22 +311,6 @@ impl FlashTier {
             m.version,
             data,
         )
-    }
-
-    /// Rule 3: before block `b` of set `id` is overwritten in place, its in-place bit is
-    /// durable if the device may hold the block dirty.
-    pub(crate) fn before_overwrite(
-        &self,
-        st: &mut State,
-        id: u32,
-        b: usize,
-    ) -> Result<(), TierError> {
-        if st.idx.is_disk_dirty(id, b) && !st.sums.in_place_on_disk(id, b) {
-            st.sums.want(id, b);
-            st.fs.in_place_records += 1;
-            self.persist(st, &[id])?;
-        }
-        Ok(())
     }
 
     /// Rule 1, before the data write: the set's table is in the cache (so recording the

@@ -4,7 +4,8 @@
 //! `current` check, the data write and the valid bit are atomic). Crash rules (see
 //! `docs/design.md` §6, Ordering):
 //! 1. data before metadata: a record is written only right after a device `sync`, so every
-//!    dirty bit in any record on the device names data already durable;
+//!    dirty bit in any record on the device names data already durable, with its checksum
+//!    (`crate::sums`: the set's checksum table is written before that sync);
 //! 2. `sync()` = device sync, every pending record, device sync: a dirty block stored before
 //!    it survives any later crash, and so does its file's newest meta (`crate::meta`: a
 //!    record of a mapped set carries its file's meta; a sync after a set that may have carried
@@ -479,10 +480,12 @@ impl DataTier for FlashTier {
         if st.closed || !st.idx.is_dirty(id, b) || st.idx.sets[id as usize].version != version {
             return Ok(None);
         }
-        if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
+        if let Some(data) = Self::parked(&st, id, b) {
+            buf[..bs].copy_from_slice(data);
+        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
             return Err(self.fail(&mut st, e));
-        }
-        if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
+        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
+            buf[..bs].fill(0); // the bad bytes go nowhere
             return Err(self.corrupt_err(id, b));
         }
         Ok(Some(Self::epoch_seq(&mut st, id)))
