@@ -8,11 +8,16 @@
 //! Contract: `write_at` returns once the bytes are handed to the device (they may sit in a
 //! volatile cache); only `sync` makes every write that returned before it durable. Offsets and
 //! lengths given by the tier are multiples of [`FlashDevice::sector_size`].
+//!
+//! A cache holds plaintext copies of every user's cached and dirty blocks, so a cache path is
+//! private: created mode 0600 (`O_EXCL`), never followed through a symlink (`O_NOFOLLOW`), and
+//! an existing file or device is refused unless it is owned by the daemon's user or root and
+//! has no group or other permission bit ([`check_private`], on the opened descriptor).
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock};
 
@@ -54,40 +59,151 @@ pub struct FileDevice {
     direct: bool,
 }
 
-impl FileDevice {
-    /// Opens `path`. A regular file is created when missing and, when `size` is given,
-    /// sized and preallocated to it (`posix_fallocate`, falling back to `set_len`); a block
-    /// device keeps its size. `direct`: open with O_DIRECT (sector size 4096).
-    pub fn open(path: &Path, size: Option<u64>, direct: bool) -> io::Result<Self> {
-        let mut opts = OpenOptions::new();
-        opts.read(true).write(true).create(size.is_some());
+/// Refuses a cache file or device other users could read or write: it must be a regular file
+/// or a block device, owned by this process's effective user or root, with no group or other
+/// permission bit. `Err` is one line saying what to fix.
+pub fn check_private(meta: &Metadata, path: &Path) -> Result<(), String> {
+    let at = path.display();
+    let kind = meta.file_type();
+    if !kind.is_file() && !kind.is_block_device() {
+        return Err("not a regular file or a block device".into());
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid && meta.uid() != 0 {
+        return Err(format!(
+            "owned by uid {}, neither this daemon's user (uid {euid}) nor root; the cache holds \
+             copies of every user's data: `chown {euid} {at}` (and `chmod 600 {at}`) if it is \
+             yours, else give another path",
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {mode:04o} gives other users access to the cache, which holds copies of every \
+             user's data: `chmod 600 {at}`"
+        ));
+    }
+    Ok(())
+}
+
+/// Opens `path` without following a symlink there; `create`: a missing file is created
+/// (`O_EXCL`, mode 0600; lost to another creator in between, the existing one is opened).
+/// Returns the file and whether it was created here.
+fn open_nofollow(path: &Path, write: bool, create: bool, direct: bool) -> io::Result<(File, bool)> {
+    let open = |new: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(write);
+        let mut flags = libc::O_NOFOLLOW | libc::O_CLOEXEC;
         if direct {
-            opts.custom_flags(libc::O_DIRECT);
+            flags |= libc::O_DIRECT;
         }
-        let mut file = opts.open(path)?;
-        let meta = file.metadata()?;
-        if meta.is_file() {
-            if let Some(size) = size {
-                if meta.len() != size {
-                    file.set_len(size)?;
-                }
-                preallocate(&file, size);
+        if new {
+            o.create_new(true).mode(0o600);
+        }
+        o.custom_flags(flags).open(path)
+    };
+    let named = |e: io::Error| match e.raw_os_error() {
+        Some(libc::ELOOP) => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a symbolic link, which a cache path never follows: give the path of the file \
+             or device itself",
+        ),
+        _ => e,
+    };
+    match open(false) {
+        Ok(f) => Ok((f, false)),
+        Err(e) if create && e.kind() == io::ErrorKind::NotFound => match open(true) {
+            Ok(f) => Ok((f, true)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                open(false).map(|f| (f, false)).map_err(named)
             }
+            Err(e) => Err(named(e)),
+        },
+        Err(e) => Err(named(e)),
+    }
+}
+
+fn refused(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, why)
+}
+
+impl FileDevice {
+    /// Opens `path` for a tier (see the module docs for what is refused). With `size`, a
+    /// missing regular file is created (mode 0600) and the file is sized and preallocated to
+    /// it (`posix_fallocate`, falling back to `set_len`); a block device keeps its size.
+    /// `direct`: open with O_DIRECT (sector size 4096).
+    pub fn open(path: &Path, size: Option<u64>, direct: bool) -> io::Result<Self> {
+        let (mut dev, _) = Self::open_private(path, size.is_some(), direct)?;
+        if let Some(size) = size {
+            dev.size_to(size)?;
         }
+        Ok(dev)
+    }
+
+    /// As [`FileDevice::open`] for a mount: also takes an exclusive `flock` on the open file
+    /// (two daemons on one cache would corrupt it; held as long as the device), and sizes it
+    /// to `new_size` only when it is new: missing (then created) or an empty regular file.
+    /// Returns the device and whether it is new. A new one without `new_size` is an error.
+    pub fn open_locked(
+        path: &Path,
+        new_size: Option<u64>,
+        direct: bool,
+    ) -> io::Result<(Self, bool)> {
+        let (mut dev, created) = Self::open_private(path, new_size.is_some(), direct)?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor `dev.file` owns; no memory is involved.
+        if unsafe { libc::flock(dev.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("in use by another tiercache mount (flock: {e})"),
+            ));
+        }
+        let fresh = created || (dev.file.metadata()?.is_file() && dev.len == 0);
+        if fresh {
+            let size = new_size.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, "no cache there yet (empty file)")
+            })?;
+            dev.size_to(size)?;
+        }
+        Ok((dev, fresh))
+    }
+
+    fn open_private(path: &Path, create: bool, direct: bool) -> io::Result<(Self, bool)> {
+        let (mut file, created) = open_nofollow(path, true, create, direct)?;
+        check_private(&file.metadata()?, path).map_err(refused)?;
         // Works for regular files and block devices alike.
         let len = file.seek(SeekFrom::End(0))?;
-        Ok(Self {
+        let dev = Self {
             file,
             path: path.to_path_buf(),
             len,
             sector: if direct { 4096 } else { 512 },
             direct,
-        })
+        };
+        Ok((dev, created))
     }
 
-    /// Opens `path` read-only (for `check`): writes fail with the OS's error.
+    /// A regular file is sized to `size` and preallocated; a block device keeps its size.
+    fn size_to(&mut self, size: u64) -> io::Result<()> {
+        let meta = self.file.metadata()?;
+        if meta.is_file() {
+            if meta.len() != size {
+                self.file.set_len(size)?;
+            }
+            preallocate(&self.file, size);
+        }
+        self.len = self.file.seek(SeekFrom::End(0))?;
+        Ok(())
+    }
+
+    /// Opens `path` read-only (for `check`), never through a symlink: writes fail with the
+    /// OS's error. Nothing is refused for its owner or mode (reading changes nothing; the
+    /// caller may warn, see [`check_private`]).
     pub fn open_read_only(path: &Path) -> io::Result<Self> {
-        let mut file = OpenOptions::new().read(true).open(path)?;
+        let (mut file, _) = open_nofollow(path, false, false, false)?;
         let len = file.seek(SeekFrom::End(0))?;
         Ok(Self {
             file,
@@ -96,6 +212,11 @@ impl FileDevice {
             sector: 512,
             direct: false,
         })
+    }
+
+    /// The open file's metadata (`fstat`).
+    pub fn metadata(&self) -> io::Result<Metadata> {
+        self.file.metadata()
     }
 
     pub fn path(&self) -> &Path {

@@ -22,7 +22,8 @@ pub enum FlashError {
     /// A superblock of another format version or geometry than asked for.
     #[error("flash format mismatch: {0}")]
     Mismatch(String),
-    /// A cache made by another tiercache version (no migration: there were no users).
+    /// A cache made by another tiercache version: format 2 is upgraded by a mount (its dirty
+    /// blocks written back, then reformatted: [`crate::LegacyTier`]); others are refused.
     #[error("{}", format_version_msg(*found))]
     FormatVersion { found: u32 },
     /// The tier is degraded (too many device errors) or closed.
@@ -32,6 +33,13 @@ pub enum FlashError {
 
 fn format_version_msg(found: u32) -> String {
     let expected = crate::format::FORMAT_VERSION;
+    if found == crate::format::UPGRADABLE_VERSION {
+        return format!(
+            "flash cache made by an older tiercache (format version {found}, this one reads \
+             {expected}); mount it over the BACKING it was used with to upgrade it (its dirty \
+             blocks are written back to BACKING first, then it is reformatted)"
+        );
+    }
     let by = if found < expected {
         "an older"
     } else {

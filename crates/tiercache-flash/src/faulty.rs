@@ -8,7 +8,11 @@
 //!   in a volatile buffer (reads see it, as a drive cache serves them); `sync` makes the buffer
 //!   durable in order; [`FaultyDevice::crash`] instead applies a seeded random choice of it —
 //!   nothing, a prefix, or a reordered subset, possibly with one write torn at a sector
-//!   boundary — then forgets the rest, as a power cut does.
+//!   boundary — then forgets the rest, as a power cut does;
+//! - silent corruption, which only the tier's block checksums can catch: a bit flipped at rest
+//!   ([`FaultyDevice::flip_bit`]), bits flipped on the way back by every read of a range
+//!   ([`FaultyDevice::corrupt_reads_in`]), and a misdirected write (the next write to one
+//!   offset lands at another, [`FaultyDevice::misdirect_next_write`]).
 
 use crate::device::FlashDevice;
 use rand::rngs::SmallRng;
@@ -31,6 +35,10 @@ struct State {
     syncs: u64,
     /// Writes torn or dropped since the last crash.
     lost: u64,
+    /// Reads overlapping `[start, end)` come back with the first overlapping byte flipped.
+    corrupt_reads: Option<(u64, u64)>,
+    /// The next write at the first offset lands at the second.
+    misdirect: Option<(u64, u64)>,
 }
 
 /// Wraps another device; see the module docs.
@@ -76,6 +84,8 @@ impl FaultyDevice {
                 writes: 0,
                 syncs: 0,
                 lost: 0,
+                corrupt_reads: None,
+                misdirect: None,
             }),
         }
     }
@@ -108,6 +118,28 @@ impl FaultyDevice {
         }
         self.st().volatile = on;
         Ok(())
+    }
+    /// Flips bit `bit` (0..8) of the byte at `off` on the medium, as bit rot would (a write
+    /// of the sector around it, below any volatile buffer).
+    pub fn flip_bit(&self, off: u64, bit: u8) -> io::Result<()> {
+        let _st = self.st();
+        let sector = self.inner.sector_size().max(1) as u64;
+        let start = off - off % sector;
+        let mut b = vec![0u8; sector as usize];
+        self.inner.read_at(&mut b, start)?;
+        b[(off - start) as usize] ^= 1 << (bit % 8);
+        self.inner.write_at(&b, start)
+    }
+    /// From now on (`None`: no more), every read overlapping `range` returns with the first
+    /// byte of the overlap flipped (bit 0): a bad path between medium and memory.
+    pub fn corrupt_reads_in(&self, range: Option<std::ops::Range<u64>>) {
+        self.st().corrupt_reads = range.map(|r| (r.start, r.end));
+    }
+    /// The next write starting at `from` lands at `to` instead (same length), reported as
+    /// done: a misdirected write. Counted as lost (what the tier acknowledged since then no
+    /// longer means anything until the next crash).
+    pub fn misdirect_next_write(&self, from: u64, to: u64) {
+        self.st().misdirect = Some((from, to));
     }
     /// Whether a torn write has cut the power (later writes were dropped).
     pub fn is_cut(&self) -> bool {
@@ -173,6 +205,8 @@ impl FaultyDevice {
         st.fail_reads_after = None;
         st.drop_writes_after = None;
         st.tear_after = None;
+        st.corrupt_reads = None;
+        st.misdirect = None;
         Ok(())
     }
 }
@@ -186,6 +220,10 @@ impl FlashDevice for FaultyDevice {
         self.inner.read_at(buf, off)?;
         // Overlay the volatile writes, oldest first: a drive serves its cache.
         let end = off + buf.len() as u64;
+        let flip = st
+            .corrupt_reads
+            .filter(|&(lo, hi)| lo < end && hi > off)
+            .map(|(lo, _)| (lo.max(off) - off) as usize);
         for (p, data) in &st.pending {
             let pend = p + data.len() as u64;
             if *p < end && pend > off {
@@ -195,12 +233,23 @@ impl FlashDevice for FaultyDevice {
                     .copy_from_slice(&data[(lo - p) as usize..(hi - p) as usize]);
             }
         }
+        if let Some(i) = flip {
+            buf[i] ^= 1;
+        }
         Ok(())
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let mut st = self.st();
         st.writes += 1;
+        let off = match st.misdirect {
+            Some((from, to)) if from == off && to + buf.len() as u64 <= self.inner.len() => {
+                st.misdirect = None;
+                st.lost += 1;
+                to
+            }
+            _ => off,
+        };
         if st.cut {
             st.lost += 1;
             return Ok(());
@@ -301,6 +350,26 @@ mod tests {
             assert_eq!(&b[..], &s[..4096], "nothing volatile is left after a crash");
         }
         assert!(seen_none && seen_all && seen_torn);
+    }
+
+    #[test]
+    fn bits_flip_at_rest_and_on_reads_and_a_write_can_land_elsewhere() {
+        let (m, f) = dev(3);
+        f.write_at(&[0x10; 1024], 1024).unwrap();
+        f.flip_bit(1500, 2).unwrap();
+        assert_eq!(m.snapshot()[1500], 0x14, "flipped at rest");
+        f.corrupt_reads_in(Some(2000..2001));
+        let mut b = [0u8; 1024];
+        f.read_at(&mut b, 1024).unwrap();
+        assert_eq!((b[976], b[975]), (0x11, 0x10), "flipped on the way back");
+        assert_eq!(m.snapshot()[2000], 0x10, "not on the medium");
+        f.corrupt_reads_in(None);
+        f.misdirect_next_write(4096, 6144);
+        f.write_at(&[9; 512], 4096).unwrap();
+        assert_eq!((m.snapshot()[4096], m.snapshot()[6144]), (0, 9));
+        f.write_at(&[8; 512], 4096).unwrap();
+        assert_eq!(m.snapshot()[4096], 8, "only the next write");
+        assert_eq!(f.lost_writes(), 1);
     }
 
     #[test]

@@ -1,15 +1,21 @@
 //! The on-disk format (specified byte by byte in the repository's `docs/design.md` §6): geometry, the two
-//! superblock copies and the two metadata record slots per cache set.
+//! superblock copies, the two metadata record slots per cache set, the per-set checksum
+//! tables and the block checksum.
 //!
 //! Invariants: every structure is a whole number of sectors at a sector-aligned offset; every
-//! structure ends with a CRC32C of the bytes before it; integers are little-endian.
+//! superblock and record ends with a CRC32C of the bytes before it; integers are
+//! little-endian. Format 3 (this one) added the checksum tables and the records' in-place
+//! bitmap; format 2 is still read (by `crate::legacy`) to write its dirty blocks back before
+//! it is reformatted.
 
 use crate::error::FlashError;
 use tiercache_tier::{FileHandle, FileKey, FileMeta, MAX_HANDLE_BYTES};
 
 pub const SB_MAGIC: &[u8; 8] = b"TCFLASH\0";
 pub const REC_MAGIC: &[u8; 4] = b"TCSR";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The older format a mount still upgrades (dirty blocks written back, then reformatted).
+pub const UPGRADABLE_VERSION: u32 = 2;
 /// Superblock flag: the tier was closed cleanly (every record matches memory).
 pub const SB_CLEAN: u32 = 1;
 /// Record flag: the set is mapped to the backing set in the tag.
@@ -23,10 +29,15 @@ pub const REC_META_BYTES: usize = 32 + MAX_HANDLE_BYTES;
 pub const SB_BYTES: usize = 76;
 /// Record header bytes before the bitmaps.
 pub const REC_HEADER: usize = 72;
+/// Bytes of one block checksum in a set's checksum table.
+pub const SUM_BYTES: usize = 4;
 
 /// Where everything is on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// The format version this layout is of ([`FORMAT_VERSION`], or
+    /// [`UPGRADABLE_VERSION`] for a cache to upgrade).
+    pub version: u32,
     /// log2 of the block size in bytes.
     pub block_shift: u8,
     /// log2 of the blocks per set.
@@ -36,6 +47,10 @@ pub struct Geometry {
     /// Bytes per record slot (a multiple of `sector`).
     pub rec_size: u32,
     pub meta_off: u64,
+    /// Where the checksum tables start (format 3; format 2 has none: `data_off`).
+    pub sums_off: u64,
+    /// Bytes per set's checksum table (a multiple of `sector`; 0 in format 2).
+    pub sums_size: u32,
     pub data_off: u64,
 }
 
@@ -58,11 +73,23 @@ impl Geometry {
     pub fn bitmap_bytes(&self) -> usize {
         self.set_blocks().div_ceil(64) * 8
     }
+    /// Bitmaps in a record: valid, dirty and (format 3) in-place.
+    fn bitmaps(&self) -> usize {
+        if self.version >= 3 {
+            3
+        } else {
+            2
+        }
+    }
     pub fn sb_off(&self, slot: u64) -> u64 {
         slot * u64::from(self.sector)
     }
     pub fn rec_off(&self, set: u32, slot: u64) -> u64 {
         self.meta_off + (u64::from(set) * 2 + slot) * u64::from(self.rec_size)
+    }
+    /// Where set `set`'s checksum table is (format 3).
+    pub fn sums_at(&self, set: u32) -> u64 {
+        self.sums_off + u64::from(set) * u64::from(self.sums_size)
     }
     pub fn block_off(&self, set: u32, block: usize) -> u64 {
         self.data_off
@@ -72,8 +99,20 @@ impl Geometry {
         u64::from(self.sets) << self.set_shift
     }
 
-    /// The largest layout that fits `len` bytes.
+    /// The largest layout of this format that fits `len` bytes.
     pub fn compute(
+        len: u64,
+        sector: usize,
+        block_shift: u8,
+        set_shift: u8,
+    ) -> Result<Self, FlashError> {
+        Self::compute_for(FORMAT_VERSION, len, sector, block_shift, set_shift)
+    }
+
+    /// The largest layout of format `version` (3, or 2 to read a cache to upgrade) that fits
+    /// `len` bytes.
+    pub fn compute_for(
+        version: u32,
         len: u64,
         sector: usize,
         block_shift: u8,
@@ -95,27 +134,34 @@ impl Geometry {
         let overflow = || FlashError::Geometry(format!("{len} bytes: layout overflows"));
         let sector64 = u64::try_from(sector).map_err(|_| overflow())?;
         let bitmap = (1u64 << set_shift).div_ceil(64) * 8;
+        let maps = if version >= 3 { 3 } else { 2 };
         let rec_size = round_up(
-            REC_HEADER as u64 + 2 * bitmap + REC_META_BYTES as u64 + 4,
+            REC_HEADER as u64 + maps * bitmap + REC_META_BYTES as u64 + 4,
             sector64,
         )
         .ok_or_else(overflow)?;
         let rec_size32 = u32::try_from(rec_size).map_err(|_| overflow())?;
+        let sums_size = if version >= 3 {
+            round_up((SUM_BYTES as u64) << set_shift, sector64).ok_or_else(overflow)?
+        } else {
+            0
+        };
         let meta_off = sector64.checked_mul(2).ok_or_else(overflow)?;
         let set_bytes = 1u64 << (block_shift + set_shift);
-        // (data_off, end of data) for `sets` sets; `None` when it does not fit in a u64.
-        let layout = |sets: u64| -> Option<(u64, u64)> {
-            let meta = sets.checked_mul(2)?.checked_mul(rec_size)?;
-            let data_off = round_up(meta_off.checked_add(meta)?, 1 << block_shift)?;
-            Some((
-                data_off,
-                data_off.checked_add(sets.checked_mul(set_bytes)?)?,
-            ))
+        // (sums_off, data_off, end of data) for `sets` sets; `None` when past a u64.
+        let layout = |sets: u64| -> Option<(u64, u64, u64)> {
+            let sums_off = meta_off.checked_add(sets.checked_mul(2)?.checked_mul(rec_size)?)?;
+            let sums_end = sums_off.checked_add(sets.checked_mul(sums_size)?)?;
+            let data_off = round_up(sums_end, 1 << block_shift)?;
+            let end = data_off.checked_add(sets.checked_mul(set_bytes)?)?;
+            Some((sums_off, data_off, end))
         };
-        let per_set = set_bytes.checked_add(2 * rec_size).ok_or_else(overflow)?;
+        let per_set = set_bytes
+            .checked_add(2 * rec_size + sums_size)
+            .ok_or_else(overflow)?;
         let mut sets = (len.saturating_sub(meta_off) / per_set).min(u64::from(u32::MAX - 1));
         // The estimate is over by at most a block's rounding: a few steps at most.
-        while sets > 0 && layout(sets).is_none_or(|(_, end)| end > len) {
+        while sets > 0 && layout(sets).is_none_or(|(_, _, end)| end > len) {
             sets -= 1;
         }
         if sets == 0 {
@@ -123,18 +169,45 @@ impl Geometry {
                 "{len} bytes hold no set of {set_bytes} bytes"
             )));
         }
-        let (data_off, _) = layout(sets).ok_or_else(overflow)?;
+        let (sums_off, data_off, _) = layout(sets).ok_or_else(overflow)?;
         let sets = u32::try_from(sets).map_err(|_| FlashError::Geometry("too many sets".into()))?;
         Ok(Self {
+            version,
             block_shift,
             set_shift,
             sector: u32::try_from(sector).map_err(|_| overflow())?,
             sets,
             rec_size: rec_size32,
             meta_off,
+            sums_off,
+            sums_size: u32::try_from(sums_size).map_err(|_| overflow())?,
             data_off,
         })
     }
+}
+
+/// A block's checksum (format 3): CRC32C of its identity — the tier instance, the cache set
+/// and block index it is stored at, the backing file and set it belongs to, its content
+/// version — followed by its bytes. So bytes that landed at another block's place (a
+/// misdirected write), or another cache's, or another version's never check out.
+pub fn block_sum(
+    instance: u64,
+    set: u32,
+    block: usize,
+    tag: (FileKey, u64),
+    version: u64,
+    data: &[u8],
+) -> u32 {
+    let mut id = [0u8; 56];
+    id[0..8].copy_from_slice(&instance.to_le_bytes());
+    id[8..12].copy_from_slice(&set.to_le_bytes());
+    id[12..16].copy_from_slice(&(block as u32).to_le_bytes());
+    id[16..24].copy_from_slice(&tag.0.dev.to_le_bytes());
+    id[24..32].copy_from_slice(&tag.0.ino.to_le_bytes());
+    id[32..40].copy_from_slice(&tag.0.birth.to_le_bytes());
+    id[40..48].copy_from_slice(&tag.1.to_le_bytes());
+    id[48..56].copy_from_slice(&version.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&id), data)
 }
 
 /// The superblock (two copies, slot = `gen & 1`; the valid one with the higher `gen` wins).
@@ -165,7 +238,7 @@ impl Superblock {
         let g = &self.geo;
         let mut b = vec![0u8; g.sector as usize];
         b[0..8].copy_from_slice(SB_MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&g.version.to_le_bytes());
         b[12..16].copy_from_slice(&self.flags.to_le_bytes());
         b[16..24].copy_from_slice(&self.gen.to_le_bytes());
         b[24] = g.block_shift;
@@ -189,8 +262,15 @@ impl Superblock {
             .then(|| u32_at(b, 8))
     }
 
-    /// `Err` names why the bytes are not a valid superblock.
+    /// `Err` names why the bytes are not a valid superblock of this format.
     pub fn decode(b: &[u8]) -> Result<Self, String> {
+        Self::decode_version(b, FORMAT_VERSION)
+    }
+
+    /// As [`Superblock::decode`], for format `want`. The checksum tables' place is not
+    /// stored: it follows from the other fields (0 when they overflow; the reader compares
+    /// the whole geometry with one recomputed from the device length anyway).
+    pub fn decode_version(b: &[u8], want: u32) -> Result<Self, String> {
         if b.len() < SB_BYTES {
             return Err("short".into());
         }
@@ -201,21 +281,35 @@ impl Superblock {
             return Err("bad checksum".into());
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION {
-            return Err(format!(
-                "format version {version}, expected {FORMAT_VERSION}"
-            ));
+        if version != want {
+            return Err(format!("format version {version}, expected {want}"));
         }
+        let (set_shift, sector, sets) = (b[25], u32_at(b, 28), u32_at(b, 32));
+        let (rec_size, meta_off) = (u32_at(b, 36), u64_at(b, 40));
+        let sums_size = (version >= 3)
+            .then(|| {
+                let n = (SUM_BYTES as u64).checked_shl(u32::from(set_shift))?;
+                u32::try_from(round_up(n, u64::from(sector))?).ok()
+            })
+            .flatten()
+            .unwrap_or(0);
+        let sums_off = u64::from(sets)
+            .checked_mul(2 * u64::from(rec_size))
+            .and_then(|m| m.checked_add(meta_off))
+            .unwrap_or(0);
         Ok(Self {
             flags: u32_at(b, 12),
             gen: u64_at(b, 16),
             geo: Geometry {
+                version,
                 block_shift: b[24],
-                set_shift: b[25],
-                sector: u32_at(b, 28),
-                sets: u32_at(b, 32),
-                rec_size: u32_at(b, 36),
-                meta_off: u64_at(b, 40),
+                set_shift,
+                sector,
+                sets,
+                rec_size,
+                meta_off,
+                sums_off,
+                sums_size,
                 data_off: u64_at(b, 48),
             },
             device_len: u64_at(b, 56),
@@ -234,6 +328,10 @@ pub struct Record {
     pub version: u64,
     pub valid: Vec<u64>,
     pub dirty: Vec<u64>,
+    /// Dirty blocks an in-place overwrite may have been under way for when this record was
+    /// the newest durable one (format 3; ⊆ `dirty`; see `crate::sums`): after a crash their
+    /// bytes may be old or new sector by sector, and are not checked against their checksum.
+    pub in_place: Vec<u64>,
     /// The tag's file's meta and the tier-wide `meta_gen` it was written with (format 2).
     pub meta: Option<(FileMeta, u64)>,
 }
@@ -272,6 +370,7 @@ impl Record {
 
     /// Clears bits past the set's end and makes every dirty block valid (a dirty bit is never
     /// dropped: it may name the only copy of newer bytes). Returns whether anything changed.
+    /// In-place bits outside `dirty` mean nothing and are cleared too (not counted).
     pub fn sanitize(&mut self, set_blocks: usize) -> bool {
         let before = (self.valid.clone(), self.dirty.clone());
         for (i, (v, d)) in self.valid.iter_mut().zip(self.dirty.iter_mut()).enumerate() {
@@ -279,9 +378,13 @@ impl Record {
             *d &= m;
             *v = (*v | *d) & m;
         }
+        for (p, d) in self.in_place.iter_mut().zip(&self.dirty) {
+            *p &= d;
+        }
         before != (self.valid.clone(), self.dirty.clone())
     }
 
+    /// The record in `geo`'s format (format 2 only to make caches to upgrade, in tests).
     pub fn encode(&self, geo: &Geometry, instance: u64) -> Vec<u8> {
         let mut b = vec![0u8; geo.rec_size as usize];
         b[0..4].copy_from_slice(REC_MAGIC);
@@ -306,7 +409,15 @@ impl Record {
         b[48..56].copy_from_slice(&si.to_le_bytes());
         b[56..64].copy_from_slice(&self.version.to_le_bytes());
         let mut o = REC_HEADER;
-        for w in self.valid.iter().chain(self.dirty.iter()) {
+        let in_place: Vec<u64> = (0..self.dirty.len())
+            .map(|i| self.in_place.get(i).copied().unwrap_or(0) & self.dirty[i])
+            .collect();
+        let third = if geo.bitmaps() == 3 {
+            &in_place[..]
+        } else {
+            &[]
+        };
+        for w in self.valid.iter().chain(self.dirty.iter()).chain(third) {
             b[o..o + 8].copy_from_slice(&w.to_le_bytes());
             o += 8;
         }
@@ -333,7 +444,7 @@ impl Record {
             return Slot::Empty;
         }
         let words = geo.bitmap_bytes() / 8;
-        let bits_end = REC_HEADER + 2 * words * 8;
+        let bits_end = REC_HEADER + geo.bitmaps() * words * 8;
         let end = bits_end + REC_META_BYTES;
         if b.len() < end + 4
             || &b[0..4] != REC_MAGIC
@@ -378,6 +489,11 @@ impl Record {
         let word = |i: usize| u64_at(b, REC_HEADER + i * 8);
         let valid: Vec<u64> = (0..words).map(word).collect();
         let dirty: Vec<u64> = (words..2 * words).map(word).collect();
+        let in_place: Vec<u64> = if geo.bitmaps() == 3 {
+            (2 * words..3 * words).map(word).collect()
+        } else {
+            vec![0; words]
+        };
         Slot::Good(Record {
             set,
             seq: u64_at(b, 16),
@@ -385,6 +501,7 @@ impl Record {
             version: u64_at(b, 56),
             valid,
             dirty,
+            in_place,
             meta,
         })
     }

@@ -104,6 +104,9 @@ pub struct Index {
     pub carrier_lost: bool,
     /// The newest `meta_gen` written (+1 per record carrying meta).
     pub meta_gen: u64,
+    /// Parked overwrites (`crate::park`): (set, block) → the block's newest bytes, not yet
+    /// on the device. Each is valid; a drop of the block drops its parked bytes.
+    pub parked: HashMap<(u32, u32), Box<[u8]>>,
 }
 
 fn mix(file: &FileKey, si: u64) -> u64 {
@@ -138,6 +141,7 @@ impl Index {
             files: HashMap::new(),
             carrier_lost: false,
             meta_gen: 0,
+            parked: HashMap::new(),
         }
     }
 
@@ -270,8 +274,11 @@ impl Index {
         }
     }
 
-    /// Drops block `b` (valid and dirty).
+    /// Drops block `b` (valid and dirty; parked bytes too).
     pub fn drop_block(&mut self, id: u32, b: usize) {
+        if !self.parked.is_empty() {
+            self.parked.remove(&(id, b as u32));
+        }
         self.clear_dirty(id, b);
         let i = id as usize * self.words + b / 64;
         let m = 1u64 << (b % 64);

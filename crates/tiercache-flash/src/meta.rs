@@ -63,8 +63,15 @@ impl FlashTier {
     }
 
     /// `sync()` under the lock (also `close` and `open`): rule 1 and 2 of the module docs,
-    /// then every pending record, then entries without sets or fresh meta go (rule 3).
+    /// then every pending record (with the in-place bits of parked overwrites, which then go
+    /// in place and are synced: `crate::park`), then entries without sets or fresh meta go
+    /// (rule 3).
     pub(crate) fn sync_locked(&self, st: &mut State) -> Result<(), TierError> {
+        // Parked overwrites: this sync's records carry their in-place bits (`crate::park`).
+        let parked = !st.idx.parked.is_empty();
+        if parked {
+            Self::want_parked_bits(st);
+        }
         let changed: Vec<(FileKey, u32)> = st
             .idx
             .files
@@ -92,6 +99,11 @@ impl FlashTier {
         }
         if !ids.is_empty() || st.unsynced {
             self.persist(st, &ids)?;
+        }
+        if parked {
+            // The bits are durable: the parked bytes go in place, and are synced.
+            self.write_parked(st)?;
+            self.dev_sync(st).map_err(|e| self.fail(st, e))?;
         }
         st.idx.carrier_lost = false;
         st.idx.files.retain(|_, e| e.sets > 0 || e.fresh);

@@ -6,47 +6,13 @@ use crate::error::FlashError;
 use crate::format::{newest, Geometry, Record, Superblock, FORMAT_VERSION, SB_CLEAN};
 use crate::index::{Index, F_META_DIRTY};
 use crate::meta::NewestMeta;
+use crate::sums::Sums;
 use crate::tier::{unavailable, FlashConfig, FlashStats, FlashTier, State};
-use serde::Serialize;
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tiercache_tier::{FileKey, RecoveredFile};
+use tiercache_tier::RecoveredFile;
 use tiercache_tier::{TierInfo, TierKind, TierSnapshot};
-
-/// What `tiercache flash check PATH [--json]` shows.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CheckReport {
-    pub format_version: u32,
-    /// Valid superblock copies (of 2).
-    pub superblocks_valid: u32,
-    pub clean_shutdown: bool,
-    pub block_size: u64,
-    pub set_blocks: u64,
-    pub sets: u32,
-    pub mapped_sets: u32,
-    /// Valid blocks per the newest good records.
-    pub valid_blocks: u64,
-    pub dirty_blocks: u64,
-    /// Blocks an open would serve: all valid ones after a clean shutdown, else the dirty ones.
-    pub usable_blocks: u64,
-    /// Record slots that are torn, damaged or of another instance.
-    pub torn_records: u32,
-    /// Sets with no good record (both slots bad or empty).
-    pub sets_without_record: u32,
-    /// Mapped sets naming a backing set another set already names.
-    pub duplicate_tags: u32,
-    /// Records with a dirty bit that is not valid (`dirty ⊆ valid` broken).
-    pub dirty_not_valid: u32,
-    /// Records with bits set past the set's last block.
-    pub stray_bits: u32,
-    /// Files holding dirty blocks (per the newest good records).
-    pub files_with_dirty: u32,
-    /// Of those, files for which some record carries meta (size, mtime, handle): the
-    /// manager can reopen them and restore their size and mtime after a crash.
-    pub files_with_dirty_meta: u32,
-}
 
 /// Largest sector size probed for superblock slot 1 when slot 0 is not valid.
 const MAX_PROBE_SECTOR: u64 = 64 * 1024;
@@ -56,6 +22,7 @@ const MAX_PROBE_SECTOR: u64 = 64 * 1024;
 fn read_sb_at(
     dev: &dyn FlashDevice,
     off: u64,
+    want: u32,
     why: &mut Vec<String>,
     other_version: &mut Option<u32>,
 ) -> Result<Option<Superblock>, FlashError> {
@@ -66,10 +33,10 @@ fn read_sb_at(
     }
     let mut b = vec![0u8; n];
     dev.read_at(&mut b, off)?;
-    if let Some(v) = Superblock::version_of(&b).filter(|&v| v != FORMAT_VERSION) {
+    if let Some(v) = Superblock::version_of(&b).filter(|&v| v != want) {
         *other_version = Some(v);
     }
-    Ok(Superblock::decode(&b)
+    Ok(Superblock::decode_version(&b, want)
         .map_err(|e| why.push(format!("offset {off}: {e}")))
         .ok())
 }
@@ -80,15 +47,24 @@ fn read_sb_at(
 /// device's, e.g. formatted with O_DIRECT at 4096 and opened without): it is read at slot 0's
 /// sector size, or, when slot 0 is not valid, at each power of two up to 64 KiB and taken only
 /// where its own sector size names that offset. Never an older copy for want of the newer.
-fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashError> {
+pub(crate) fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashError> {
+    read_superblock_of(dev, FORMAT_VERSION)
+}
+
+/// [`read_superblock`] for format `want` (another version found is `FormatVersion`).
+pub(crate) fn read_superblock_of(
+    dev: &dyn FlashDevice,
+    want: u32,
+) -> Result<(Superblock, u32), FlashError> {
     let mut why = Vec::new();
     let mut other = None;
-    let slot0 = read_sb_at(dev, 0, &mut why, &mut other)?;
+    let slot0 = read_sb_at(dev, 0, want, &mut why, &mut other)?;
     let slot1 = match slot0 {
         Some(sb0) => {
             let s = u64::from(sb0.geo.sector);
             if s >= 512 && s.is_power_of_two() {
-                read_sb_at(dev, s, &mut why, &mut other)?.filter(|sb| u64::from(sb.geo.sector) == s)
+                read_sb_at(dev, s, want, &mut why, &mut other)?
+                    .filter(|sb| u64::from(sb.geo.sector) == s)
             } else {
                 None
             }
@@ -98,7 +74,7 @@ fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashErro
             let mut found = None;
             let mut s = min;
             while found.is_none() && s <= MAX_PROBE_SECTOR {
-                found = read_sb_at(dev, s, &mut why, &mut other)?
+                found = read_sb_at(dev, s, want, &mut why, &mut other)?
                     .filter(|sb| u64::from(sb.geo.sector) == s);
                 s *= 2;
             }
@@ -138,8 +114,14 @@ fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashErro
     {
         return Err(mismatch());
     }
-    let check = Geometry::compute(sb.device_len, g.sector as usize, g.block_shift, g.set_shift)
-        .map_err(|e| FlashError::NotFormatted(e.to_string()))?;
+    let check = Geometry::compute_for(
+        want,
+        sb.device_len,
+        g.sector as usize,
+        g.block_shift,
+        g.set_shift,
+    )
+    .map_err(|e| FlashError::NotFormatted(e.to_string()))?;
     if check != *g {
         return Err(mismatch());
     }
@@ -147,7 +129,7 @@ fn read_superblock(dev: &dyn FlashDevice) -> Result<(Superblock, u32), FlashErro
 }
 
 /// Calls `f(set, newest good record, bad slots)` for every set, reading the metadata in chunks.
-fn scan_records(
+pub(crate) fn scan_records(
     dev: &dyn FlashDevice,
     sb: &Superblock,
     mut f: impl FnMut(u32, Option<Record>, u32),
@@ -221,6 +203,7 @@ impl FlashTier {
                     version: 0,
                     valid: vec![0; words],
                     dirty: vec![0; words],
+                    in_place: vec![0; words],
                     meta: None,
                 };
                 let base = i as usize * per;
@@ -269,8 +252,9 @@ impl FlashTier {
         }
     }
 
-    /// Opens the cache file or block device at `path` (the manager's entry point): a missing
-    /// or empty regular file is created at `size` bytes (preallocated) and formatted; an
+    /// Opens the cache file or block device at `path` (never through a symlink, refused unless
+    /// private: see [`FileDevice::open_locked`], whose `flock` the tier keeps): a missing
+    /// or empty regular file is created at `size` bytes (mode 0600, preallocated) and formatted; an
     /// existing one is opened **as it is** — never resized, since it may hold the only copy
     /// of dirty blocks (a size other than `size` is logged; remove the file once it is clean
     /// to resize it); a block device keeps its size. Errors as [`FlashTier::open_or_create`].
@@ -281,12 +265,8 @@ impl FlashTier {
         direct: bool,
         cfg: FlashConfig,
     ) -> Result<(Self, bool), FlashError> {
-        let existing = std::fs::metadata(path).ok();
-        let fresh = existing
-            .as_ref()
-            .is_none_or(|m| m.is_file() && m.len() == 0);
-        let dev = FileDevice::open(path, fresh.then_some(size), direct)?;
-        if !fresh && existing.is_some_and(|m| m.is_file()) && dev.len() != size {
+        let (dev, fresh) = FileDevice::open_locked(path, Some(size), direct)?;
+        if !fresh && dev.metadata()?.is_file() && dev.len() != size {
             log::warn!(
                 "flash cache {}: {} bytes, not the {size} asked for; kept as it is (remove the \
                  file once it is clean to resize it)",
@@ -320,6 +300,7 @@ impl FlashTier {
                 cleaner: Cleaner::new(cfg.cleaner.clone()),
                 bypassed: 0,
                 recovered,
+                sums: Sums::new(&geo),
             }),
             cfg,
             geo,
@@ -351,6 +332,7 @@ impl FlashTier {
         let mut dirty_twice = Vec::new();
         let mut free = Vec::new();
         let mut metas = NewestMeta::default();
+        let mut in_place = Vec::new();
         scan_records(dev.as_ref(), &sb, |set, rec, bad| {
             fs.torn_records += bad;
             if let Some((file, _)) = rec.as_ref().and_then(|r| r.tag) {
@@ -429,6 +411,9 @@ impl FlashTier {
                 }
             }
             idx.written[r].fill(0);
+            if rec.in_place.iter().any(|&w| w != 0) {
+                in_place.push((set, rec.in_place.clone()));
+            }
             if !(bad > 0 || keep != rec.valid) {
                 // RAM equals the record: not pending after all.
                 idx.sets[set as usize].flags &= !F_META_DIRTY;
@@ -454,6 +439,7 @@ impl FlashTier {
         dev.write_at(&sb.encode(), geo.sb_off(sb.gen & 1))?;
         dev.sync()?;
         let tier = Self::assemble(dev, cfg, geo, sb, idx, fs, recovered);
+        tier.restore_in_place(in_place, clean);
         if !duplicates.is_empty() {
             // The freed duplicates may carry a file's newest meta: the carriers first.
             let mut st = tier.st();
@@ -497,56 +483,6 @@ impl FlashTier {
     /// must not touch a failing device again). The next `open` recovers.
     pub fn abandon(self) {
         self.st().closed = true;
-    }
-
-    /// Verifies a device without changing it.
-    pub fn check(dev: &dyn FlashDevice) -> Result<CheckReport, FlashError> {
-        let (sb, superblocks_valid) = read_superblock(dev)?;
-        let g = sb.geo;
-        let clean = sb.flags & SB_CLEAN != 0;
-        let mut r = CheckReport {
-            format_version: FORMAT_VERSION,
-            superblocks_valid,
-            clean_shutdown: clean,
-            block_size: g.block_size() as u64,
-            set_blocks: g.set_blocks() as u64,
-            sets: g.sets,
-            ..CheckReport::default()
-        };
-        let mut seen = HashSet::new();
-        let mut files: HashSet<FileKey> = HashSet::new();
-        let mut with_meta: HashSet<FileKey> = HashSet::new();
-        scan_records(dev, &sb, |_, rec, bad| {
-            r.torn_records += bad;
-            let Some(rec) = rec else {
-                r.sets_without_record += 1;
-                return;
-            };
-            r.dirty_not_valid += u32::from(rec.dirty_not_valid());
-            r.stray_bits += u32::from(rec.stray_bits(g.set_blocks()));
-            let Some(tag) = rec.tag else { return };
-            if rec.meta.is_some() {
-                with_meta.insert(tag.0);
-            }
-            if rec.dirty.iter().any(|&w| w != 0) {
-                files.insert(tag.0);
-            }
-            r.mapped_sets += 1;
-            if !seen.insert(tag) {
-                r.duplicate_tags += 1;
-            }
-            let ones = |v: &[u64]| v.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
-            r.valid_blocks += ones(&rec.valid);
-            r.dirty_blocks += ones(&rec.dirty);
-        })?;
-        r.files_with_dirty = files.len() as u32;
-        r.files_with_dirty_meta = files.iter().filter(|f| with_meta.contains(*f)).count() as u32;
-        r.usable_blocks = if clean {
-            r.valid_blocks
-        } else {
-            r.dirty_blocks
-        };
-        Ok(r)
     }
 }
 

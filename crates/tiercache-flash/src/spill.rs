@@ -4,9 +4,11 @@
 //!
 //! Invariant: a block is handed over only with the bytes the device returned for its slot,
 //! read under the tier's lock before the set is dropped (nothing can overwrite them
-//! meanwhile); a run of blocks that cannot be read is dropped unspilled (and counted as a
-//! device error), never handed over with other bytes.
+//! meanwhile), and only if they pass its checksum; a run of blocks that cannot be read, or a
+//! block that fails its checksum, is dropped unspilled (and counted as a device error), never
+//! handed over with other bytes.
 
+use crate::sums::Checked;
 use crate::tier::{FlashTier, State};
 use tiercache_core::Class;
 use tiercache_tier::{Spill, Spilled, TierKey};
@@ -34,7 +36,15 @@ impl FlashTier {
             buf.resize((end - b) * bs, 0);
             match self.dev.read_at(&mut buf, self.geo.block_off(id, b)) {
                 Ok(()) => {
-                    for (i, data) in buf.chunks_exact(bs).enumerate() {
+                    for (i, read) in buf.chunks_exact(bs).enumerate() {
+                        // Parked bytes are the newest (the device's are older).
+                        let parked = Self::parked(st, id, b + i).map(|d| d.to_vec());
+                        let good = parked.is_some()
+                            || matches!(self.check_sum(st, id, b + i, read), Ok(Checked::Good));
+                        if !good {
+                            continue;
+                        }
+                        let data = parked.as_deref().unwrap_or(read);
                         let block = (m.set_index << self.geo.set_shift) | (b + i) as u64;
                         spill(Spilled {
                             key: TierKey::new(m.file, block),

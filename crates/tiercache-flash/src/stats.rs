@@ -24,7 +24,7 @@ pub struct FlashStats {
     pub bytes_cleaned: u64,
     /// Times the cleaning advice said `Bypass` (no free set, or detaching).
     pub bypassed: u64,
-    /// Index RAM (by capacity) / capacity in blocks.
+    /// Index RAM and the checksum-table cache (by capacity) / capacity in blocks.
     pub ram_bytes_per_block: f64,
     /// Too many device errors (or tainted): reads miss, stores are turned down, the manager
     /// cleans what it can read and detaches (`DataTier::detaching`).
@@ -44,6 +44,18 @@ pub struct FlashStats {
     pub recovered_files: u64,
     /// Whether the last open found a clean shutdown (warm restart).
     pub opened_clean: bool,
+    /// Blocks read back from the device with other bytes than were written there (bit rot, a
+    /// torn, lost or misdirected write): a clean one was dropped (read from BACKING instead),
+    /// a dirty one failed with an I/O error. Also counted in `errors`.
+    pub checksum_errors: u64,
+    /// Found at the last open (after a crash): dirty blocks whose overwrite in place may have
+    /// been under way, taken as they are (each sector old or new bytes) without a check.
+    pub unverified_blocks: u64,
+    /// Dirty stores over a block the device held dirty without its in-place bit, parked in
+    /// RAM until the next sync (`crate::park`).
+    pub parked_blocks: u64,
+    /// Records written (and synced) by syncs to set the in-place bits of parked blocks.
+    pub in_place_records: u64,
     pub record_writes: u64,
     pub device_syncs: u64,
 }
@@ -64,13 +76,16 @@ impl FlashTier {
         f.bypassed = st.bypassed;
         f.files_with_meta = Self::files_with_meta(&st);
         f.recovered_files = st.recovered.len() as u64;
-        f.ram_bytes_per_block = st.idx.ram_bytes() as f64 / self.geo.capacity_blocks() as f64;
+        f.ram_bytes_per_block =
+            (st.idx.ram_bytes() + st.sums.ram_bytes()) as f64 / self.geo.capacity_blocks() as f64;
         f
     }
 
-    /// Index RAM per cached block (by allocated capacity, hash table and lists included).
+    /// Index RAM per cached block (by allocated capacity, hash table and lists included, and
+    /// the cache of checksum tables).
     pub fn ram_bytes_per_block(&self) -> f64 {
-        self.st().idx.ram_bytes() as f64 / self.geo.capacity_blocks() as f64
+        let st = self.st();
+        (st.idx.ram_bytes() + st.sums.ram_bytes()) as f64 / self.geo.capacity_blocks() as f64
     }
 
     /// Sets that hold no dirty block (free, or reusable at once): the cleaner's "free sets".

@@ -4,7 +4,8 @@
 //! `current` check, the data write and the valid bit are atomic). Crash rules (see
 //! `docs/design.md` §6, Ordering):
 //! 1. data before metadata: a record is written only right after a device `sync`, so every
-//!    dirty bit in any record on the device names data already durable;
+//!    dirty bit in any record on the device names data already durable, with its checksum
+//!    (`crate::sums`: the set's checksum table is written before that sync);
 //! 2. `sync()` = device sync, every pending record, device sync: a dirty block stored before
 //!    it survives any later crash, and so does its file's newest meta (`crate::meta`: a
 //!    record of a mapped set carries its file's meta; a sync after a set that may have carried
@@ -29,12 +30,14 @@
 //! `read_dirty` (which still tries the device) and `mark_clean` keep working so the manager
 //! writes back what is readable, and ticks ask for it (`crate::advice`).
 
+use crate::access::Store;
 use crate::cleaner::{Cleaner, CleanerConfig, CleanerMode};
 use crate::device::FlashDevice;
 use crate::error::FlashError;
 use crate::format::{Geometry, Record, Superblock};
 use crate::index::{Index, SetId, F_META_DIRTY};
 pub use crate::stats::FlashStats;
+use crate::sums::{Checked, Sums};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -92,6 +95,8 @@ pub(crate) struct State {
     pub bypassed: u64,
     /// Files with dirty blocks found by `open`.
     pub recovered: Vec<RecoveredFile>,
+    /// Block checksums: the cached tables and the in-place bits (`crate::sums`).
+    pub sums: Sums,
 }
 
 /// The flash tier; see the module docs.
@@ -106,16 +111,9 @@ pub struct FlashTier {
     pub(crate) origin: Instant,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Store {
-    Fill,
-    Demote,
-    Dirty,
-}
-
 /// A `DirtyBlock::seq`: the set's cleaning epoch and the set itself, so a seq handed out for
 /// one set never matches another set the key moved to. Never 0 (`id < u32::MAX`).
-fn seq_of(id: u32, epoch: u32) -> u64 {
+pub(crate) fn seq_of(id: u32, epoch: u32) -> u64 {
     ((u64::from(epoch) << 32) | u64::from(id)) + 1
 }
 
@@ -128,7 +126,7 @@ impl FlashTier {
         self.geo
     }
 
-    fn locate(&self, key: &TierKey) -> (u64, usize) {
+    pub(crate) fn locate(&self, key: &TierKey) -> (u64, usize) {
         let b = key.block.0;
         (
             b >> self.geo.set_shift,
@@ -173,7 +171,7 @@ impl FlashTier {
         }
     }
 
-    fn unavailable(&self, st: &State) -> Option<&'static str> {
+    pub(crate) fn unavailable(&self, st: &State) -> Option<&'static str> {
         if st.closed {
             Some("closed")
         } else if st.fs.degraded {
@@ -204,18 +202,21 @@ impl FlashTier {
             .then(|| st.idx.files.get(&m.file).and_then(|e| e.meta.clone()))
             .flatten();
         let gen = st.idx.meta_gen + 1;
+        let dirty = st.idx.dirty[r.clone()].to_vec();
         let rec = Record {
             set: id,
             seq: m.rec_seq + 1,
             tag: mapped.then_some((m.file, m.set_index)),
             version: m.version,
-            valid: st.idx.valid[r.clone()].to_vec(),
-            dirty: st.idx.dirty[r].to_vec(),
+            valid: st.idx.valid[r].to_vec(),
+            in_place: st.sums.next_in_place(id, &dirty),
+            dirty,
             meta: meta.map(|x| (x, gen)),
         };
         let bytes = rec.encode(&self.geo, st.sb.instance);
-        self.dev
-            .write_at(&bytes, self.geo.rec_off(id, rec.seq & 1))?;
+        let wrote = self.dev.write_at(&bytes, self.geo.rec_off(id, rec.seq & 1));
+        st.sums.recorded(id, rec.in_place.clone(), wrote.is_ok());
+        wrote?;
         st.fs.record_writes += 1;
         st.unsynced = true;
         let s = &mut st.idx.sets[id as usize];
@@ -237,6 +238,8 @@ impl FlashTier {
     }
 
     fn persist_io(&self, st: &mut State, ids: &[u32]) -> io::Result<()> {
+        // The blocks' checksums are durable with the records that name them.
+        self.flush_sums(st, ids)?;
         if st.unsynced {
             self.dev_sync(st)?;
         }
@@ -270,7 +273,7 @@ impl FlashTier {
     }
 
     /// `persist` for a drop (rule 3): a failure taints the tier.
-    fn persist_drop(&self, st: &mut State, ids: &[u32]) -> Result<(), TierError> {
+    pub(crate) fn persist_drop(&self, st: &mut State, ids: &[u32]) -> Result<(), TierError> {
         let r = self.persist(st, ids);
         if let Err(e) = &r {
             self.taint(st, &format!("could not make a drop durable: {e}"));
@@ -279,7 +282,12 @@ impl FlashTier {
     }
 
     /// Rule 3 for one block about to be dropped or reused.
-    fn persist_if_disk_dirty(&self, st: &mut State, id: u32, b: usize) -> Result<(), TierError> {
+    pub(crate) fn persist_if_disk_dirty(
+        &self,
+        st: &mut State,
+        id: u32,
+        b: usize,
+    ) -> Result<(), TierError> {
         if st.idx.is_disk_dirty(id, b) && !st.idx.is_dirty(id, b) {
             self.persist(st, &[id])?;
         }
@@ -288,7 +296,7 @@ impl FlashTier {
 
     /// Drops a block and makes the drop durable when the device may hold it dirty (a failure
     /// taints the tier).
-    fn drop_block(&self, st: &mut State, id: u32, b: usize) {
+    pub(crate) fn drop_block(&self, st: &mut State, id: u32, b: usize) {
         st.idx.drop_block(id, b);
         if st.idx.is_disk_dirty(id, b) {
             // Logged and tainted inside; the caller goes on (the drop stands in RAM).
@@ -298,177 +306,10 @@ impl FlashTier {
     }
 
     /// An emptied set goes back to the free list once no record can claim dirty blocks in it.
-    fn maybe_free(&self, st: &mut State, id: u32) {
+    pub(crate) fn maybe_free(&self, st: &mut State, id: u32) {
         if st.idx.is_mapped(id) && !st.idx.valid_any(id) && !st.idx.disk_dirty_any(id) {
             st.idx.unmap(id);
         }
-    }
-
-    /// A free set, or the least recently used set without dirty blocks (its clean blocks go,
-    /// to `spill` when given).
-    fn allocate(&self, st: &mut State, spill: Option<&mut Spill<'_>>) -> Option<u32> {
-        if let Some(id) = st.idx.free.pop() {
-            return Some(id);
-        }
-        let victim = st
-            .idx
-            .lru_from_cold()
-            .take(self.cfg.alloc_scan)
-            .find(|&id| !st.idx.set_dirty_any(id))?;
-        if let Some(spill) = spill {
-            self.spill_set(st, victim, spill);
-        }
-        st.idx.drop_clean(victim);
-        if st.idx.disk_dirty_any(victim) && self.persist_drop(st, &[victim]).is_err() {
-            return None;
-        }
-        st.idx.unmap(victim);
-        st.idx.free.pop()
-    }
-
-    /// Starts a new cleaning epoch if the set was written in this one; returns the seq.
-    fn epoch_seq(st: &mut State, id: u32) -> u64 {
-        let r = st.idx.range(id);
-        if Index::any(&st.idx.written, r.clone()) {
-            st.idx.written[r].fill(0);
-            let m = &mut st.idx.sets[id as usize];
-            m.epoch = m.epoch.wrapping_add(1);
-        }
-        seq_of(id, st.idx.sets[id as usize].epoch)
-    }
-
-    fn lookup_read(
-        &self,
-        key: &TierKey,
-        version: u64,
-        buf: &mut [u8],
-        take: bool,
-    ) -> Result<Lookup, TierError> {
-        let bs = self.geo.block_size();
-        check_len(&self.info.name, buf.len() >= bs, buf.len(), bs)?;
-        let (si, b) = self.locate(key);
-        let mut st = self.st();
-        let found = st
-            .idx
-            .find(&key.file, si)
-            .filter(|&id| st.idx.is_valid(id, b));
-        if let (Some(id), Some(why)) = (found, self.unavailable(&st)) {
-            if st.idx.is_dirty(id, b) && st.idx.sets[id as usize].version == version {
-                // Held dirty: BACKING is stale, a miss would send the reader there.
-                return Err(TierError::Unavailable {
-                    tier: self.info.name.clone(),
-                    why: format!("{why}; the block is held dirty here"),
-                });
-            }
-        }
-        let Some(id) = found.filter(|_| self.unavailable(&st).is_none()) else {
-            st.snap.misses += 1;
-            return Ok(Lookup::Miss);
-        };
-        if st.idx.sets[id as usize].version != version {
-            // Another version is never served; a clean copy of it goes.
-            if !st.idx.is_dirty(id, b) {
-                self.drop_block(&mut st, id, b);
-            }
-            st.snap.misses += 1;
-            return Ok(Lookup::Miss);
-        }
-        if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
-            return Err(self.fail(&mut st, e));
-        }
-        st.idx.touch(id);
-        st.snap.hits += 1;
-        let dirty = st.idx.is_dirty(id, b);
-        if take && !dirty {
-            self.drop_block(&mut st, id, b);
-            st.snap.promotions_out += 1;
-        }
-        Ok(Lookup::Hit { dirty })
-    }
-
-    /// Stores `data`; the clean blocks of a set reused for it go to `spill` when given (those
-    /// of an older version dropped for a version change do not: they are stale).
-    fn store(
-        &self,
-        key: &TierKey,
-        version: u64,
-        data: &[u8],
-        how: Store,
-        current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
-    ) -> Result<Admit, TierError> {
-        let bs = self.geo.block_size();
-        check_len(&self.info.name, data.len() == bs, data.len(), bs)?;
-        let (si, b) = self.locate(key);
-        let mut st = self.st();
-        if let Some(why) = self.unavailable(&st) {
-            let held_dirty = st
-                .idx
-                .find(&key.file, si)
-                .is_some_and(|id| st.idx.is_dirty(id, b));
-            if how == Store::Dirty && held_dirty {
-                // Never `Rejected` (contract): the caller must not write around a dirty copy.
-                return Err(TierError::Unavailable {
-                    tier: self.info.name.clone(),
-                    why: format!("{why}; the block is held dirty here"),
-                });
-            }
-        }
-        if self.unavailable(&st).is_some() || !current() {
-            st.snap.rejected += 1;
-            return Ok(Admit::Rejected);
-        }
-        let id = match st.idx.find(&key.file, si) {
-            Some(id) => {
-                if st.idx.sets[id as usize].version != version {
-                    if st.idx.set_dirty_any(id) {
-                        // One version per set; the manager cleans before a version change.
-                        st.fs.version_conflicts += 1;
-                        st.snap.rejected += 1;
-                        return Ok(Admit::Rejected);
-                    }
-                    st.idx.drop_clean(id);
-                    if st.idx.disk_dirty_any(id) {
-                        self.persist_drop(&mut st, &[id])?;
-                    }
-                    st.idx.sets[id as usize].version = version;
-                    st.idx.note_meta(id);
-                }
-                if how != Store::Dirty && st.idx.is_dirty(id, b) {
-                    // A clean copy never overwrites a dirty one.
-                    st.snap.rejected += 1;
-                    return Ok(Admit::Rejected);
-                }
-                id
-            }
-            None => {
-                let Some(id) = self.allocate(&mut st, spill) else {
-                    st.snap.rejected += 1;
-                    return Ok(Admit::Rejected);
-                };
-                st.idx.map(id, key.file, si, version);
-                id
-            }
-        };
-        if how != Store::Dirty {
-            // Rule 3: the device must not still claim this block dirty with older bytes.
-            self.persist_if_disk_dirty(&mut st, id, b)?;
-        }
-        st.unsynced = true;
-        if let Err(e) = self.dev.write_at(data, self.geo.block_off(id, b)) {
-            // The block's bytes on the device are now unknown: it goes, dirty or not (the
-            // caller keeps the newer bytes and falls back to BACKING).
-            self.drop_block(&mut st, id, b);
-            return Err(self.fail(&mut st, e));
-        }
-        st.idx.set_block(id, b, how == Store::Dirty);
-        st.idx.touch(id);
-        match how {
-            Store::Fill => st.snap.fills += 1,
-            Store::Demote => st.snap.demotions_in += 1,
-            Store::Dirty => st.snap.writebacks_in += 1,
-        }
-        Ok(Admit::Stored)
     }
 
     /// Up to `max` sets holding dirty blocks, least recently used first (cleaning candidates).
@@ -505,7 +346,7 @@ impl FlashTier {
     }
 }
 
-fn check_len(tier: &str, ok: bool, got: usize, bs: usize) -> Result<(), TierError> {
+pub(crate) fn check_len(tier: &str, ok: bool, got: usize, bs: usize) -> Result<(), TierError> {
     if ok {
         return Ok(());
     }
@@ -639,8 +480,13 @@ impl DataTier for FlashTier {
         if st.closed || !st.idx.is_dirty(id, b) || st.idx.sets[id as usize].version != version {
             return Ok(None);
         }
-        if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
+        if let Some(data) = Self::parked(&st, id, b) {
+            buf[..bs].copy_from_slice(data);
+        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
             return Err(self.fail(&mut st, e));
+        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
+            buf[..bs].fill(0); // the bad bytes go nowhere
+            return Err(self.corrupt_err(id, b));
         }
         Ok(Some(Self::epoch_seq(&mut st, id)))
     }

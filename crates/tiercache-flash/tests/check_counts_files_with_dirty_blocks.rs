@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier};
 use tiercache_tier::{DataTier, FileMeta};
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 #[test]
 fn check_reports_files_with_dirty_blocks_and_how_many_have_meta() {
@@ -22,7 +22,7 @@ fn check_reports_files_with_dirty_blocks_and_how_many_have_meta() {
     t.sync().unwrap();
     t.abandon();
     let r = FlashTier::check(d.as_ref()).unwrap();
-    assert_eq!((r.format_version, r.dirty_blocks), (2, 3));
+    assert_eq!((r.format_version, r.dirty_blocks), (3, 3));
     assert_eq!((r.files_with_dirty, r.files_with_dirty_meta), (2, 1));
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(j["files_with_dirty"], 2);

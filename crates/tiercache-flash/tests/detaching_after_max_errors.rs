@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier};
 use tiercache_tier::{Admit, CleanAdvice, DataTier, Lookup};
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 #[test]
 fn max_errors_device_errors_make_the_tier_detach_and_its_dirty_blocks_stay_cleanable() {

@@ -4,11 +4,11 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use tiercache_flash::format::{Record, Superblock};
+use tiercache_flash::format::{block_sum, Record, Superblock};
 use tiercache_flash::{FlashConfig, FlashDevice, FlashTier, MemDevice};
 use tiercache_tier::{Admit, DataTier, Lookup};
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 /// The newest valid superblock of a closed device.
 fn superblock(m: &MemDevice) -> Superblock {
@@ -44,6 +44,7 @@ fn craft(m: &MemDevice, set: u32, tag_ino: u64, valid: u64, dirty: u64) {
         version: V,
         valid: v,
         dirty: d,
+        in_place: vec![0; words],
         meta: None,
     };
     m.poke(g.rec_off(set, 0), &rec.encode(&g, sb.instance));
@@ -68,7 +69,10 @@ fn a_duplicate_tag_keeps_the_set_holding_dirty_blocks() {
     closed_tier(&m, config(), false); // set 0: key(1,0) clean
     let sb = superblock(&m);
     let k1 = key(1, 1);
-    m.poke(sb.geo.block_off(1, 1), &data(&k1, 5, 4096));
+    let bytes = data(&k1, 5, 4096);
+    m.poke(sb.geo.block_off(1, 1), &bytes);
+    let sum = block_sum(sb.instance, 1, 1, (file(1), 0), V, &bytes);
+    m.poke(sb.geo.sums_at(1) + 4, &sum.to_le_bytes());
     craft(&m, 1, 1, 0b10, 0b10); // set 1: the same backing set, key(1,1) dirty
     assert_eq!(FlashTier::check(&*m).unwrap().duplicate_tags, 1);
     let d: Arc<dyn FlashDevice> = m.clone();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashError, FlashTier, MemDevice};
 use tiercache_tier::{Admit, DataTier, Lookup};
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 #[test]
 fn write_errors_count_and_past_max_errors_the_tier_degrades_but_dirty_blocks_stay_readable() {

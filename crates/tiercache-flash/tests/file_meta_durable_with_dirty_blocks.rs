@@ -11,7 +11,7 @@ use tiercache_flash::format::{Geometry, Record, Slot};
 use tiercache_flash::{FlashDevice, FlashTier};
 use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta, RecoveredFile, MAX_HANDLE_BYTES};
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 fn meta(size: u64, handle_len: usize) -> FileMeta {
     FileMeta {
@@ -47,12 +47,13 @@ fn a_record_round_trips_its_meta_and_a_checksummed_handle_longer_than_128_is_not
         version: V,
         valid: vec![1, 0, 0, 0],
         dirty: vec![1, 0, 0, 0],
+        in_place: vec![1, 0, 0, 0],
         meta: Some((meta(77, MAX_HANDLE_BYTES), 41)),
     };
     let mut b = rec.encode(&g, 5);
     assert_eq!(Record::decode(&b, &g, 3, 5), Slot::Good(rec));
-    // Handle length 129 (at 100 + 2W) with a checksum that matches.
-    let o = 72 + 2 * 32;
+    // Handle length 129 (at 100 + 3W) with a checksum that matches.
+    let o = 72 + 3 * 32;
     b[o + 28..o + 32].copy_from_slice(&129u32.to_le_bytes());
     let end = o + 160;
     let crc = crc32c::crc32c(&b[..end]);
@@ -121,7 +122,7 @@ fn a_torn_record_of_the_meta_carrying_set_falls_back_to_the_meta_before_it() {
 #[test]
 fn reusing_the_set_that_carried_a_files_meta_keeps_the_newest_meta_durable() {
     for cleaned in [0u64, 4] {
-        let len = 38912;
+        let len = 43008;
         let d: Arc<dyn FlashDevice> = mem(len);
         let t = FlashTier::create(d.clone(), small_config()).unwrap();
         assert_eq!(t.geometry().sets, 4);

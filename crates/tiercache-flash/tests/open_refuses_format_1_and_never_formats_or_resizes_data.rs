@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tiercache_flash::{is_formatted, FileDevice, FlashDevice, FlashError, FlashTier, MemDevice};
 use tiercache_tier::DataTier;
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 /// Rewrites both superblock copies as format version `v` (checksums kept right).
 fn as_version(dev: &MemDevice, v: u32) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tiercache_flash::{FileDevice, FlashDevice, FlashError, FlashTier};
 use tiercache_tier::{Admit, DataTier, Lookup};
 
-const LEN: u64 = 8 * ((1 << 20) + 1024) + 8192;
+const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 
 #[test]
 fn warm_restart_after_clean_close_serves_cached_blocks_on_first_read() {

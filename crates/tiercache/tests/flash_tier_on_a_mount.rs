@@ -172,6 +172,10 @@ fn fsync_lands_in_the_flash_tier_and_flush_makes_backing_current() {
         .and_then(|v| v.parse::<f64>().ok());
     assert!(dirty.is_some_and(|d| d > 0.0), "{body}");
     assert!(body.contains("tiercache_tier_hits_total{tier=\"flash\",kind=\"flash\"}"));
+    assert!(
+        body.contains("tiercache_flash_checksum_errors_total{tier=\"flash\"} 0"),
+        "{body}"
+    );
     let st = r.stats();
     assert!(
         st["flash"]["dirty_blocks"].as_u64().unwrap() > 0,
@@ -466,8 +470,14 @@ fn bad_flash_settings_mount_nothing_and_name_what_is_wrong() {
         !out.status.success() && err.contains("give its size"),
         "{err}"
     );
-    // A file that is not a cache is never overwritten.
+    // A file that is not a cache is never overwritten (private, as a cache must be: one with
+    // group or other bits is refused before its contents are looked at).
     std::fs::write(&r.cache, b"precious data").unwrap();
+    std::fs::set_permissions(
+        &r.cache,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let out = r.try_mount("16M", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

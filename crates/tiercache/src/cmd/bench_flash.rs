@@ -520,10 +520,24 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
             "--rand-writes/--rand-reads: at most {blocks} (the blocks of the sequential file)"
         ));
     }
-    let root = a.dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("tiercache-bench-flash-{}", std::process::id()))
-    });
-    std::fs::create_dir_all(&root).map_err(io_err(&root, "mkdir"))?;
+    let root = match &a.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(io_err(d, "mkdir"))?;
+            d.clone()
+        }
+        None => {
+            // A new private directory (never one someone else made under that name): the
+            // cache files made there hold the benchmark's blocks.
+            use std::os::unix::fs::DirBuilderExt;
+            let d =
+                std::env::temp_dir().join(format!("tiercache-bench-flash-{}", std::process::id()));
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&d)
+                .map_err(io_err(&d, "mkdir"))?;
+            d
+        }
+    };
     let flash_flags: Vec<String> = [
         "--flash-free-floor",
         &a.free_floor,

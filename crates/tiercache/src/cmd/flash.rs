@@ -2,13 +2,22 @@
 //! `tiercache-flash` format, `docs/design.md` §6) without changing it, and reports what a
 //! mount would find there.
 //!
+//! Every block a mount would use is read and checked against its checksum (format 3):
+//! `corrupt_blocks` counts those that fail; `unverified_blocks` those that cannot be checked
+//! (after a crash, dirty blocks an overwrite in place may have been cut in). A cache of
+//! format 2 (no checksums; a mount upgrades it) is reported from its records.
+//!
 //! Exit status: 0 when the cache is consistent (torn record slots are expected after a crash
-//! and are recovered from); 1 when it is not a tiercache flash cache, cannot be read, or its
-//! records contradict each other (duplicate tags, dirty bits that are not valid, stray bits).
+//! and are recovered from); 1 when it is not a tiercache flash cache, cannot be read, its
+//! records contradict each other (duplicate tags, dirty bits that are not valid, stray bits),
+//! or some block fails its checksum.
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
-use tiercache_flash::{FileDevice, FlashTier};
+use std::sync::Arc;
+use tiercache_flash::device::check_private;
+use tiercache_flash::format::{FORMAT_VERSION, UPGRADABLE_VERSION};
+use tiercache_flash::{FileDevice, FlashError, FlashTier, LegacyTier};
 
 #[derive(Subcommand, Debug)]
 pub enum FlashCommand {
@@ -33,11 +42,27 @@ pub fn run(cmd: FlashCommand) -> Result<(), String> {
 
 fn check(a: &CheckArgs) -> Result<(), String> {
     let at = a.path.display();
-    if !a.path.exists() {
+    if a.path.symlink_metadata().is_err() {
         return Err(format!("{at}: no such file or device"));
     }
-    let dev = FileDevice::open_read_only(&a.path).map_err(|e| format!("{at}: {e}"))?;
-    let r = FlashTier::check(&dev).map_err(|e| format!("{at}: {e}"))?;
+    // Read only and never through a symlink; an owner or mode a mount would refuse is only
+    // warned about here (reading changes nothing).
+    let dev = Arc::new(FileDevice::open_read_only(&a.path).map_err(|e| format!("{at}: {e}"))?);
+    let r = match FlashTier::check(dev.as_ref()) {
+        Err(FlashError::FormatVersion { found }) if found == UPGRADABLE_VERSION => {
+            LegacyTier::open(dev.clone(), "flash")
+                .map_err(|e| format!("{at}: {e}"))?
+                .check_report()
+        }
+        r => r.map_err(|e| format!("{at}: {e}"))?,
+    };
+    if let Err(why) = dev
+        .metadata()
+        .map_err(|e| e.to_string())
+        .and_then(|m| check_private(&m, &a.path))
+    {
+        eprintln!("warning: {at}: a mount would refuse it: {why}");
+    }
     if a.json {
         println!(
             "{}",
@@ -63,6 +88,24 @@ fn check(a: &CheckArgs) -> Result<(), String> {
             "  superblock copies valid: {} of 2; torn record slots: {}; sets without a record: {}",
             r.superblocks_valid, r.torn_records, r.sets_without_record
         );
+        if r.format_version == UPGRADABLE_VERSION {
+            println!(
+                "  format 2 (an older tiercache, no block checksums): the next mount writes its \
+                 dirty blocks back to BACKING, then reformats it as format {FORMAT_VERSION}"
+            );
+        } else {
+            println!(
+                "  blocks failing their checksum: {}; unverified (an overwrite cut by a crash): {}",
+                r.corrupt_blocks, r.unverified_blocks
+            );
+        }
+    }
+    if r.corrupt_blocks > 0 {
+        return Err(format!(
+            "{at}: {} blocks fail their checksum (bit rot, or a torn, lost or misdirected \
+             write): a mount reads clean ones from BACKING and fails dirty ones with EIO",
+            r.corrupt_blocks
+        ));
     }
     let bad = r.duplicate_tags + r.dirty_not_valid + r.stray_bits;
     if bad > 0 {

@@ -7,8 +7,10 @@ use super::config_flash::{CleanerKind, FlashMode, FlashSpec};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
+use tiercache_flash::format::UPGRADABLE_VERSION;
 use tiercache_flash::{
-    CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashTier, Geometry,
+    CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashError, FlashTier,
+    Geometry, LegacyTier,
 };
 use tiercache_manager::{LowerTier, RecoveryReport};
 use tiercache_tier::DataTier;
@@ -16,29 +18,13 @@ use tiercache_tier::DataTier;
 /// Blocks per set (2^8 = 256: 1 MiB sets of 4 KiB blocks, as in paper 001).
 const SET_SHIFT: u8 = 8;
 
-/// A flash tier of the mount.
+/// A flash tier of the mount. Its device holds an exclusive `flock` on the cache file or
+/// device while the tier lives (two daemons on one cache would corrupt it).
 #[derive(Debug, Clone)]
 pub struct MountedFlash {
     pub tier: Arc<FlashTier>,
     pub spec: FlashSpec,
     pub recovery: RecoveryReport,
-    /// An exclusive `flock` on the cache file or device while the mount uses it.
-    _lock: Arc<std::fs::File>,
-}
-
-/// Takes an exclusive lock on the cache at `path`: two daemons on one cache would corrupt it.
-fn lock_cache(path: &Path) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor `f` owns; no memory is involved.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!(
-            "{}: in use by another tiercache mount (flock: {e})",
-            path.display()
-        ));
-    }
-    Ok(f)
 }
 
 /// Checks that BACKING can reopen files by handle (a write-back tier needs it to find the
@@ -65,28 +51,30 @@ fn check_handles(backing: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Opens the cache at `f.path`: an existing tiercache flash cache is opened (its own size
-/// wins; a different SIZE is an error), a missing file or an empty one is created with SIZE,
-/// a block device whose first 128 KiB are zero is formatted, anything else is refused rather
-/// than overwritten. `cfg` gets the cleaner's floor once the
-/// number of sets is known.
-fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool), String> {
+/// Opens the cache at `f.path` (never through a symlink; refused unless private to the
+/// daemon's user or root, see `FileDevice`), locked for the mount: an existing tiercache flash
+/// cache is opened (its own size wins; a different SIZE is an error), a missing file or an
+/// empty one is created with SIZE (mode 0600), a block device whose first 128 KiB are zero is
+/// formatted, a cache of format 2 is upgraded (see [`upgrade`]), anything else is refused
+/// rather than overwritten. `cfg` gets the cleaner's floor once the number of sets is known.
+/// Returns the tier, what was done, and what an upgrade's recovery did.
+fn open_device(
+    f: &FlashSpec,
+    mut cfg: FlashConfig,
+    backing: &Path,
+) -> Result<(FlashTier, &'static str, Option<RecoveryReport>), String> {
     let at = f.path.display();
-    let exists = f.path.exists();
-    let empty_file = std::fs::metadata(&f.path).is_ok_and(|m| m.is_file() && m.len() == 0);
-    let fresh = !exists || empty_file;
-    let size = if fresh {
-        Some(f.size.ok_or_else(|| {
+    let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, false).map_err(|e| {
+        if f.size.is_none() && e.kind() == std::io::ErrorKind::NotFound {
             format!(
                 "{at}: no cache there yet; give its size to create it (--flash {at}:SIZE, or \
                  `size`)"
             )
-        })?)
-    } else {
-        None
-    };
-    let dev = FileDevice::open(&f.path, size, false).map_err(|e| format!("{at}: {e}"))?;
-    let regular = std::fs::metadata(&f.path).is_ok_and(|m| m.is_file());
+        } else {
+            format!("{at}: {e}")
+        }
+    })?;
+    let regular = dev.metadata().is_ok_and(|m| m.is_file());
     if !fresh {
         // A block device is formatted when it holds nothing yet (its first 128 KiB zero,
         // `open_or_create`); a regular file only when new or empty.
@@ -110,15 +98,52 @@ fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool),
     let dev: Arc<dyn FlashDevice> = Arc::new(dev);
     if fresh {
         let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: {e}"))?;
-        return Ok((t, true));
+        return Ok((t, "created", None));
     }
-    FlashTier::open_or_create(dev, cfg).map_err(|e| match e {
-        tiercache_flash::FlashError::NotFormatted(_) => format!(
+    match FlashTier::open_or_create(dev.clone(), cfg.clone()) {
+        Ok((t, created)) => Ok((t, if created { "created" } else { "opened" }, None)),
+        Err(FlashError::FormatVersion { found }) if found == UPGRADABLE_VERSION => {
+            let (t, report) = upgrade(f, dev, cfg, backing)?;
+            Ok((t, "upgraded from format 2", Some(report)))
+        }
+        Err(FlashError::NotFormatted(_)) => Err(format!(
             "{at}: holds other data and is not a tiercache flash cache; refusing to overwrite \
              it (to use the device as a cache, zero its first 128 KiB)"
-        ),
-        e => format!("{at}: {e}"),
-    })
+        )),
+        Err(e) => Err(format!("{at}: {e}")),
+    }
+}
+
+/// Upgrades a cache of format 2 (before block checksums): its dirty blocks — the only copy
+/// of acknowledged writes — are written back to BACKING by the same recovery as after a
+/// crash; only when that succeeded is the device reformatted as format 3 (its clean blocks
+/// are lost: a cold cache). If recovery cannot write them all, the mount is refused and the
+/// device is left as it was, so nothing acknowledged is ever discarded.
+fn upgrade(
+    f: &FlashSpec,
+    dev: Arc<dyn FlashDevice>,
+    cfg: FlashConfig,
+    backing: &Path,
+) -> Result<(FlashTier, RecoveryReport), String> {
+    let at = f.path.display();
+    let old = LegacyTier::open(dev.clone(), &cfg.name).map_err(|e| format!("{at}: {e}"))?;
+    log::warn!(
+        "{at}: a flash cache of format 2 (an older tiercache): writing its {} dirty blocks to \
+         BACKING, then reformatting it as format 3",
+        old.dirty_left()
+    );
+    let report = tiercache_manager::clean_recovered(&old, backing)
+        .map_err(|e| format!("{at}: upgrading from format 2: {e}"))?;
+    if old.dirty_left() > 0 {
+        return Err(format!(
+            "{at}: upgrading from format 2: {} dirty blocks were not written back; the cache \
+             is left as it was",
+            old.dirty_left()
+        ));
+    }
+    drop(old);
+    let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: reformatting: {e}"))?;
+    Ok((t, report))
 }
 
 /// Opens or creates the tier, writes the dirty blocks it kept to BACKING, and returns it as a
@@ -149,36 +174,18 @@ pub fn build(
         clean_only: f.mode != FlashMode::Writeback,
         ..FlashConfig::new(spec.name.clone())
     };
-    // Locked before anything reads or formats it: a missing file is made empty first (an
-    // empty file counts as new), so two daemons starting together cannot both format it.
-    if !f.path.exists() && f.size.is_some() {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&f.path)
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => std::fs::File::open(&f.path),
-                _ => Err(e),
-            })
-            .map_err(|e| format!("{}: {e}", f.path.display()))?;
-    }
-    let lock = match f.path.exists() {
-        true => Some(lock_cache(&f.path)?),
-        false => None,
-    };
-    let (tier, created) = open_device(f, cfg)?;
-    let lock = match lock {
-        Some(l) => l,
-        None => lock_cache(&f.path)?,
-    };
+    // Locked (by its device) before anything reads or formats it: two daemons starting
+    // together cannot both format it.
+    let (tier, how, upgraded) = open_device(f, cfg, backing)?;
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
     let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
+    let recovery = upgraded.unwrap_or(recovery);
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks)",
         spec.name,
         f.path.display(),
-        if created { "created" } else { "opened" },
+        how,
         tier.geometry().sets,
         tier.info().capacity_blocks
     );
@@ -194,7 +201,6 @@ pub fn build(
             tier,
             spec: f.clone(),
             recovery,
-            _lock: Arc::new(lock),
         },
     ))
 }
@@ -249,7 +255,7 @@ pub fn prometheus(flashes: &[MountedFlash]) -> String {
         })
         .collect();
     type Field = fn(&tiercache_flash::FlashStats) -> f64;
-    let series: [(&str, &str, &str, Field); 6] = [
+    let series: [(&str, &str, &str, Field); 7] = [
         (
             "flash_dirty_blocks",
             "gauge",
@@ -289,6 +295,13 @@ pub fn prometheus(flashes: &[MountedFlash]) -> String {
             "gauge",
             "1 after too many device errors.",
             |s| f64::from(u8::from(s.degraded)),
+        ),
+        (
+            "flash_checksum_errors_total",
+            "counter",
+            "Blocks read back with other bytes than were written (clean: read from BACKING \
+             instead; dirty: EIO).",
+            |s| s.checksum_errors as f64,
         ),
     ];
     for (name, kind, help, field) in series {
