@@ -102,8 +102,13 @@ fn a_forged_record_naming_a_file_outside_backing_is_refused() {
     cache.write(id, BS, &pattern(BS, BS as usize, 1)).unwrap();
     cache.fsync(id, true).unwrap();
     forge_record(&tier, &secret, &[0xAA; BS as usize]);
-    // kill -9: the daemon goes without another word; the cache file stays as written.
+    // kill -9: the daemon goes without another word; the cache file stays as written. (The
+    // forgotten daemon still holds the file's lock: the next mount is played on a copy of it
+    // as it is now.)
     std::mem::forget(cache);
+    let crashed = dir.path().join("crashed.img");
+    std::fs::copy(&cache_file, &crashed).unwrap();
+    let cache_file = crashed;
     let again = flash_at(&cache_file);
     let recovered = again.recovered_files();
     assert_eq!(recovered.len(), 2, "{recovered:?}");
