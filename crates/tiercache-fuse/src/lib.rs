@@ -42,7 +42,9 @@ mod sys;
 mod validate;
 
 pub use creds::BackingIdentity;
-pub use data::{AttrSnapshot, DataPath, FileHandleInfo, PassThrough, TimesOverride};
+pub use data::{
+    AttrSnapshot, BackingStamp, DataPath, FileHandleInfo, PassThrough, StatFn, TimesOverride,
+};
 pub use error::FuseError;
 pub use handle::raise_nofile_limit;
 pub use inode::InodeStats;

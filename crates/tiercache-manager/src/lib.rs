@@ -63,6 +63,7 @@ mod stamp;
 mod stats;
 mod times;
 mod trace;
+mod versions;
 mod write;
 mod zerocopy;
 mod zerocopy_eof;
