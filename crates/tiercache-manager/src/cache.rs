@@ -81,7 +81,8 @@ pub(crate) struct Inner {
 }
 
 /// How many closed files may hold a backing descriptor while their write-back is pending: half
-/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter). Past half
+/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter, its callers'
+/// status files a 64th). Past half
 /// of it, closes write back and sync the oldest at once (a `tar x` of many small files must not run the daemon out of
 /// descriptors).
 pub(crate) fn closed_fd_budget() -> usize {
