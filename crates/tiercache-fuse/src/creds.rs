@@ -18,17 +18,20 @@
 //! [`as_daemon`]. A restore that fails aborts the process: a serving thread must never go on
 //! with a caller's identity.
 //!
-//! Supplementary groups come from `/proc/PID/status` of the requesting thread (FUSE passes
-//! only fsuid, fsgid and pid), cached per `(pid, uid, gid)` for [`GROUPS_TTL`]. When the
-//! process is gone, belongs to another PID namespace (pid 0), or no longer has the fsuid/fsgid
-//! of the request, only the request's gid is used.
+//! Supplementary groups come from `/proc/TID/status` of the requesting thread (FUSE passes
+//! only fsuid, fsgid and the thread id), read afresh for every request that switches, through
+//! a descriptor kept open per caller thread (`callers`): a group the caller dropped is gone at
+//! its next request, and a reused thread or process id never inherits another's groups. When
+//! the thread is gone, belongs to another PID namespace (pid 0), or no longer has the
+//! fsuid/fsgid of the request, only the request's gid is used. A status that cannot be read
+//! for another reason (out of descriptors) fails the request rather than guess the groups.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+
+use crate::callers::StatusFiles;
 
 /// With whose rights backing operations that check permissions or create objects run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,12 +48,8 @@ pub enum BackingIdentity {
     Daemon,
 }
 
-/// How long the supplementary groups read for a `(pid, uid, gid)` are reused.
-pub(crate) const GROUPS_TTL: Duration = Duration::from_secs(1);
 /// The identity the switch is tried with at mount time.
 const NOBODY: u32 = 65534;
-/// Entries of the groups cache before it is emptied.
-const GROUPS_CACHE_MAX: usize = 4096;
 
 /// The identity a FUSE request came with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,17 +89,12 @@ struct DaemonCreds {
     groups: Arc<[u32]>,
 }
 
-/// `(pid, uid, gid)` of a request.
-type GroupsKey = (u32, u32, u32);
-/// When a caller's groups were read, and the groups.
-type CachedGroups = (Instant, Arc<[u32]>);
-
-/// The per-mount policy plus the groups cache.
+/// The per-mount policy plus the callers' status files.
 #[derive(Debug)]
 pub(crate) struct Identity {
     /// `None`: act as the daemon.
     daemon: Option<DaemonCreds>,
-    groups: Mutex<HashMap<GroupsKey, CachedGroups>>,
+    status: StatusFiles,
 }
 
 fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
@@ -245,8 +239,9 @@ pub(crate) fn groups_from_status(status: &str, uid: u32, gid: u32) -> Option<Vec
 }
 
 impl Identity {
-    /// The identity policy of a mount; `Caller` needs a root daemon.
-    pub(crate) fn new(mode: BackingIdentity) -> Result<Self, String> {
+    /// The identity policy of a mount; `Caller` needs a root daemon. At most `status_fds`
+    /// callers' status files are kept open (see `callers`).
+    pub(crate) fn new(mode: BackingIdentity, status_fds: usize) -> Result<Self, String> {
         let root = crate::sys::geteuid() == 0;
         let caller = match mode {
             BackingIdentity::Auto => root,
@@ -277,7 +272,7 @@ impl Identity {
         };
         Ok(Self {
             daemon,
-            groups: Mutex::new(HashMap::new()),
+            status: StatusFiles::new(status_fds),
         })
     }
 
@@ -307,39 +302,18 @@ impl Identity {
         self.daemon.is_some()
     }
 
-    /// Supplementary groups of `c` (see the module docs).
-    fn groups_of(&self, c: Caller) -> Arc<[u32]> {
-        let key = (c.pid, c.uid, c.gid);
-        let now = Instant::now();
-        {
-            let map = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((at, g)) = map.get(&key) {
-                if now.duration_since(*at) < GROUPS_TTL {
-                    return Arc::clone(g);
-                }
-            }
+    /// Supplementary groups of `c` as of now (see the module docs).
+    fn groups_of(&self, c: Caller) -> io::Result<Arc<[u32]>> {
+        if c.pid == 0 {
+            return Ok(Arc::from(Vec::new()));
         }
-        let read = if c.pid == 0 {
-            None
-        } else {
-            std::fs::read_to_string(format!("/proc/{}/status", c.pid))
-                .ok()
-                .and_then(|s| groups_from_status(&s, c.uid, c.gid))
-        };
-        let Some(groups) = read else {
-            // gone or changed: the primary group only, not cached
-            return Arc::from(Vec::new());
-        };
-        let groups: Arc<[u32]> = groups.into();
-        let mut map = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() >= GROUPS_CACHE_MAX {
-            map.retain(|_, (at, _)| now.duration_since(*at) < GROUPS_TTL);
-            if map.len() >= GROUPS_CACHE_MAX {
-                map.clear();
-            }
-        }
-        map.insert(key, (now, Arc::clone(&groups)));
-        groups
+        self.status.with_status(c.pid, |status| {
+            // gone, or changed its fsuid/fsgid since: the request's gid only
+            status
+                .and_then(|s| groups_from_status(s, c.uid, c.gid))
+                .unwrap_or_default()
+                .into()
+        })
     }
 
     /// Switches this thread to the caller `c` until the guard is dropped; `None` when backing
@@ -358,7 +332,7 @@ impl Identity {
         let creds = Creds {
             uid: c.uid,
             gid: c.gid,
-            groups: self.groups_of(c),
+            groups: self.groups_of(c)?,
         };
         switch_to(&creds, d)?;
         ACTING.with(|a| *a.borrow_mut() = Some(creds));
@@ -396,7 +370,7 @@ mod tests {
 
     #[test]
     fn acting_as_the_daemon_switches_nothing() {
-        let id = Identity::new(BackingIdentity::Daemon).unwrap();
+        let id = Identity::new(BackingIdentity::Daemon, 8).unwrap();
         assert!(!id.per_caller());
         let c = Caller {
             uid: 4321,
@@ -414,7 +388,7 @@ mod tests {
             0,
             "this test switches a thread's fsuid and needs root; run it as root"
         );
-        let id = Identity::new(BackingIdentity::Caller).unwrap();
+        let id = Identity::new(BackingIdentity::Caller, 8).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("mine");
         let (switched_tx, switched_rx) = std::sync::mpsc::channel();

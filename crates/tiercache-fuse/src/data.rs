@@ -27,6 +27,13 @@
 //! * `set_times` wraps setattr(atime/mtime) of a regular file: `apply`
 //!   changes BACKING's times; a data path that writes back later must keep
 //!   the modification time set there (it is what the application asked for).
+//! * `change_metadata` wraps every other change the FUSE layer makes to a
+//!   regular file on BACKING that moves its change time but not its data:
+//!   chmod, chown, set/remove xattr, link, unlink or rename of one of its
+//!   names (also of a file a rename replaces), and the set-ID bits a write
+//!   clears. `set_times` and `change_metadata` get a `stat` that
+//!   describes the file afterwards, so a data path that detects outside
+//!   edits by the change time can record its own.
 //! * `release` once per handle after the last use; `evict` when the kernel
 //!   forgot the node: its id may later name a different file, so anything
 //!   cached for `ino` must be dropped.
@@ -57,6 +64,32 @@ pub struct AttrSnapshot {
     /// Backing `st_ino`.
     pub ino: u64,
 }
+
+/// A backing file's size, times and inode number after a change of metadata (see
+/// [`DataPath::change_metadata`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackingStamp {
+    pub size: u64,
+    pub mtime: SystemTime,
+    /// `st_ctime`.
+    pub ctime: SystemTime,
+    pub ino: u64,
+}
+
+impl BackingStamp {
+    /// The stamp of a backing `stat`.
+    pub(crate) fn of(st: &libc::stat) -> Self {
+        Self {
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime: crate::attr::system_time(st.st_mtime, st.st_mtime_nsec),
+            ctime: crate::attr::system_time(st.st_ctime, st.st_ctime_nsec),
+            ino: st.st_ino,
+        }
+    }
+}
+
+/// Describes a file after a change (see [`DataPath::change_metadata`]).
+pub type StatFn<'a> = dyn FnMut() -> io::Result<BackingStamp> + 'a;
 
 /// Times a data path reports instead of BACKING's
 /// ([`DataPath::times_override`]).
@@ -130,12 +163,26 @@ pub trait DataPath: Send + Sync + 'static {
     /// `utimensat` of regular file `ino`: `apply` sets BACKING's times;
     /// `mtime` tells whether the modification time is among them. A caching
     /// data path runs `apply` serialised with its write-back of `ino`, and
-    /// makes later write-back leave the modification time as set.
+    /// makes later write-back leave the modification time as set. `stat`
+    /// describes the file afterwards.
     fn set_times(
         &self,
         _ino: u64,
         _mtime: bool,
         apply: &mut dyn FnMut() -> io::Result<()>,
+        _stat: &mut StatFn<'_>,
+    ) -> io::Result<()> {
+        apply()
+    }
+    /// `apply` changes regular file `ino`'s metadata on BACKING, not its data
+    /// (see the module docs); `stat` describes the file afterwards. A data path
+    /// that tells outside edits by the change time runs `apply` serialised with
+    /// its write-back of `ino` and records the change time `stat` reports.
+    fn change_metadata(
+        &self,
+        _ino: u64,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+        _stat: &mut StatFn<'_>,
     ) -> io::Result<()> {
         apply()
     }

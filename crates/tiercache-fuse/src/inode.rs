@@ -237,6 +237,13 @@ impl InodeTable {
         self.lock().nodes.get(&id).map(|n| Arc::clone(&n.inode))
     }
 
+    /// The newest node of backing inode `key` (`(st_dev, st_ino)`), if the kernel holds one.
+    pub(crate) fn get_by_key(&self, key: (u64, u64)) -> Option<Arc<Inode>> {
+        let inner = self.lock();
+        let id = inner.by_key.get(&key)?;
+        inner.nodes.get(id).map(|n| Arc::clone(&n.inode))
+    }
+
     /// An `O_PATH` descriptor of `node`'s backing inode: its own, a cached one, or one
     /// opened by handle now (shedding cached descriptors if the process ran out).
     pub(crate) fn fd(&self, node: &Arc<Inode>) -> io::Result<NodeFd> {

@@ -54,16 +54,18 @@ fn caller_in_group(pid: u32, fsgid: u32, gid: u32) -> bool {
         })
 }
 
-/// Clears set-user-ID / set-group-ID of the open regular `file` for a write by the caller
-/// `(pid, fsgid)`, which the kernel flagged with `FUSE_WRITE_KILL_SUIDGID`.
-pub(crate) fn kill_suidgid(file: &File, pid: u32, fsgid: u32) -> io::Result<()> {
+/// The permissions the open regular `file` must get for a write by the caller `(pid, fsgid)`,
+/// which the kernel flagged with `FUSE_WRITE_KILL_SUIDGID` (set-user-ID / set-group-ID
+/// cleared); `None` when nothing is to clear.
+pub(crate) fn mode_after_write(
+    file: &File,
+    pid: u32,
+    fsgid: u32,
+) -> io::Result<Option<Permissions>> {
     let m = file.metadata()?;
     let mode = m.mode();
     let clear = bits_to_clear(mode, m.gid(), |gid| caller_in_group(pid, fsgid, gid));
-    if clear == 0 {
-        return Ok(());
-    }
-    file.set_permissions(Permissions::from_mode(mode & 0o7777 & !clear))
+    Ok((clear != 0).then(|| Permissions::from_mode(mode & 0o7777 & !clear)))
 }
 
 #[cfg(test)]

@@ -18,12 +18,13 @@
 //! ```
 //!
 //! Module map: `mount` (entry points, options, handle), `validate` (pre-mount
-//! checks), `fs` (request dispatch), `creds` (acting with the caller's identity), `ops_*` (operations by topic), `inode`
+//! checks), `fs` (request dispatch), `creds` (acting with the caller's identity; `callers`: their live groups), `ops_*` (operations by topic), `inode`
 //! (node table), `attr` (stat conversion), `data` (data path trait and the
 //! pass-through), `sys` (syscall wrappers). See `docs/design.md` (section 4) for the
 //! rationale and the known limits.
 
 mod attr;
+mod callers;
 mod creds;
 mod data;
 mod error;
@@ -41,7 +42,9 @@ mod sys;
 mod validate;
 
 pub use creds::BackingIdentity;
-pub use data::{AttrSnapshot, DataPath, FileHandleInfo, PassThrough, TimesOverride};
+pub use data::{
+    AttrSnapshot, BackingStamp, DataPath, FileHandleInfo, PassThrough, StatFn, TimesOverride,
+};
 pub use error::FuseError;
 pub use handle::raise_nofile_limit;
 pub use inode::InodeStats;

@@ -105,17 +105,6 @@ fn new_session(
     data: Arc<dyn DataPath>,
 ) -> Result<NewSession, FuseError> {
     opts.check()?;
-    let ident = Identity::new(opts.backing_identity).map_err(FuseError::InvalidOption)?;
-    if ident.per_caller() {
-        log::info!("backing calls that check permissions or create run as the caller");
-    }
-    let (backing, mountpoint) = crate::validate::validate(backing, mountpoint)?;
-    let io_err = |source: io::Error| FuseError::Io {
-        path: backing.clone(),
-        source,
-    };
-    let root = sys::open_dir_path(&backing).map_err(io_err)?;
-    let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root)).map_err(io_err)?;
     let limit = match crate::handle::raise_nofile_limit() {
         Ok((before, now)) => {
             log::info!("open-files limit (RLIMIT_NOFILE): soft {before} raised to {now}");
@@ -126,6 +115,26 @@ fn new_session(
             crate::handle::nofile_limit().map_or(1024, |l| l.0)
         }
     };
+    // Callers' status files (their groups, `callers`): a 64th of the limit, beside the node
+    // descriptor cache's quarter and the data path's share.
+    let status_fds = usize::try_from(limit / 64)
+        .unwrap_or(usize::MAX)
+        .clamp(16, 1024);
+    let ident =
+        Identity::new(opts.backing_identity, status_fds).map_err(FuseError::InvalidOption)?;
+    if ident.per_caller() {
+        log::info!(
+            "backing calls that check permissions or create run as the caller (groups read \
+             live, at most {status_fds} callers' status files open)"
+        );
+    }
+    let (backing, mountpoint) = crate::validate::validate(backing, mountpoint)?;
+    let io_err = |source: io::Error| FuseError::Io {
+        path: backing.clone(),
+        source,
+    };
+    let root = sys::open_dir_path(&backing).map_err(io_err)?;
+    let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root)).map_err(io_err)?;
     let fd_cache = opts.fd_cache.unwrap_or_else(|| {
         usize::try_from(limit / 4)
             .unwrap_or(usize::MAX)

@@ -14,7 +14,8 @@
 //! (`sys::thread_umask`), so default ACLs on the backing directory still take
 //! precedence as they would natively.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -24,7 +25,7 @@ use fuser::{Errno, FileAttr, FileHandle, INodeNo, TimeOrNow};
 
 use crate::attr::{file_attr, system_time, timespec};
 use crate::creds::Caller;
-use crate::data::TimesOverride;
+use crate::data::{BackingStamp, TimesOverride};
 use crate::fs::{errno, OpResult, TierFs};
 use crate::inode::{Inode, NodeFd, ROOT_ID};
 use crate::sys;
@@ -140,13 +141,19 @@ impl TierFs {
         let nfd = self.node_fd(&node)?;
         let fd = nfd.raw();
         // ownership and permission are BACKING's to check, with the caller's rights
-        if let Some(mode) = set.mode {
-            self.set_mode(c, fd, mode & 0o7777)?;
-        }
-        if set.uid.is_some() || set.gid.is_some() {
-            let uid = set.uid.unwrap_or(u32::MAX);
-            let gid = set.gid.unwrap_or(u32::MAX);
-            self.as_caller(c, || sys::chown_fd(fd, uid, gid))?;
+        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
+            self.meta_change(&node, Some(&nfd), &mut || {
+                if let Some(mode) = set.mode {
+                    self.set_mode(c, fd, mode & 0o7777).map_err(io_error)?;
+                }
+                if set.uid.is_some() || set.gid.is_some() {
+                    let uid = set.uid.unwrap_or(u32::MAX);
+                    let gid = set.gid.unwrap_or(u32::MAX);
+                    self.ident.run(c, || sys::chown_fd(fd, uid, gid))?;
+                }
+                Ok(())
+            })
+            .map_err(errno)?;
         }
         if let Some(size) = set.size {
             self.truncate_node(c, &node, &nfd, set.fh, size)?;
@@ -157,7 +164,9 @@ impl TierFs {
             if node.is_reg() {
                 // the data path may hold writes whose write-back would move the mtime
                 self.data
-                    .set_times(node.id, set.mtime.is_some(), &mut apply)
+                    .set_times(node.id, set.mtime.is_some(), &mut apply, &mut || {
+                        snapshot(fd)
+                    })
                     .map_err(errno)?;
             } else {
                 apply().map_err(errno)?;
@@ -358,7 +367,11 @@ impl TierFs {
         let dir = self.inode(newparent)?;
         let dfd = self.node_fd(&dir)?;
         let cname = sys::name_cstr(newname).map_err(errno)?;
-        self.as_caller(c, || sys::link_fd(nfd.raw(), dfd.raw(), &cname))?;
+        self.meta_change(&node, Some(&nfd), &mut || {
+            self.ident
+                .run(c, || sys::link_fd(nfd.raw(), dfd.raw(), &cname))
+        })
+        .map_err(errno)?;
         // the kernel now holds one more reference to the same node
         let node = self.inodes.add_lookup(node.id).ok_or(Errno::ESTALE)?;
         let st = sys::fstat(nfd.raw()).map_err(errno)?;
@@ -375,7 +388,17 @@ impl TierFs {
         let dir = self.inode(parent)?;
         let dfd = self.node_fd(&dir)?;
         let cname = sys::name_cstr(name).map_err(errno)?;
-        self.as_caller(c, || sys::unlink_at(dfd.raw(), &cname, flags))
+        // a file with more names (or still open) keeps living, its ctime moved
+        let files: Vec<_> = (flags & libc::AT_REMOVEDIR == 0)
+            .then(|| self.reg_node_at(dfd.raw(), &cname))
+            .flatten()
+            .into_iter()
+            .collect();
+        self.meta_change_all(&files, &mut || {
+            self.ident
+                .run(c, || sys::unlink_at(dfd.raw(), &cname, flags))
+        })
+        .map_err(errno)
     }
 
     pub(crate) fn op_rename(
@@ -393,9 +416,77 @@ impl TierFs {
         let nwfd = self.node_fd(&new)?;
         let oldc = sys::name_cstr(name).map_err(errno)?;
         let newc = sys::name_cstr(newname).map_err(errno)?;
-        self.as_caller(c, || {
-            sys::rename_at2(ofd.raw(), &oldc, nwfd.raw(), &newc, flags)
+        // the renamed file's ctime moves, and that of a file the new name replaced (or, with
+        // RENAME_EXCHANGE, moved); ascending ids, one lock order for the data path
+        let mut files: Vec<_> = [
+            self.reg_node_at(ofd.raw(), &oldc),
+            self.reg_node_at(nwfd.raw(), &newc),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        files.sort_by_key(|n| n.id);
+        files.dedup_by_key(|n| n.id);
+        self.meta_change_all(&files, &mut || {
+            self.ident.run(c, || {
+                sys::rename_at2(ofd.raw(), &oldc, nwfd.raw(), &newc, flags)
+            })
         })
+        .map_err(errno)
+    }
+
+    /// The node of `name` in directory `dfd` when it is a regular file the kernel knows (a
+    /// name it unlinks or renames was looked up first).
+    fn reg_node_at(&self, dfd: RawFd, name: &CStr) -> Option<Arc<Inode>> {
+        let st = sys::fstat_at(dfd, name).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        self.inodes
+            .get_by_key((st.st_dev, st.st_ino))
+            .filter(|n| n.is_reg())
+    }
+
+    /// Runs `apply`, a change of `node`'s metadata on BACKING (not its data), through the data
+    /// path when `node` is a regular file, so the change time it moves is recorded there
+    /// (`DataPath::change_metadata`). `nfd`: a descriptor of the node, if the caller has one;
+    /// else one is taken before `apply` (an unlinked inode may not be opened by handle after).
+    pub(crate) fn meta_change(
+        &self,
+        node: &Arc<Inode>,
+        nfd: Option<&NodeFd>,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        if !node.is_reg() {
+            return apply();
+        }
+        let own;
+        let nfd = match nfd {
+            Some(fd) => Some(fd),
+            None => {
+                own = self.node_fd(node).ok();
+                own.as_ref()
+            }
+        };
+        let mut stat = || match nfd {
+            Some(fd) => snapshot(fd.raw()),
+            None => snapshot(self.inodes.fd(node)?.raw()),
+        };
+        self.data.change_metadata(node.id, apply, &mut stat)
+    }
+
+    /// [`TierFs::meta_change`] for several regular files at once (in the order given).
+    fn meta_change_all(
+        &self,
+        nodes: &[Arc<Inode>],
+        apply: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        match nodes.split_first() {
+            None => apply(),
+            Some((node, rest)) => {
+                self.meta_change(node, None, &mut || self.meta_change_all(rest, apply))
+            }
+        }
     }
 
     pub(crate) fn op_readlink(&self, ino: INodeNo) -> OpResult<Vec<u8>> {
@@ -446,4 +537,14 @@ impl TierFs {
             Err(Errno::EACCES)
         }
     }
+}
+
+/// The stamp of the backing inode behind `fd` (an `O_PATH` descriptor will do).
+fn snapshot(fd: RawFd) -> io::Result<BackingStamp> {
+    sys::fstat(fd).map(|st| BackingStamp::of(&st))
+}
+
+/// Back from the errno of an `op_*` to an I/O error (inside a data path callback).
+pub(crate) fn io_error(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.code())
 }

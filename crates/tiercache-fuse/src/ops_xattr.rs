@@ -36,7 +36,11 @@ impl TierFs {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        self.as_caller(c, || sys::setxattr_fd(nfd.raw(), &cname, value, flags))
+        self.meta_change(&node, Some(&nfd), &mut || {
+            self.ident
+                .run(c, || sys::setxattr_fd(nfd.raw(), &cname, value, flags))
+        })
+        .map_err(errno)
     }
 
     pub(crate) fn op_getxattr(
@@ -62,6 +66,9 @@ impl TierFs {
         let node = self.inode(ino)?;
         let nfd = self.node_fd(&node)?;
         let cname = sys::bytes_cstr(name.as_bytes()).map_err(errno)?;
-        self.as_caller(c, || sys::removexattr_fd(nfd.raw(), &cname))
+        self.meta_change(&node, Some(&nfd), &mut || {
+            self.ident.run(c, || sys::removexattr_fd(nfd.raw(), &cname))
+        })
+        .map_err(errno)
     }
 }

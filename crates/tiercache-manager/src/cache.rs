@@ -82,7 +82,8 @@ pub(crate) struct Inner {
 }
 
 /// How many closed files may hold a backing descriptor while their write-back is pending: half
-/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter). Past half
+/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter, its callers'
+/// status files a 64th). Past half
 /// of it, closes write back and sync the oldest at once (a `tar x` of many small files must not run the daemon out of
 /// descriptors).
 pub(crate) fn closed_fd_budget() -> usize {
@@ -517,14 +518,31 @@ impl MemCache {
 
     /// Sets BACKING's times through `apply` (e.g. `utimensat`) serialised with everything else
     /// on `file`; when `mtime` is among them, later write-back of cached writes keeps the
-    /// modification time `apply` set instead of moving it to the write-back time.
+    /// modification time `apply` set instead of moving it to the write-back time. `stat`
+    /// describes the file afterwards (asked when the cache holds no descriptor of it): the
+    /// stamp is recorded, so the next `open` keeps the file's cached blocks.
     pub fn set_times(
         &self,
         file: FileId,
         mtime: bool,
         apply: &mut dyn FnMut() -> io::Result<()>,
+        stat: &mut dyn FnMut() -> io::Result<FileStamp>,
     ) -> io::Result<()> {
-        self.inner.set_times(file, mtime, apply)
+        self.inner.set_times(file, mtime, apply, stat)
+    }
+
+    /// Runs `apply`, which changes `file`'s metadata on BACKING but not its bytes — mode,
+    /// owner, extended attributes, links, names — serialised with the file's write-back, then
+    /// records the stamp `stat` gives (asked only when the cache keeps something of the file):
+    /// the change time moved, and the next `open` must not take the cache's own change for an
+    /// edit behind its back (which would cost the file its cached blocks).
+    pub fn change_metadata(
+        &self,
+        file: FileId,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+        stat: &mut dyn FnMut() -> io::Result<FileStamp>,
+    ) -> io::Result<()> {
+        self.inner.change_metadata(file, apply, stat)
     }
 
     /// Runs `op`, which changes `file`'s bytes or size on BACKING directly (fallocate, hole

@@ -16,6 +16,7 @@ use crate::lower::Lower;
 use crate::stats::Windows;
 use crate::times::CtimeTable;
 use crate::trace::{TraceRecord, TraceSink};
+use crate::versions::KeptVersions;
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub(crate) struct Engine {
     pub trace: Option<TraceSink>,
     /// Change times hidden from readers (see `times`); outlives per-file states.
     pub ctimes: CtimeTable,
+    /// Content versions of files whose state went (see `versions`).
+    pub kept: KeptVersions,
     pub windows: Windows,
     pub start: Instant,
     /// The tiers below memory (evictions are demoted into them).
@@ -66,6 +69,7 @@ impl Engine {
             wt_inflight: HashMap::new(),
             trace: None,
             ctimes: CtimeTable::default(),
+            kept: KeptVersions::default(),
             windows,
             start,
             lower: None,
@@ -337,16 +341,30 @@ impl Engine {
                 return f.backing.take();
             }
             self.ctimes.remove(id);
-            return self.files.remove(&id).and_then(|mut f| f.backing.take());
+            let mut f = self.files.remove(&id)?;
+            if f.born.is_some() {
+                // told apart from a reused inode number by its birth time, as at `open`
+                self.keep_version(id, &f);
+            }
+            return f.backing.take();
         }
         if f.needs_sync {
             return None;
         }
         let fd = f.backing.take();
         if f.blocks.is_empty() {
-            self.files.remove(&id);
+            if let Some(f) = self.files.remove(&id) {
+                self.keep_version(id, &f);
+            }
         }
         fd
+    }
+
+    /// The state of `id` went: its version stays for the blocks below memory (see `versions`).
+    fn keep_version(&mut self, id: FileId, f: &FileState) {
+        if f.fkey.is_some() {
+            self.kept.keep(id, f.stamp, f.born, f.version);
+        }
     }
 
     /// Checks the engine's own invariants on top of the tier's.

@@ -8,8 +8,9 @@
 //!   read-only open never replaces a writable handle that pending write-back needs;
 //! - `backing_size ≤ size`; `size` is the logical size readers see (EOF), `backing_size` what
 //!   the tier believes BACKING holds (writes past it are cached until written back);
-//! - `stamp` describes BACKING as of the tier's last change to it, so a different stamp at open
-//!   means someone changed the file behind the tier's back;
+//! - `stamp` describes BACKING as of the tier's last change to it (ctime included, see
+//!   `stamp` and `versions`), so a different stamp at open means someone changed the file
+//!   behind the tier's back;
 //! - `mtime` (the logical modification time) is `Some` while cached writes are not all on
 //!   BACKING, and `wb_ctime` while a write-back is changing BACKING (see `times`);
 //! - lock order per file: `io` (write-back, truncate) before `op` (reads/writes shared;
@@ -145,8 +146,9 @@ pub(crate) struct FileState {
     /// Identity in the tiers below memory (only computed when there are some).
     pub fkey: Option<FileKey>,
     /// Content version lower copies are stored with: a fingerprint of the stamp the state
-    /// started from, renewed when the file is found changed behind the cache's back (not by
-    /// the cache's own writes, which invalidate the blocks they change).
+    /// started from (or the version an earlier state left for that stamp, see `versions`),
+    /// renewed when the file is found changed behind the cache's back (not by the cache's own
+    /// writes, which invalidate the blocks they change).
     pub version: u64,
     /// BACKING file handle, kept with dirty blocks in a persistent tier (computed at the first
     /// write-back into one; `None` until then or when BACKING has no handles).
@@ -158,13 +160,13 @@ impl FileState {
         backing: Arc<File>,
         mode: i32,
         class: Class,
-        stamp: FileStamp,
+        (stamp, version): (FileStamp, u64),
         born: Option<BirthTime>,
         fkey: Option<FileKey>,
     ) -> Self {
         Self {
             fkey,
-            version: version_of(&stamp),
+            version,
             shared: Arc::new(FileShared::default()),
             backing: Some(backing),
             backing_mode: mode,
@@ -262,8 +264,11 @@ impl Inner {
                 let mut eng = self.lock();
                 let Some(f) = eng.files.get_mut(&file) else {
                     let st = fresh.unwrap_or(stamp);
-                    eng.files
-                        .insert(file, FileState::new(backing, mode, class, st, born, fkey));
+                    let v = eng.kept.take(file, &st, born);
+                    eng.files.insert(
+                        file,
+                        FileState::new(backing, mode, class, (st, v), born, fkey),
+                    );
                     return Ok(OpenOutcome::default());
                 };
                 if f.stamp == stamp && !f.forgotten {
@@ -306,8 +311,11 @@ impl Inner {
                     if eng.files.contains_key(&file) {
                         continue; // another open of the id came first
                     }
-                    eng.files
-                        .insert(file, FileState::new(backing, mode, class, now, born, fkey));
+                    let v = eng.kept.take(file, &now, born);
+                    eng.files.insert(
+                        file,
+                        FileState::new(backing, mode, class, (now, v), born, fkey),
+                    );
                     return Ok(OpenOutcome {
                         dropped_blocks: dropped,
                         ..OpenOutcome::default()
@@ -578,36 +586,32 @@ impl Inner {
 
     /// Runs `apply` (which sets BACKING's times) with the file quiesced: no write-back, write or
     /// truncate runs meanwhile. When `mtime` is among the times and the file has dirty blocks,
-    /// the time BACKING now shows becomes the logical mtime, so their write-back keeps it.
+    /// the time BACKING now shows becomes the logical mtime, so their write-back keeps it. The
+    /// stamp BACKING shows afterwards is recorded (`stat` gives it when the tier holds no
+    /// descriptor of the file), as for any change of the tier's own (see `versions`).
     pub(crate) fn set_times(
         &self,
         file: FileId,
         mtime: bool,
         apply: &mut dyn FnMut() -> io::Result<()>,
+        stat: &mut dyn FnMut() -> io::Result<FileStamp>,
     ) -> io::Result<()> {
         let Ok(shared) = self.shared(file) else {
-            return apply();
+            // No state; a version kept for the file follows the times (its bytes stay).
+            return self.change_metadata(file, apply, stat);
         };
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
         apply()?;
-        let fd = {
-            let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
-                return Ok(());
-            };
-            match f.backing.clone() {
-                Some(fd) => fd,
-                None => {
-                    // closed and clean: BACKING's times are the file's
-                    if mtime {
-                        f.mtime = None;
-                    }
-                    return Ok(());
-                }
-            }
+        let fd = match self.lock().files.get(&file) {
+            Some(f) => f.backing.clone(),
+            None => return Ok(()),
         };
-        let stamp = FileStamp::of_file(&fd);
+        // Without a descriptor the file is closed and clean: BACKING's times are the file's.
+        let stamp = match &fd {
+            Some(fd) => FileStamp::of_file(fd),
+            None => stat(),
+        };
         let mut eng = self.lock();
         let Some(f) = eng.files.get_mut(&file) else {
             return Ok(());
@@ -627,7 +631,12 @@ impl Inner {
                     }
                 }
             }
-            Err(e) => log::warn!("file {}: fstat after set_times failed: {e}", file.0),
+            Err(e) => {
+                if mtime && fd.is_none() {
+                    f.mtime = None;
+                }
+                log::warn!("file {}: fstat after set_times failed: {e}", file.0);
+            }
         }
         drop(eng);
         if let (Some((fk, m)), Some(t)) = (meta, self.lower.as_ref().and_then(|l| l.dirty_tier())) {
@@ -713,9 +722,7 @@ impl Inner {
     pub(crate) fn refresh_stamp(&self, file: FileId, fd: &File) -> Option<SystemTime> {
         match fd.metadata() {
             Ok(m) => {
-                if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.stamp = FileStamp::from_metadata(&m);
-                }
+                self.note_own_stamp(file, FileStamp::from_metadata(&m));
                 Some(crate::times::ctime_of(&m))
             }
             Err(e) => {

@@ -9,8 +9,8 @@
 //! then would empty the cache, priority pool included, under load. So `forget` writes the file's
 //! dirty blocks back and, when BACKING reports the inode's birth time (`statx` btime), keeps the
 //! clean blocks in a *forgotten* state: the next `open` of the id reuses them only if the stamp
-//! (size, mtime, inode number) and the birth time both match — a new inode with the same number
-//! is born later — and replaces the state otherwise; eviction takes them meanwhile. Without a
+//! (size, mtime, ctime, inode number) and the birth time both match — a new inode with the same
+//! number is born later — and replaces the state otherwise; eviction takes them meanwhile. Without a
 //! birth time it drops everything the tier has of the file — blocks, state, remembered error,
 //! logical times. When the write-back fails the state stays forgotten with its dirty blocks and
 //! its backing handle (which pins the inode), kept for retries; its clean blocks go, and the

@@ -65,6 +65,7 @@ mod stamp;
 mod stats;
 mod times;
 mod trace;
+mod versions;
 mod write;
 mod zerocopy;
 

@@ -37,7 +37,9 @@ fn explicit_mtime_survives_the_write_back_of_earlier_writes() {
     let want = SystemTime::UNIX_EPOCH + Duration::from_secs(981_173_106);
     let fd = file_handle(&path);
     cache
-        .set_times(id, true, &mut || fd.set_modified(want))
+        .set_times(id, true, &mut || fd.set_modified(want), &mut || {
+            tiercache_manager::FileStamp::of_file(&fd)
+        })
         .unwrap();
     assert_eq!(mtime(&path), want);
     assert_eq!(

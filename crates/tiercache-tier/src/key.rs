@@ -5,8 +5,14 @@
 //! (`statx` `STATX_BTIME`; 0 where BACKING does not report one, e.g. NFS — then the content
 //! `version` below is what tells versions apart). Every block a tier stores also carries the
 //! `version` of its file's content the manager had when the block was stored (a fingerprint of
-//! size and mtime at open; see `tiercache-manager`'s design notes): a lookup with another version
-//! is a miss, so a copy left from before a change behind the cache's back is never served.
+//! size, mtime, ctime and inode number at open; see `tiercache-manager`'s `stamp` and `versions`
+//! and design.md §3): a lookup with another version is a miss, so a copy left from before a
+//! change behind the cache's back is never served. The ctime is in it because an edit can put
+//! size and mtime back (`touch -r`) but not the ctime, and Linux gives userspace no other change
+//! counter (`STATX_CHANGE_COOKIE` is kernel-internal). The manager's own changes move the ctime
+//! too; it records BACKING's stamp after each, and keeps the version across them, so they do not
+//! make its files' copies misses (within a session: after a restart a file the cache changed
+//! starts a new version).
 
 use serde::Serialize;
 use tiercache_core::BlockIndex;

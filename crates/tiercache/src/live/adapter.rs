@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
 use tiercache_core::{Class, FileId};
-use tiercache_fuse::{DataPath, FileHandleInfo, TimesOverride};
+use tiercache_fuse::{BackingStamp, DataPath, FileHandleInfo, StatFn, TimesOverride};
 use tiercache_manager::{FileStamp, MemCache};
 
 /// Per-inode state the adapter keeps, for reclassification only: the memory tier counts the
@@ -99,11 +99,23 @@ impl CacheDataPath {
     }
 }
 
-fn stamp(fh: &FileHandleInfo) -> FileStamp {
-    FileStamp {
-        size: fh.snapshot.size,
-        mtime: fh.snapshot.mtime,
-        ino: fh.snapshot.ino,
+/// The stamp of a newly opened handle: a fresh `fstat` of its descriptor, as the handle's
+/// snapshot has no change time (which tells edits that restored size and mtime).
+fn open_stamp(fh: &FileHandleInfo) -> io::Result<FileStamp> {
+    FileStamp::of_file(&fh.file)
+}
+
+/// `stat` of the FUSE layer as the memory tier wants it.
+fn stamp_of<'a, 'b>(
+    stat: &'a mut StatFn<'b>,
+) -> impl FnMut() -> io::Result<FileStamp> + use<'a, 'b> {
+    move || {
+        stat().map(|s: BackingStamp| FileStamp {
+            size: s.size,
+            mtime: s.mtime,
+            ctime: s.ctime,
+            ino: s.ino,
+        })
     }
 }
 
@@ -126,7 +138,7 @@ impl DataPath for CacheDataPath {
         // writable one it already has, and reopens read-write only if write-back ever needs it
         // (a write-intent open shows in inotify, breaks leases and costs an RPC on NFS).
         self.mem
-            .open(FileId(fh.ino), Arc::clone(&fh.file), class, stamp(fh))?;
+            .open(FileId(fh.ino), Arc::clone(&fh.file), class, open_stamp(fh)?)?;
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         let k = known.entry(fh.ino).or_default();
         k.path = path;
@@ -199,8 +211,22 @@ impl DataPath for CacheDataPath {
         ino: u64,
         mtime: bool,
         apply: &mut dyn FnMut() -> io::Result<()>,
+        stat: &mut StatFn<'_>,
     ) -> io::Result<()> {
-        self.mem.set_times(FileId(ino), mtime, apply)
+        self.mem
+            .set_times(FileId(ino), mtime, apply, &mut stamp_of(stat))
+    }
+
+    fn change_metadata(
+        &self,
+        ino: u64,
+        apply: &mut dyn FnMut() -> io::Result<()>,
+        stat: &mut StatFn<'_>,
+    ) -> io::Result<()> {
+        // The memory tier records the change time it moved (its staleness check at open and
+        // the version lower tiers keep blocks with include it).
+        self.mem
+            .change_metadata(FileId(ino), apply, &mut stamp_of(stat))
     }
 
     fn release(&self, fh: &FileHandleInfo) {
