@@ -16,8 +16,10 @@
 //! relies on (`FUSE_OPEN_KILL_SUIDGID` in open, `FATTR_KILL_SUIDGID` in setattr); without it
 //! the kernel keeps those cases to itself, which is what we want.
 
+use crate::data::{BackingStamp, DataPath};
 use std::fs::{File, Permissions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 /// The mode bits a write by a caller without `CAP_FSETID` must clear from a file with mode
@@ -32,6 +34,27 @@ pub(crate) fn bits_to_clear(mode: u32, file_gid: u32, in_group: impl FnOnce(u32)
         clear |= libc::S_ISGID;
     }
     clear
+}
+
+/// Clears, through `data` (so a caching data path records the change as its own), the
+/// set-ID bits that a write by a caller without `CAP_FSETID` must clear from the open regular
+/// `file` (node `ino`); `in_group(gid)` tells whether the writer is in group `gid`. For every
+/// writer that does not come through the kernel's write path (zero-copy clients' commits).
+pub fn clear_setid_for_write(
+    data: &dyn DataPath,
+    ino: u64,
+    file: &File,
+    in_group: &dyn Fn(u32) -> bool,
+) -> io::Result<()> {
+    let m = file.metadata()?;
+    let clear = bits_to_clear(m.mode(), m.gid(), in_group);
+    if clear == 0 {
+        return Ok(());
+    }
+    let mode = Permissions::from_mode(m.mode() & 0o7777 & !clear);
+    data.change_metadata(ino, &mut || file.set_permissions(mode.clone()), &mut || {
+        crate::sys::fstat(file.as_raw_fd()).map(|st| BackingStamp::of(&st))
+    })
 }
 
 /// Whether the process (thread) `pid`, whose fsgid is `fsgid`, is in group `gid`: its fsgid or
@@ -54,18 +77,16 @@ fn caller_in_group(pid: u32, fsgid: u32, gid: u32) -> bool {
         })
 }
 
-/// The permissions the open regular `file` must get for a write by the caller `(pid, fsgid)`,
-/// which the kernel flagged with `FUSE_WRITE_KILL_SUIDGID` (set-user-ID / set-group-ID
-/// cleared); `None` when nothing is to clear.
-pub(crate) fn mode_after_write(
+/// Clears what a write by the caller `(pid, fsgid)`, which the kernel flagged with
+/// `FUSE_WRITE_KILL_SUIDGID`, must clear from the open regular `file` (node `ino`).
+pub(crate) fn clear_for_caller(
+    data: &dyn DataPath,
+    ino: u64,
     file: &File,
     pid: u32,
     fsgid: u32,
-) -> io::Result<Option<Permissions>> {
-    let m = file.metadata()?;
-    let mode = m.mode();
-    let clear = bits_to_clear(mode, m.gid(), |gid| caller_in_group(pid, fsgid, gid));
-    Ok((clear != 0).then(|| Permissions::from_mode(mode & 0o7777 & !clear)))
+) -> io::Result<()> {
+    clear_setid_for_write(data, ino, file, &|gid| caller_in_group(pid, fsgid, gid))
 }
 
 #[cfg(test)]

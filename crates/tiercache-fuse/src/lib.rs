@@ -48,5 +48,6 @@ pub use data::{
 pub use error::FuseError;
 pub use handle::raise_nofile_limit;
 pub use inode::InodeStats;
+pub use killpriv::clear_setid_for_write;
 pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions};
 pub use validate::unescape_mountinfo;

@@ -32,7 +32,7 @@ use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
 
 use crate::attr::system_time;
 use crate::creds::Caller;
-use crate::data::{AttrSnapshot, BackingStamp, FileHandleInfo};
+use crate::data::{AttrSnapshot, FileHandleInfo};
 use crate::fs::{errno, OpResult, TierFs};
 use crate::ops_entry::Umask;
 use crate::sys;
@@ -246,18 +246,8 @@ impl TierFs {
     ) -> OpResult<u32> {
         let h = self.file(fh)?;
         if let Some((pid, fsgid)) = kill_suidgid {
-            if let Some(mode) =
-                crate::killpriv::mode_after_write(&h.file, pid, fsgid).map_err(errno)?
-            {
-                let file = &h.file;
-                self.data
-                    .change_metadata(
-                        h.ino,
-                        &mut || file.set_permissions(mode.clone()),
-                        &mut || sys::fstat(file.as_raw_fd()).map(|st| BackingStamp::of(&st)),
-                    )
-                    .map_err(errno)?;
-            }
+            crate::killpriv::clear_for_caller(&*self.data, h.ino, &h.file, pid, fsgid)
+                .map_err(errno)?;
         }
         self.data.write(&h, offset, data).map_err(errno)
     }

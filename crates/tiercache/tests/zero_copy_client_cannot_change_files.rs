@@ -209,3 +209,103 @@ fn a_client_scribbling_shared_memory_changes_no_file_and_no_reader_sees_it() {
         "BACKING at the end"
     );
 }
+
+/// Review: a zero-copy client's commit (a `Write`) or growing sync went to BACKING as root's
+/// write, so the set-user-ID bit of a file the client may write stayed set (a write through the
+/// mount by that user clears it): a group-writable set-user-ID root program could be changed
+/// and keep its bit.
+#[test]
+fn a_clients_update_clears_set_id_bits_as_a_write_through_the_mount_does() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (backing, mnt, cache) = (
+        dir.path().join("slow"),
+        dir.path().join("fast"),
+        dir.path().join("cache.img"),
+    );
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    for name in ["prog", "grown"] {
+        std::fs::write(backing.join(name), vec![0u8; 8192]).unwrap();
+        std::fs::set_permissions(backing.join(name), std::fs::Permissions::from_mode(0o4777))
+            .unwrap();
+    }
+    mount(&backing, &mnt, &cache);
+    let _guard = Unmount(&mnt);
+    // As uid 65534: a commit of "PWNED" at offset 0 of `prog`, a sync growing `grown`.
+    for (name, op) in [("prog", "write"), ("grown", "grow")] {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(CLIENT)
+            .args([s(&mnt), s(&mnt.join(name)), op])
+            .uid(65534)
+            .gid(4242)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // (A sync puts the bytes in the SSD tier; `flush` takes them on to BACKING.)
+    assert!(tc(&["flush", s(&mnt)]).status.success());
+    let m = std::fs::metadata(backing.join("prog")).unwrap();
+    assert_eq!(
+        m.permissions().mode() & 0o7777,
+        0o0777,
+        "set-user-ID kept after a client's write"
+    );
+    assert_eq!(&std::fs::read(backing.join("prog")).unwrap()[..5], b"PWNED");
+    let m = std::fs::metadata(backing.join("grown")).unwrap();
+    assert_eq!(m.len(), 12288, "grown by the sync");
+    assert_eq!(
+        m.permissions().mode() & 0o7777,
+        0o0777,
+        "set-user-ID kept after a growing sync"
+    );
+}
+
+/// A client speaking the protocol itself (version 2, `docs/design.md` §8): opens argv[2]
+/// read-write and, for argv[3] = "write", commits "PWNED" at offset 0 then syncs; for "grow",
+/// asks for a sync that grows the file to 12288 bytes.
+const CLIENT: &str = r#"
+import json, os, socket, struct, sys
+mount, path, op = sys.argv[1], sys.argv[2], sys.argv[3]
+mount = os.path.abspath(mount)
+canon = os.path.join(os.path.realpath(os.path.dirname(mount)), os.path.basename(mount))
+h = 0xCBF29CE484222325
+for b in canon.encode():
+    h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+name = "".join(c for c in os.path.basename(canon) if c.isascii() and (c.isalnum() or c == "-"))[:32]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect("\0tiercache-zc-%s-%016x" % (name, h))
+def call(body, fds=(), payload=None):
+    data = json.dumps(body).encode()
+    frame = struct.pack("<I", len(data)) + data
+    if payload is not None:
+        frame += struct.pack("<I", len(payload)) + payload
+    if fds:
+        socket.send_fds(sock, [frame], list(fds))
+    else:
+        sock.sendall(frame)
+    head, _, _, _ = socket.recv_fds(sock, 4, 4)
+    while len(head) < 4:
+        head += sock.recv(4 - len(head))
+    n = struct.unpack("<I", head)[0]
+    body = b""
+    while len(body) < n:
+        body += sock.recv(n - len(body))
+    return json.loads(body)
+assert call({"op": "hello", "version": 2})["r"] == "welcome"
+r = call({"op": "open"}, [os.open(path, os.O_RDWR)])
+assert r["r"] == "opened", r
+h = r["handle"]
+if op == "write":
+    r = call({"op": "write", "handle": h, "offset": 0, "runs": [[0, 5]]}, payload=b"PWNED")
+    assert r["r"] == "written", r
+    r = call({"op": "sync", "handle": h, "offset": 0, "len": 0, "extend": False})
+else:
+    r = call({"op": "sync", "handle": h, "offset": 0, "len": 12288, "extend": True})
+assert r["r"] == "synced", r
+"#;

@@ -167,6 +167,8 @@ const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 struct Session<'a> {
     shared: &'a Shared,
     id: ClientId,
+    /// Who the client is (as of its `connect`).
+    peer: Peer,
     /// Its pin area's memfd, sent with `Welcome`.
     pins: File,
     files: HashMap<u64, Opened>,
@@ -190,6 +192,26 @@ impl Drop for Session<'_> {
 
 use super::zerocopy_open::Opened;
 
+/// A client's credentials as of its `connect` (`SO_PEERCRED`, `SO_PEERGROUPS`).
+#[derive(Debug, Clone)]
+struct Peer {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+impl Peer {
+    /// Clears the set-ID bits of `o` that a write by this client must clear — as the kernel
+    /// does for a writer without `CAP_FSETID` (root keeps them, as on the mount).
+    fn clear_setid(&self, data: &CacheDataPath, o: &Opened) -> std::io::Result<()> {
+        if self.uid == 0 {
+            return Ok(());
+        }
+        let in_group = |g: u32| g == self.gid || self.groups.contains(&g);
+        tiercache_fuse::clear_setid_for_write(data, o.fh.ino, &o.fh.file, &in_group)
+    }
+}
+
 fn refuse(message: impl Into<String>, errno: i32) -> Response {
     Response::Error {
         message: message.into(),
@@ -199,7 +221,7 @@ fn refuse(message: impl Into<String>, errno: i32) -> Response {
 
 impl Shared {
     fn serve_client(&self, sock: UnixStream) {
-        let (id, pins) = match self.admit(&sock) {
+        let (id, pins, peer) = match self.admit(&sock) {
             Ok(b) => b,
             Err(resp) => {
                 self.counters.refused.fetch_add(1, Relaxed);
@@ -212,6 +234,7 @@ impl Shared {
         let mut session = Session {
             shared: self,
             id,
+            peer,
             pins,
             files: HashMap::new(),
         };
@@ -230,7 +253,7 @@ impl Shared {
                 },
                 _ => Vec::new(),
             };
-            let (resp, send_fds) = self.handle(req, fds.pop(), &payload, id, &mut session.files);
+            let (resp, send_fds) = self.handle(req, fds.pop(), &payload, &mut session);
             let fds = if send_fds {
                 vec![self.region.file().as_raw_fd(), session.pins.as_raw_fd()]
             } else {
@@ -248,15 +271,20 @@ impl Shared {
     }
 
     /// Checks the peer and gives it a client index and a pin area, or says why not.
-    fn admit(&self, sock: &UnixStream) -> Result<(ClientId, File), Response> {
+    fn admit(&self, sock: &UnixStream) -> Result<(ClientId, File, Peer), Response> {
         let cred =
             wire::peer_cred(sock).map_err(|e| refuse(format!("SO_PEERCRED: {e}"), libc::EACCES))?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
+        let peer = Peer {
+            uid: cred.uid,
+            gid: cred.gid,
+            groups: peer_groups(sock),
+        };
         let in_group = self
             .settings
             .group
-            .is_some_and(|g| cred.gid == g || peer_groups(sock).contains(&g));
+            .is_some_and(|g| cred.gid == g || peer.groups.contains(&g));
         if cred.uid != me && cred.uid != 0 && !in_group {
             log::warn!(
                 "zero-copy: refused uid {} (pid {}): not the mount's owner, root or in --zero-copy-group",
@@ -286,7 +314,7 @@ impl Shared {
             refuse(format!("cannot make a pin area: {e}"), libc::ENOMEM)
         })?;
         *bits |= 1u64 << b;
-        Ok((id, pins))
+        Ok((id, pins, peer))
     }
 
     fn handle(
@@ -294,9 +322,9 @@ impl Shared {
         req: Request,
         fd: Option<OwnedFd>,
         payload: &[u8],
-        id: ClientId,
-        files: &mut HashMap<u64, Opened>,
+        session: &mut Session<'_>,
     ) -> (Response, bool) {
+        let (id, files) = (session.id, &mut session.files);
         match req {
             Request::Hello { version } if version == wire::VERSION => (
                 Response::Welcome {
@@ -398,7 +426,11 @@ impl Shared {
                 if !o.writable {
                     return (refuse("the file was opened read-only", libc::EBADF), false);
                 }
-                match self.write_runs(o, offset, &runs, payload) {
+                let written = session
+                    .peer
+                    .clear_setid(&self.data, o)
+                    .and_then(|()| self.write_runs(o, offset, &runs, payload));
+                match written {
                     Ok(()) => (Response::Written { size: self.size(o) }, false),
                     Err(e) => (
                         refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
@@ -419,7 +451,12 @@ impl Shared {
                 if grow.is_some() && !o.writable {
                     return (refuse("the file was opened read-only", libc::EBADF), false);
                 }
-                match self.data.mem().sync_extend(FileId(o.fh.ino), grow) {
+                // Growing a file is a write (a truncate up): set-ID bits go as on the mount.
+                let cleared = match grow {
+                    Some(_) => session.peer.clear_setid(&self.data, o),
+                    None => Ok(()),
+                };
+                match cleared.and_then(|()| self.data.mem().sync_extend(FileId(o.fh.ino), grow)) {
                     Ok(size) => (Response::Synced { size }, false),
                     Err(e) => (
                         refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
