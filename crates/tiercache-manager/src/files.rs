@@ -602,16 +602,19 @@ impl Inner {
         };
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
-        apply()?;
         let fd = match self.lock().files.get(&file) {
             Some(f) => f.backing.clone(),
-            None => return Ok(()),
+            None => return apply(),
         };
         // Without a descriptor the file is closed and clean: BACKING's times are the file's.
-        let stamp = match &fd {
+        let mut stamp_now = || match &fd {
             Some(fd) => FileStamp::of_file(fd),
             None => stat(),
         };
+        // Recorded after our change only if this was the recorded stamp (see `versions`).
+        let before = stamp_now().ok();
+        apply()?;
+        let stamp = stamp_now();
         let mut eng = self.lock();
         let Some(f) = eng.files.get_mut(&file) else {
             return Ok(());
@@ -619,7 +622,9 @@ impl Inner {
         let mut meta = None;
         match stamp {
             Ok(stamp) => {
-                f.stamp = stamp;
+                if before.is_none_or(|b| b == f.stamp) {
+                    f.stamp = stamp;
+                }
                 if mtime {
                     let pending = !f.dirty.is_empty() || !f.lower_dirty.is_empty();
                     f.mtime = pending.then_some(stamp.mtime);
@@ -660,8 +665,10 @@ impl Inner {
         let _op = crate::cache::write_lock(&shared.op);
         self.flush_locked(file, crate::flusher::Why::Sync(true))?;
         self.clean_lower_locked(file)?;
-        let result = op();
         let fd = self.lock().files.get(&file).and_then(|f| f.backing.clone());
+        // Recorded after `op` only if this was the recorded stamp (see `versions`).
+        let before = fd.as_deref().and_then(|fd| FileStamp::of_file(fd).ok());
+        let result = op();
         let stamp = match fd.as_deref().map(FileStamp::of_file) {
             Some(Ok(stamp)) => Some(stamp),
             Some(Err(e)) => {
@@ -678,7 +685,9 @@ impl Inner {
         f.shared.change.fetch_add(1, Ordering::SeqCst);
         f.ra = ReadAhead::default();
         if let Some(stamp) = stamp {
-            f.stamp = stamp;
+            if before.is_none_or(|b| b == f.stamp) {
+                f.stamp = stamp;
+            }
             f.size = stamp.size;
             f.backing_size = stamp.size;
         }
@@ -719,10 +728,15 @@ impl Inner {
 
     /// Re-reads the backing file's stamp after the tier changed it, so that the next `open`
     /// does not mistake our own writes for a change behind our back. Returns BACKING's ctime.
-    pub(crate) fn refresh_stamp(&self, file: FileId, fd: &File) -> Option<SystemTime> {
+    pub(crate) fn refresh_stamp(
+        &self,
+        file: FileId,
+        fd: &File,
+        before: Option<&FileStamp>,
+    ) -> Option<SystemTime> {
         match fd.metadata() {
             Ok(m) => {
-                self.note_own_stamp(file, FileStamp::from_metadata(&m));
+                self.note_own_stamp(file, before, FileStamp::from_metadata(&m));
                 Some(crate::times::ctime_of(&m))
             }
             Err(e) => {

@@ -28,6 +28,7 @@
 
 use crate::cache::{lock, Inner};
 use crate::error::{unknown_file, StoredError};
+use crate::files::FileStamp;
 use crate::stats::Counters;
 use crate::times::{ctime_of, CtimeMap};
 use std::fs::File;
@@ -456,6 +457,11 @@ impl Inner {
                     false
                 }
             };
+        // BACKING's stamp before our writes: ours is recorded after them only if this is the
+        // one recorded (see `versions`).
+        let before = (!rest.is_empty() || (mtime.is_some() && to_backing))
+            .then(|| FileStamp::of_file(&fd).ok())
+            .flatten();
         let ((copied, err, wrote_end), fd) = match wfd {
             Ok(wfd) => (self.write_runs(file, &wfd, size, &rest), wfd),
             Err(e) => ((Vec::new(), Some(e), 0), fd),
@@ -479,7 +485,7 @@ impl Inner {
             _ => false,
         };
         let end_ctime = if wrote_end > 0 || mtime_applied || hide_ctime {
-            self.refresh_stamp(file, &fd)
+            self.refresh_stamp(file, &fd, before.as_ref())
         } else {
             None
         };

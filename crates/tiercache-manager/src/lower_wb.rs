@@ -24,6 +24,7 @@
 //! copy, under the `io` lock, so a later cleaning cannot write the older bytes over them.
 
 use crate::cache::Inner;
+use crate::files::FileStamp;
 use crate::times::{ctime_of, CtimeMap};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -309,7 +310,7 @@ impl Inner {
                 err.get_or_insert(e);
             }
         }
-        let end_ctime = self.refresh_stamp(file, &wfd);
+        let end_ctime = self.refresh_stamp(file, &wfd, Some(&FileStamp::from_metadata(&before)));
         let mut drop_below = Vec::new();
         let mut drop_all_below = false;
         let cleaned = {

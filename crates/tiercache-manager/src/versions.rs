@@ -14,6 +14,11 @@
 //! A record never replaces a newer one (`FileStamp::supersedes`): two of our changes may race
 //! (a write-through and a chmod) and their `fstat`s land in either order.
 //!
+//! A record never launders an outside change: each of our changes takes BACKING's stamp
+//! *before* it too, and the one after is recorded only when the one before is the stamp
+//! recorded (else someone changed the file first: nothing is recorded, so the next `open`
+//! sees the change, and a kept version goes).
+//!
 //! The version outlives the file's state. A state goes when the file is closed, clean and has
 //! no block left in memory, while the tiers below may still hold blocks stored with its
 //! version; the next `open` computes the version from BACKING's stamp, which differs when the
@@ -94,12 +99,17 @@ impl KeptVersions {
         self.map.contains_key(&file)
     }
 
-    /// A metadata change of the cache's own left BACKING showing `stamp`.
-    pub fn note(&mut self, file: FileId, stamp: FileStamp) {
-        if let Some(k) = self.map.get_mut(&file) {
-            if stamp.supersedes(&k.stamp) && stamp.size == k.stamp.size {
-                k.stamp = stamp;
-            }
+    /// A metadata change of the cache's own left BACKING showing `stamp`, having found it
+    /// showing `before` (`None`: not known). A change found before ours means the kept
+    /// version is no longer the file's: it goes.
+    pub fn note(&mut self, file: FileId, before: Option<&FileStamp>, stamp: FileStamp) {
+        let Some(k) = self.map.get_mut(&file) else {
+            return;
+        };
+        if before.is_some_and(|b| *b != k.stamp) {
+            self.remove(file);
+        } else if stamp.supersedes(&k.stamp) && stamp.size == k.stamp.size {
+            k.stamp = stamp;
         }
     }
 
@@ -127,6 +137,8 @@ impl Inner {
     ) -> io::Result<()> {
         let shared = self.shared(file).ok();
         let _io = shared.as_ref().map(|s| lock(&s.io));
+        // What BACKING showed before our change: recorded only if it was ours (see above).
+        let before = stat().ok();
         apply()?;
         let known = {
             let eng = self.lock();
@@ -144,21 +156,29 @@ impl Inner {
                 return Ok(());
             }
         };
-        self.note_own_stamp(file, now);
+        self.note_own_stamp(file, before.as_ref(), now);
         Ok(())
     }
 
-    /// Records `now`, read after a change of the cache's own, as `file`'s stamp (unless a newer
-    /// one is recorded already).
-    pub(crate) fn note_own_stamp(&self, file: FileId, now: FileStamp) {
+    /// Records `now`, read after a change of the cache's own, as `file`'s stamp — unless a
+    /// newer one is recorded already, or BACKING showed `before` (read before the change) and
+    /// that is not the recorded stamp: then someone else changed the file first, and recording
+    /// would hide that change (`None`: not known, recorded).
+    pub(crate) fn note_own_stamp(&self, file: FileId, before: Option<&FileStamp>, now: FileStamp) {
         let mut eng = self.lock();
         match eng.files.get_mut(&file) {
             Some(f) => {
-                if now.supersedes(&f.stamp) {
+                if before.is_some_and(|b| *b != f.stamp) {
+                    log::info!(
+                        "file {}: changed on BACKING before one of the cache's own changes; \
+                         not recorded, so the next open sees it",
+                        file.0
+                    );
+                } else if now.supersedes(&f.stamp) {
                     f.stamp = now;
                 }
             }
-            None => eng.kept.note(file, now),
+            None => eng.kept.note(file, before, now),
         }
     }
 }
@@ -208,10 +228,27 @@ mod tests {
         let mut k = KeptVersions::default();
         let f = FileId(7);
         k.keep(f, stamp(10, 200), None, 42);
-        k.note(f, stamp(10, 199)); // an older stat: ignored
-        k.note(f, stamp(11, 300)); // another size: not a metadata change
-        k.note(f, stamp(10, 250));
+        k.note(f, None, stamp(10, 199)); // an older stat: ignored
+        k.note(f, None, stamp(11, 300)); // another size: not a metadata change
+        k.note(f, Some(&stamp(10, 200)), stamp(10, 250));
         assert_eq!(k.take(f, &stamp(10, 250), None), 42);
+    }
+
+    #[test]
+    fn a_change_found_before_ours_drops_the_kept_version() {
+        let mut k = KeptVersions::default();
+        let f = FileId(7);
+        k.keep(f, stamp(10, 200), None, 42);
+        // Someone edited the file (ctime 220) before our chmod (ctime 230).
+        k.note(f, Some(&stamp(10, 220)), stamp(10, 230));
+        assert!(
+            !k.contains(f),
+            "the outside edit was laundered into the kept version"
+        );
+        assert_eq!(
+            k.take(f, &stamp(10, 230), None),
+            version_of(&stamp(10, 230))
+        );
     }
 
     #[test]

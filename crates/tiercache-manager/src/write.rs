@@ -77,10 +77,17 @@ impl Inner {
         let shared = self.shared(file)?;
         let _op = read_lock(&shared.op);
         let plan = self.plan_write(file, &shared, offset, end)?;
+        // BACKING's stamp before a write-through (see `versions`).
+        let before = plan
+            .steps
+            .iter()
+            .any(|(_, s)| matches!(s, WPlan::Through))
+            .then(|| FileStamp::of_file(&plan.fd).ok())
+            .flatten();
         let (done, err) = self.run_write(file, &plan, offset, end, data);
         self.finish_write(file, &plan, offset, &done);
         if done.through_blocks > 0 {
-            self.refresh_stamp(file, &plan.fd);
+            self.refresh_stamp(file, &plan.fd, before.as_ref());
         }
         match err {
             Some(e) if done.bytes == 0 => Err(e),
@@ -499,6 +506,8 @@ impl Inner {
                 }
             }
         }
+        // Recorded after the truncate only if this was the recorded stamp (see `versions`).
+        let before = FileStamp::of_file(fd).ok();
         self.device.set_len(file, fd, new_size)?;
         // Only once BACKING took the new size: a failed truncate keeps the tail's bytes.
         self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
@@ -549,7 +558,9 @@ impl Inner {
             }
             if let Some(f) = eng.files.get_mut(&file) {
                 if let Some(stamp) = stamp {
-                    f.stamp = stamp;
+                    if before.is_none_or(|b| b == f.stamp) {
+                        f.stamp = stamp;
+                    }
                 }
                 f.mtime = match (f.dirty.is_empty(), stamp) {
                     (true, _) => None,
