@@ -13,7 +13,9 @@
 //! record's handle is opened `O_PATH` (no device is opened for real) and the inode it gives
 //! must be a regular file, the inode the record names (inode number, and birth time when the
 //! record has one), and beneath the BACKING directory (`beneath`: a link to it reached from
-//! BACKING without symlinks or other mounts). A record that fails is refused: its blocks are
+//! BACKING without symlinks or other mounts); and no block number may place bytes beyond the
+//! largest file offset (`block × block size` is computed checked: wrapped around, it would
+//! name another part of the file). A record that fails is refused: its blocks are
 //! dropped unwritten, counted (`files_refused`, `blocks_refused`) and logged as an error. When
 //! records name files outside BACKING and none names one inside, the cache was most likely
 //! used with another BACKING on the same file system: nothing is dropped and the mount is
@@ -42,7 +44,8 @@ pub struct RecoveryReport {
     /// Blocks the device could not return (they stay dirty there; the mount is refused).
     pub blocks_unreadable: u64,
     /// Files whose record failed the check (its handle opens no regular file beneath BACKING,
-    /// or not the inode the record names): dropped unwritten, and logged as an error.
+    /// or not the inode the record names, or a block lies beyond the largest file offset):
+    /// dropped unwritten, and logged as an error.
     pub files_refused: u64,
     /// Their blocks.
     pub blocks_refused: u64,
@@ -76,6 +79,7 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         return Ok(report);
     }
     let name = tier.info().name.clone();
+    let bs = tier.info().block_size as u64;
     let at = |e: String| format!("tier {name}: recovering dirty blocks: {e}");
     let root_dir = File::open(root).map_err(|e| at(format!("{}: {e}", root.display())))?;
     let root_dev = root_dir
@@ -106,6 +110,13 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         let mut blocks = by_file.remove(&rf.file).unwrap_or_default();
         blocks.sort_by_key(|b| b.key.block);
         report.files += 1;
+        let verdict = match (verdict, beyond_any_offset(&blocks, bs)) {
+            (Verdict::Write(_), Some(n)) => Verdict::Refused(format!(
+                "its dirty block {n} lies beyond the largest file offset (block {n} of {bs} \
+                 bytes); the record is corrupt"
+            )),
+            (v, _) => v,
+        };
         match verdict {
             Verdict::Write(ident) => {
                 clean_one(tier, backing.dir(), ident, rf, &blocks, &mut report).map_err(&at)?;
@@ -144,6 +155,21 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         report.files_refused
     );
     Ok(report)
+}
+
+/// The byte offset of block `block` of `bs` bytes; `None` when no file can have it (beyond
+/// the largest file offset, or not even a 64-bit number).
+fn block_offset(block: u64, bs: u64) -> Option<u64> {
+    block.checked_mul(bs).filter(|&o| o <= i64::MAX as u64)
+}
+
+/// The first of `blocks` no file can have ([`block_offset`]): the record holding it is corrupt
+/// (or forged), and nothing of it is written.
+fn beyond_any_offset(blocks: &[DirtyBlock], bs: u64) -> Option<u64> {
+    blocks
+        .iter()
+        .map(|b| b.key.block.0)
+        .find(|&n| block_offset(n, bs).is_none())
 }
 
 /// `file (dev D, inode I)`, for messages.
@@ -364,7 +390,13 @@ fn clean_one(
     let mut done = Vec::with_capacity(blocks.len());
     let mut end = 0u64;
     for b in blocks {
-        let start = b.key.block.0 * bs;
+        // Checked by the caller (`beyond_any_offset`) before anything was written.
+        let Some(start) = block_offset(b.key.block.0, bs) else {
+            return Err(format!(
+                "{id}: block {} lies beyond any offset",
+                b.key.block.0
+            ));
+        };
         let seq = match tier.read_dirty(&b.key, b.version, &mut buf) {
             Ok(Some(seq)) => seq,
             Ok(None) => continue,

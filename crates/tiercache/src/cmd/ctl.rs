@@ -1,5 +1,6 @@
 //! Control commands on a running mount: `stats`, `priority`, `flush`, `unmount`.
 
+use super::detach::{self, AtPath};
 use super::mounts::{self, is_mounted};
 use crate::live::control::{self, canonical_mountpoint, CallError, MountFiles, Request};
 use crate::live::stats;
@@ -176,19 +177,13 @@ fn alive(pid: i32) -> bool {
 
 /// Lazy-detaches a tiercache mount whose daemon does not answer and kills that daemon. Refuses
 /// anything that is not a tiercache mount (a user who confuses BACKING with MOUNTPOINT must not
-/// detach an NFS volume), and a path where nothing is mounted.
+/// detach an NFS volume), and a path where nothing is mounted. What is checked is what is
+/// detached: the mount the path leads to, held by a descriptor ([`detach`]).
 fn force(given: &Path, mp: &Path, files: &MountFiles) -> Result<(), String> {
     let live = files.live_pid();
-    match mounts::mount_at(mp) {
-        Some(m) if !m.is_tiercache() => {
-            return Err(format!(
-                "{}: not a tiercache mount ({} is mounted there); refusing to detach it",
-                given.display(),
-                m.describe()
-            ))
-        }
-        Some(_) => {}
-        None => {
+    let opened = match detach::open_mount(mp).map_err(|e| format!("{}: {e}", given.display()))? {
+        AtPath::Mount(m) => m,
+        AtPath::NotMounted => {
             let why = mounts::not_a_tiercache_mount(given, mp)
                 .unwrap_or_else(|| format!("{}: not mounted", given.display()));
             let Some(pid) = live else {
@@ -200,23 +195,27 @@ fn force(given: &Path, mp: &Path, files: &MountFiles) -> Result<(), String> {
             println!("tiercache: nothing was mounted; stopped unresponsive daemon pid {pid}");
             return Ok(());
         }
+    };
+    let m = &opened.entry;
+    if !m.is_tiercache() {
+        return Err(format!(
+            "{}: not a tiercache mount ({} is mounted there); refusing to detach it",
+            given.display(),
+            m.describe()
+        ));
+    }
+    if m.mount_point != mp {
+        return Err(format!(
+            "{}: the mount found there is listed on {} (the path changed while it was \
+             checked); refusing to detach it",
+            given.display(),
+            m.mount_point.display()
+        ));
     }
     if let Some(pid) = live {
         kill(pid);
     }
-    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: `c` is a valid NUL-terminated path.
-    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        let st = std::process::Command::new("fusermount3")
-            .arg("-uz")
-            .arg(mp)
-            .status();
-        if !st.is_ok_and(|s| s.success()) {
-            return Err(format!("{}: cannot detach: {err}", mp.display()));
-        }
-    }
+    opened.detach(mp)?;
     remove_control_files(files);
     println!("tiercache: detached {}", mp.display());
     Ok(())

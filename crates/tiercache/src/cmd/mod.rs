@@ -7,6 +7,7 @@ pub mod bench_meta;
 pub mod bench_remote;
 pub mod bench_zerocopy;
 pub mod ctl;
+pub mod detach;
 pub mod flash;
 pub mod mount;
 pub mod mounts;

@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod flash;
 pub mod logging;
 pub mod metrics;
+pub mod mount_lock;
 pub mod mountinfo;
 pub mod one_mount;
 pub mod priority;

@@ -5,7 +5,11 @@
 //! BACKING path, percent-encoded ([`fs_name_for`]): bytes other than ASCII letters, digits and
 //! `/._-~+=:@` become `%XX`, so the source holds no comma, space or backslash whichever way it
 //! reaches the kernel (as the `mount(2)` source directly, or inside fusermount's comma-separated
-//! option list). Any user can read the table, so mounts of every user are seen alike.
+//! option list). Any user can read the table, so mounts of every user are seen alike — and any
+//! user may mount a FUSE file system with any source (`fusermount3 -o fsname=...`): who made a
+//! FUSE mount is told by the `user_id=` the kernel shows in its super options (`fuse_show_options`
+//! in the kernel's `fs/fuse/inode.c`; `fusermount3` sets it to the calling user and refuses one
+//! given by the user), never by its source.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -24,6 +28,8 @@ const MAX_SOURCE: usize = 4095;
 /// One line of `/proc/self/mountinfo` (octal escapes decoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
+    /// The mount's ID (field 1; `statx`'s `STATX_MNT_ID` gives the same number).
+    pub id: u64,
     /// `MAJ:MIN` of the mounted file system (one per superblock).
     pub dev: String,
     /// The directory of that file system that is the mount's root.
@@ -31,6 +37,9 @@ pub struct MountEntry {
     pub mount_point: PathBuf,
     pub fs_type: String,
     pub source: String,
+    /// For a FUSE mount, the user that made it: the one `user_id=` of its super options.
+    /// `None` when they show none or more than one (then it is nobody's).
+    pub fuse_owner: Option<u32>,
 }
 
 impl MountEntry {
@@ -96,6 +105,16 @@ fn percent_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The uid of the one `user_id=N` in a mount's super options; `None` for none, several, or
+/// one that is not a number.
+fn fuse_owner(super_opts: &str) -> Option<u32> {
+    let mut ids = super_opts
+        .split(',')
+        .filter_map(|o| o.strip_prefix("user_id="));
+    let id = ids.next()?.parse().ok()?;
+    ids.next().is_none().then_some(id)
+}
+
 /// Parses mountinfo text: `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - TYPE SOURCE
 /// SUPEROPTS`. Malformed lines are skipped.
 pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
@@ -109,12 +128,19 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             if dash < 5 {
                 return None;
             }
+            let fs_type = text_of(fields.get(dash + 1)?);
+            let owner = fields
+                .get(dash + 3)
+                .filter(|_| fs_type == "fuse" || fs_type.starts_with("fuse."))
+                .and_then(|o| fuse_owner(o));
             Some(MountEntry {
+                id: fields.first()?.parse().ok()?,
                 dev: fields.get(2)?.to_string(),
                 root: path(fields.get(3)?),
                 mount_point: path(fields.get(4)?),
-                fs_type: text_of(fields.get(dash + 1)?),
+                fs_type,
                 source: text_of(fields.get(dash + 2)?),
+                fuse_owner: owner,
             })
         })
         .collect()
@@ -162,20 +188,40 @@ mod tests {
         );
         assert!(m[1].is_tiercache());
         assert_eq!(m[1].backing(), None, "an older mount records no BACKING");
+        assert_eq!((m[1].id, m[1].fuse_owner), (40, Some(0)));
+        assert_eq!((m[0].id, m[0].fuse_owner), (36, None));
         assert!(!m[2].is_tiercache());
         assert_eq!(
             (m[3].dev.as_str(), m[3].root.as_path()),
             ("98:0", Path::new("/data/sub"))
         );
         let other_fuse = MountEntry {
+            id: 9,
             dev: "0:9".into(),
             root: "/".into(),
             mount_point: "/x".into(),
             fs_type: "fuse.sshfs".into(),
             source: "tiercache:/srv".into(),
+            fuse_owner: Some(0),
         };
         assert!(!other_fuse.is_tiercache());
         assert_eq!(other_fuse.backing(), None);
+    }
+
+    #[test]
+    fn a_fuse_mounts_owner_is_its_one_user_id() {
+        let line = |ty: &str, opts: &str| {
+            parse_mountinfo(&format!("7 1 0:9 / /m rw - {ty} tiercache:/b {opts}\n"))[0].fuse_owner
+        };
+        assert_eq!(line("fuse", "rw,user_id=0,group_id=0"), Some(0));
+        assert_eq!(
+            line("fuse.tiercache", "rw,user_id=1000,group_id=100"),
+            Some(1000)
+        );
+        assert_eq!(line("fuse", "rw,user_id=1000,user_id=0"), None, "two");
+        assert_eq!(line("fuse", "rw,user_id=x"), None);
+        assert_eq!(line("fuse", "rw"), None);
+        assert_eq!(line("tmpfs", "rw,user_id=0"), None, "not FUSE");
     }
 
     #[test]

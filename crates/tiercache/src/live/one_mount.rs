@@ -3,24 +3,22 @@
 //! other's writes.
 //!
 //! A running mount is found in the mount table: its source records its canonical BACKING
-//! (`mountinfo::fs_name_for`), readable by every user. A new mount's BACKING conflicts with a
-//! running mount's when the canonical paths are equal or one lies beneath the other (whole
-//! components), or when their places in their file system are (same device in the mount table,
-//! and one path from that file system's root beneath the other — which sees through bind
-//! mounts). The check and the FUSE mount are one step for every other starting daemon: a lock
-//! any user can take (binding an abstract Unix socket; the kernel frees it when its holder
-//! exits, however it exits) is held from before the check until the new mount is in the table.
-//! Abstract sockets belong to a network namespace and the mount table to a mount namespace:
-//! daemons in other namespaces are not seen.
+//! (`mountinfo::fs_name_for`), readable by every user. Any user can make a FUSE mount with such
+//! a source, so only mounts made by root or by the daemon's own user count (the `user_id=` the
+//! kernel shows for a FUSE mount; another user's mount, real or fake, neither blocks nor is
+//! checked). A new mount's BACKING conflicts with a counted mount's when the canonical paths
+//! are equal or one lies beneath the other (whole components), or when their places in their
+//! file system are (same device in the mount table, and one path from that file system's root
+//! beneath the other — which sees through bind mounts). The check and the FUSE mount are one
+//! step for the other daemons of the same user: a lock only that user can take
+//! ([`super::mount_lock`]) is held from before the check until the new mount is in the table.
+//! Daemons of different users are not ordered by it; none is needed: a daemon run by root
+//! counts only root's mounts, and one run by another user counts root's mounts and its own.
+//! The mount table belongs to a mount namespace: daemons in other namespaces are not seen.
 
+use super::mount_lock::{self, MountLock};
 use super::mountinfo::{self, MountEntry};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-/// The lock's abstract socket name.
-const LOCK_NAME: &str = "tiercache-mount-lock";
 
 /// How a new BACKING relates to a running mount's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,15 +34,18 @@ enum Overlap {
 /// it. Hold it until the FUSE mount exists; dropping it lets the next daemon check.
 #[derive(Debug)]
 pub struct Claim {
-    _lock: UnixDatagram,
+    _lock: MountLock,
 }
 
-/// Takes the lock and checks the canonical `backing` against every running tiercache mount;
-/// the error names the mount in the way (its mount point and BACKING).
+/// Takes the lock and checks the canonical `backing` against every running tiercache mount
+/// made by root or this user; the error names the mount in the way (its mount point and
+/// BACKING).
 pub fn claim(backing: &Path) -> Result<Claim, String> {
-    let lock = take_lock()?;
+    let lock = mount_lock::take(&super::control::runtime_dir(), backing)?;
     let all = mountinfo::mounts();
-    if let Some((m, theirs, how)) = conflict(&all, backing) {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    if let Some((m, theirs, how)) = conflict(&all, me, backing) {
         let relation = match how {
             Overlap::Same => "is the BACKING of",
             Overlap::Inside => "lies inside the BACKING",
@@ -64,11 +65,14 @@ pub fn claim(backing: &Path) -> Result<Claim, String> {
     Ok(Claim { _lock: lock })
 }
 
-/// The first running tiercache mount whose BACKING overlaps the canonical `ours`, with its
-/// BACKING and how.
-fn conflict(all: &[MountEntry], ours: &Path) -> Option<(MountEntry, PathBuf, Overlap)> {
+/// The first running tiercache mount made by root or by `uid` whose BACKING overlaps the
+/// canonical `ours`, with its BACKING and how.
+fn conflict(all: &[MountEntry], uid: u32, ours: &Path) -> Option<(MountEntry, PathBuf, Overlap)> {
     let our_place = mountinfo::fs_location(all, ours);
     all.iter().find_map(|m| {
+        if !matches!(m.fuse_owner, Some(o) if o == 0 || o == uid) {
+            return None;
+        }
         let theirs = m.backing()?;
         let their_place = mountinfo::fs_location(all, &theirs);
         let how = overlap(ours, &theirs).or_else(|| match (&our_place, &their_place) {
@@ -92,47 +96,26 @@ fn overlap(ours: &Path, theirs: &Path) -> Option<Overlap> {
     }
 }
 
-/// Binds the lock's abstract socket, waiting while another daemon holds it (it is held from a
-/// daemon's check until its mount exists, which includes writing back an SSD tier's dirty
-/// blocks from before a crash).
-fn take_lock() -> Result<UnixDatagram, String> {
-    let addr = SocketAddr::from_abstract_name(LOCK_NAME.as_bytes())
-        .map_err(|e| format!("the mount lock @{LOCK_NAME}: {e}"))?;
-    let start = Instant::now();
-    let mut next_note = Duration::from_secs(1);
-    loop {
-        match UnixDatagram::bind_addr(&addr) {
-            Ok(s) => return Ok(s),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                if start.elapsed() >= next_note {
-                    log::info!(
-                        "waiting {} s for another tiercache mount that is starting (mounts are \
-                         checked against each other one at a time: abstract socket \
-                         @{LOCK_NAME})",
-                        start.elapsed().as_secs()
-                    );
-                    next_note *= 4;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(format!("the mount lock @{LOCK_NAME}: {e}")),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A mount table with tiercache mounts made by root of `(BACKING, mount point)`.
     fn table(backings: &[(&str, &str)]) -> Vec<MountEntry> {
+        let owned: Vec<_> = backings.iter().map(|&(b, mp)| (b, mp, 0)).collect();
+        table_by(&owned)
+    }
+
+    /// The same with each mount made by the uid given.
+    fn table_by(backings: &[(&str, &str, u32)]) -> Vec<MountEntry> {
         let mut text = String::from(
             "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\
              2 1 8:1 /data/sub /mnt/bind rw - ext4 /dev/sda1 rw\n",
         );
-        for (i, (b, mp)) in backings.iter().enumerate() {
+        for (i, (b, mp, uid)) in backings.iter().enumerate() {
             let name = mountinfo::fs_name_for(Path::new(b)).expect("fits");
             text.push_str(&format!(
-                "{} 1 0:{} / {mp} rw - fuse {name} rw\n",
+                "{} 1 0:{} / {mp} rw - fuse {name} rw,user_id={uid},group_id={uid}\n",
                 10 + i,
                 40 + i
             ));
@@ -143,7 +126,8 @@ mod tests {
     #[test]
     fn same_inside_and_above_conflict_and_siblings_do_not() {
         let all = table(&[("/data/a", "/srv/fast")]);
-        let how = |p: &str| conflict(&all, Path::new(p)).map(|(m, b, how)| (m.mount_point, b, how));
+        let how =
+            |p: &str| conflict(&all, 0, Path::new(p)).map(|(m, b, how)| (m.mount_point, b, how));
         let hit = |o| Some((PathBuf::from("/srv/fast"), PathBuf::from("/data/a"), o));
         assert_eq!(how("/data/a"), hit(Overlap::Same));
         assert_eq!(how("/data/a/b/c"), hit(Overlap::Inside));
@@ -157,29 +141,60 @@ mod tests {
     fn a_bind_mount_of_the_same_tree_conflicts() {
         // /mnt/bind shows /data/sub of the root file system.
         let all = table(&[("/data", "/srv/fast")]);
-        let (m, _, how) = conflict(&all, Path::new("/mnt/bind/x")).expect("conflict");
+        let (m, _, how) = conflict(&all, 0, Path::new("/mnt/bind/x")).expect("conflict");
         assert_eq!(
             (m.mount_point.as_path(), how),
             (Path::new("/srv/fast"), Overlap::Inside)
         );
         let all = table(&[("/mnt/bind", "/srv/fast")]);
         assert_eq!(
-            conflict(&all, Path::new("/data/sub")).map(|c| c.2),
+            conflict(&all, 0, Path::new("/data/sub")).map(|c| c.2),
             Some(Overlap::Same)
         );
         assert_eq!(
-            conflict(&all, Path::new("/data")).map(|c| c.2),
+            conflict(&all, 0, Path::new("/data")).map(|c| c.2),
             Some(Overlap::Above)
         );
-        assert_eq!(conflict(&all, Path::new("/data/other")).map(|c| c.2), None);
+        assert_eq!(
+            conflict(&all, 0, Path::new("/data/other")).map(|c| c.2),
+            None
+        );
     }
 
     #[test]
     fn mounts_that_record_no_backing_and_other_file_systems_are_ignored() {
         let text = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\
-                    2 1 0:40 / /srv/old rw - fuse tiercache rw\n\
-                    3 1 0:41 / /srv/sshfs rw - fuse.sshfs tiercache:/data rw\n";
+                    2 1 0:40 / /srv/old rw - fuse tiercache rw,user_id=0\n\
+                    3 1 0:41 / /srv/sshfs rw - fuse.sshfs tiercache:/data rw,user_id=0\n";
         let all = mountinfo::parse_mountinfo(text);
-        assert!(conflict(&all, Path::new("/data")).is_none());
+        assert!(conflict(&all, 0, Path::new("/data")).is_none());
+    }
+
+    #[test]
+    fn only_mounts_made_by_root_or_this_user_count() {
+        let all = table_by(&[("/data/a", "/srv/u", 1000), ("/data/b", "/srv/n", 65534)]);
+        let at = |uid, p: &str| conflict(&all, uid, Path::new(p)).map(|c| c.0.mount_point);
+        assert_eq!(
+            at(0, "/data/a"),
+            None,
+            "root does not count uid 1000's mount"
+        );
+        assert_eq!(at(1000, "/data/a"), Some(PathBuf::from("/srv/u")));
+        assert_eq!(at(1000, "/data/b"), None, "nor uid 1000 uid 65534's");
+        let all = table_by(&[("/data/a", "/srv/r", 0)]);
+        assert_eq!(
+            conflict(&all, 1000, Path::new("/data")).map(|c| c.0.mount_point),
+            Some(PathBuf::from("/srv/r")),
+            "root's mount counts for everyone"
+        );
+        // A FUSE mount whose super options show no single owner counts for nobody.
+        let name = mountinfo::fs_name_for(Path::new("/data/a")).expect("fits");
+        let text = format!(
+            "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             5 1 0:50 / /srv/x rw - fuse {name} rw,user_id=1000,user_id=0\n\
+             6 1 0:51 / /srv/y rw - fuse {name} rw\n"
+        );
+        let all = mountinfo::parse_mountinfo(&text);
+        assert!(conflict(&all, 0, Path::new("/data/a")).is_none());
     }
 }
