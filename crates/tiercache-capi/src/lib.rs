@@ -3,7 +3,7 @@
 //! build prints nothing about it unless it fails).
 //!
 //! Handles are opaque pointers. Rules (as for the Rust API, where lifetimes enforce them):
-//! blocks are released before their file is closed, files before their client is
+//! blocks are released (or discarded) before their file is closed, files before their client is
 //! disconnected; a handle is used by one thread at a time. A failing call returns NULL or -1,
 //! sets `errno`, and leaves a message for `tc_last_error()` (per thread).
 //!
@@ -205,7 +205,10 @@ pub unsafe extern "C" fn tc_read_blocks(
 
 /// An update of block `block`: a private copy of its bytes (zeros past EOF), changed through
 /// `tc_block_data_mut`; the changed bytes are written to the file (as `pwrite`s would be) by
-/// `tc_block_commit` or `tc_block_release`. NULL on failure.
+/// `tc_block_commit` or `tc_block_release` (not by `tc_block_discard`). Each changed byte is
+/// sent at most once: a commit sends what changed since the last commit, whether that one
+/// succeeded or not (a failed request may still have reached the file; sending it again could
+/// undo another writer's bytes): to retry, make the update again. NULL on failure.
 ///
 /// # Safety
 /// `f` is from `tc_open` (writable).
@@ -225,10 +228,10 @@ pub unsafe extern "C" fn tc_write_block(f: *const TcFile, block: u64) -> *mut Tc
     }
 }
 
-/// The block's bytes (`tc_block_size` of them), valid until `tc_block_release`. For a block
-/// from `tc_read_blocks` they are the cache's memory, read in place and read-only: another
-/// write to the file may change them while you read (the block stays this block). For an
-/// update, the private copy.
+/// The block's bytes (`tc_block_size` of them), valid until `tc_block_release` or
+/// `tc_block_discard`. For a block from `tc_read_blocks` they are the cache's memory, read in
+/// place and read-only: another write to the file, or a truncate reaching the block, may change
+/// them while you read (the block stays this block). For an update, the private copy.
 ///
 /// # Safety
 /// `b` is a live block handle.
@@ -261,7 +264,8 @@ pub unsafe extern "C" fn tc_block_data_mut(b: *mut TcBlock) -> *mut u8 {
 }
 
 /// Writes the bytes of an update changed since it was made (or last committed) to the file:
-/// then other processes and the mount see them. 0, or -1. Nothing to do for a read block.
+/// then other processes and the mount see them. 0, or -1 (those bytes are not sent again, by
+/// a later commit or `tc_block_release`). Nothing to do for a read block.
 ///
 /// # Safety
 /// `b` is a live block handle.
@@ -284,8 +288,10 @@ pub unsafe extern "C" fn tc_block_commit(b: *mut TcBlock) -> c_int {
     }
 }
 
-/// Releases a block (its pin; an update is committed first). 0, or -1 when that commit failed
-/// (the block is released all the same).
+/// Releases a block (its pin). An update's bytes changed since its last `tc_block_commit` (all
+/// of them if it was never committed; none after a commit, failed or not, with no change since)
+/// are committed first, once. 0, or -1 when that commit failed: the block is released all the
+/// same, and the failure is reported here only (not again by `tc_sync`).
 ///
 /// # Safety
 /// `b` is NULL or a live block handle, not used afterwards.
@@ -294,13 +300,42 @@ pub unsafe extern "C" fn tc_block_release(b: *mut TcBlock) -> c_int {
     if b.is_null() {
         return 0;
     }
-    // SAFETY: a live block handle (contract).
-    let rc = unsafe { tc_block_commit(b) };
-    // SAFETY: from `Box::into_raw` in `tc_read_blocks`/`tc_write_block`, given up here; its
-    // update was committed above (a second try in its drop finds nothing changed, or keeps
-    // the error for the next `tc_sync`).
-    drop(unsafe { Box::from_raw(b) });
-    rc
+    // SAFETY: from `Box::into_raw` in `tc_read_blocks`/`tc_write_block`, given up here.
+    match *unsafe { Box::from_raw(b) } {
+        TcBlock::Ref(r) => {
+            drop(r);
+            0
+        }
+        TcBlock::Mut(mut m) => {
+            let rc = match m.commit() {
+                Ok(()) => 0,
+                Err(e) => {
+                    fail(&e);
+                    -1
+                }
+            };
+            // Committed (or tried) just now: its drop must not try again.
+            m.discard();
+            rc
+        }
+    }
+}
+
+/// Releases a block without writing anything: an update's bytes changed since its last
+/// `tc_block_commit` are dropped. For a block from `tc_read_blocks`, as `tc_block_release`.
+///
+/// # Safety
+/// `b` is NULL or a live block handle, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn tc_block_discard(b: *mut TcBlock) {
+    if b.is_null() {
+        return;
+    }
+    // SAFETY: from `Box::into_raw` in `tc_read_blocks`/`tc_write_block`, given up here.
+    match *unsafe { Box::from_raw(b) } {
+        TcBlock::Ref(r) => drop(r),
+        TcBlock::Mut(m) => m.discard(),
+    }
 }
 
 /// 003's syncblock: dirty blocks to BACKING, synced; with `extend`, the size grows to

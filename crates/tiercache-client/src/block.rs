@@ -4,9 +4,9 @@
 //!
 //! Soundness: a pinned block stays *this* block until its reference goes, but its bytes may
 //! change under it — the daemon stores into them when the file is written (through the mount,
-//! or by another client's commit), as with any shared mapping. A `&[u8]` over them would
-//! promise the compiler they do not change, so the safe API reads them only through atomic
-//! loads ([`BlockRef::copy_to`], [`BlockRef::words`], [`BlockRef::byte`]); a slice is
+//! or by another client's commit) or truncated, as with any shared mapping. A `&[u8]` over
+//! them would promise the compiler they do not change, so the safe API reads them only through
+//! atomic loads ([`BlockRef::copy_to`], [`BlockRef::words`], [`BlockRef::byte`]); a slice is
 //! `unsafe` ([`BlockRef::as_slice`]) with that contract; raw pointers are there for C.
 
 use crate::client::Client;
@@ -51,8 +51,10 @@ impl<'c> BlockRef<'c> {
     ///
     /// # Safety
     /// Nobody may change the block while the slice lives: no write to this part of the file
-    /// through the mount or by a zero-copy client (e.g. the file is not being written). The
-    /// pin keeps the block from being replaced by another; it does not freeze its bytes.
+    /// through the mount or by a zero-copy client's commit, and no truncate or `fallocate`
+    /// (hole punch, zero range) of the file that reaches the block — a truncate that ends
+    /// inside it zeroes the cut-off bytes in place (e.g. nobody writes or truncates the file).
+    /// The pin keeps the block from being replaced by another; it does not freeze its bytes.
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: `as_ptr` names `len()` bytes of the live, pinned mapping (in range, checked
         // by `data_ptr`), valid for `&self`'s lifetime; the caller promises no store into them
@@ -195,8 +197,14 @@ impl<'c> ByteView<'c> {
 
 /// An update of one block ([`ZcFile::write_block`]): a private copy of the block's bytes,
 /// changed through `&mut [u8]` with no system call, whose changed bytes are written to the
-/// file (one request) by [`BlockMut::commit`] or when it is dropped. Private memory: no other
-/// process sees it before the commit, so plain slices over it are sound.
+/// file (one request) by [`BlockMut::commit`] or when it is dropped, unless
+/// [`BlockMut::discard`]ed. Private memory: no other process sees it before the commit, so
+/// plain slices over it are sound.
+///
+/// Each changed byte is sent at most once: a commit (or the drop) sends what changed since the
+/// last commit, whether that one succeeded or not. A failed request may still have reached the
+/// file (its answer lost with the connection), and sending the same bytes again later could
+/// undo what another writer wrote meanwhile; to retry, make the update again.
 #[derive(Debug)]
 pub struct BlockMut<'f> {
     file: &'f ZcFile<'f>,
@@ -204,6 +212,8 @@ pub struct BlockMut<'f> {
     /// The bytes as of the last commit (or the start): what is not different is not written.
     twin: Box<[u8]>,
     work: Box<[u8]>,
+    /// Discarded: its drop writes nothing.
+    discarded: bool,
 }
 
 impl<'f> BlockMut<'f> {
@@ -214,6 +224,7 @@ impl<'f> BlockMut<'f> {
             offset,
             twin: twin.into_boxed_slice(),
             work,
+            discarded: false,
         }
     }
 
@@ -233,15 +244,22 @@ impl<'f> BlockMut<'f> {
     }
 
     /// Writes the bytes changed since the copy was made (or last committed) to the file: one
-    /// request, none if nothing changed. Then other processes and the mount see them.
+    /// request, none if nothing changed. Then other processes and the mount see them. Tried
+    /// once: if it fails, those bytes are not sent again, by a later commit or the drop (see
+    /// the type's docs).
     pub fn commit(&mut self) -> Result<()> {
         let (runs, payload) = changed_runs(&self.twin, &self.work);
         if runs.is_empty() {
             return Ok(());
         }
-        self.file.write_runs(self.offset, runs, &payload)?;
+        // Sent now, whatever the answer: never again.
         self.twin.copy_from_slice(&self.work);
-        Ok(())
+        self.file.write_runs(self.offset, runs, &payload)
+    }
+
+    /// Drops the update, writing nothing changed since the last commit.
+    pub fn discard(mut self) {
+        self.discarded = true;
     }
 }
 
@@ -260,8 +278,8 @@ impl std::ops::DerefMut for BlockMut<'_> {
 
 impl Drop for BlockMut<'_> {
     fn drop(&mut self) {
-        if self.file.client().same_process().is_err() {
-            return; // a forked child: the update is not its to make
+        if self.discarded || self.file.client().same_process().is_err() {
+            return; // discarded; or a forked child: the update is not its to make
         }
         if let Err(e) = self.commit() {
             self.file.defer(&e);

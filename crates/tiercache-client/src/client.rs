@@ -84,23 +84,30 @@ pub struct Client {
 static FORKS: AtomicU64 = AtomicU64::new(0);
 static ATFORK: std::sync::Once = std::sync::Once::new();
 
-/// This process's client sockets (-1: free). In a forked child they are replaced by
-/// `/dev/null`, so a connection ends when its parent does (the daemon then drops its pins)
-/// rather than living on in the child.
+/// This process's client sockets (-1: free). In a forked child each is replaced by
+/// `/dev/null` (close-on-exec, as the socket was), so a connection ends when its parent does
+/// (the daemon then drops its pins) rather than living on in the child, and the child can
+/// never write into it; and the table is emptied there: those descriptor numbers are the
+/// child's to reuse, and a later fork must not replace what the child then opens under them.
 static SOCKETS: [std::sync::atomic::AtomicI32; 64] =
     [const { std::sync::atomic::AtomicI32::new(-1) }; 64];
 
 extern "C" fn forked_child() {
     FORKS.fetch_add(1, Relaxed);
     for s in &SOCKETS {
-        let fd = s.load(Relaxed);
+        let fd = s.swap(-1, Relaxed);
         if fd >= 0 {
-            // SAFETY: open/dup2/close are async-signal-safe; `fd` is a descriptor this
-            // process registered (the child's copy), replaced in place.
+            // SAFETY: open/socket/dup3/close are async-signal-safe; `fd` is a descriptor this
+            // process registered (the child's copy), replaced in place. dup3 with O_CLOEXEC:
+            // dup2 would clear close-on-exec, and the child's programs would inherit it.
             unsafe {
-                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                let mut null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                if null < 0 {
+                    // No /dev/null (a chroot): an unconnected socket goes nowhere either.
+                    null = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                }
                 if null >= 0 {
-                    libc::dup2(null, fd);
+                    libc::dup3(null, fd, libc::O_CLOEXEC);
                     libc::close(null);
                 }
             }

@@ -148,7 +148,8 @@ impl<'c> ZcFile<'c> {
 
     /// An update of block `block`: a private copy of its bytes (zeros past EOF) to change with
     /// no system call, whose changed bytes are written to the file — as `pwrite`s through the
-    /// mount would, past EOF extending it — by [`BlockMut::commit`] or when it is dropped.
+    /// mount would, past EOF extending it — by [`BlockMut::commit`] or when it is dropped
+    /// (not if [`BlockMut::discard`]ed; each changed byte is sent at most once).
     /// Other processes and the mount see the update from its commit on; [`ZcFile::sync`]
     /// makes it durable. Only changed bytes are written, so clients updating different bytes
     /// of one block do not undo each other's updates. The file must be open read-write.

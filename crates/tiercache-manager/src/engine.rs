@@ -49,7 +49,13 @@ pub(crate) struct Engine {
     pub zc: Option<Arc<Region>>,
     /// Slots removed while a zero-copy client pinned them: not reused until unpinned.
     pub held: Vec<SlotId>,
+    /// Where the next bounded look at `held` starts (round robin, see `release_some_held`).
+    pub held_cursor: usize,
 }
+
+/// Held slots one insertion looks at: bounded work under the engine lock, whatever a client
+/// keeps pinned; every held slot is looked at again within ⌈held / HELD_SCAN⌉ insertions.
+pub(crate) const HELD_SCAN: usize = 16;
 
 /// Result of trying to drop one cached block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +81,7 @@ impl Engine {
             lower: None,
             zc: None,
             held: Vec::new(),
+            held_cursor: 0,
         }
     }
 
@@ -110,7 +117,7 @@ impl Engine {
             return None;
         }
         if !self.held.is_empty() {
-            self.release_held();
+            self.release_some_held(HELD_SCAN);
         }
         let inserted = match &self.zc {
             // A victim a client has pinned is skipped; one it has not is made unpinnable.
@@ -185,7 +192,7 @@ impl Engine {
         self.tier.remove(&key);
     }
 
-    /// Frees the held slots no client pins any more.
+    /// Frees every held slot no client pins any more (a client went: O(held), once).
     pub fn release_held(&mut self) {
         let Some(r) = self.zc.clone() else {
             return;
@@ -198,6 +205,33 @@ impl Engine {
             }
             pinned
         });
+        self.held_cursor = 0;
+    }
+
+    /// Looks at (at most) `budget` held slots, round robin from where the last look stopped,
+    /// and frees those no client pins any more: the bounded share of an insertion.
+    pub fn release_some_held(&mut self, budget: usize) {
+        let Some(r) = self.zc.clone() else {
+            return;
+        };
+        let mut i = self.held_cursor;
+        for _ in 0..budget.min(self.held.len()) {
+            if i >= self.held.len() {
+                i = 0;
+            }
+            let s = self.held[i];
+            if r.pinned(s.0) {
+                i += 1;
+            } else {
+                // The last entry moves to `i`: looked at next.
+                self.held.swap_remove(i);
+                self.tier.release_held(s);
+                if self.held.is_empty() {
+                    break;
+                }
+            }
+        }
+        self.held_cursor = i;
     }
 
     /// Bookkeeping for a block the tier pushed out (it was clean and unpinned).

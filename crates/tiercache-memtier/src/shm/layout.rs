@@ -7,7 +7,8 @@ use super::proto::{bucket, SlotHeader};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::Ordering::Acquire;
+use std::sync::atomic::fence;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const MAGIC: [u8; 8] = *b"TCZCSHM2";
@@ -228,8 +229,14 @@ impl Mapped {
         unsafe { &*self.base().add(STATE_OFF).cast::<AtomicU32>() }
     }
 
+    /// Whether the daemon serves the region. A relaxed load and an acquire fence, not an
+    /// acquire load: a client's mapping is read-only, where only relaxed atomic loads (of at
+    /// most 8 bytes on 64-bit targets) are defined (`std::sync::atomic`, "Atomic accesses to
+    /// read-only memory"). The same for every load from the region below.
     pub(crate) fn serving(&self) -> bool {
-        self.state().load(Acquire) == STATE_SERVING
+        let state = self.state().load(Relaxed);
+        fence(Acquire);
+        state == STATE_SERVING
     }
 
     /// Header of `slot`; `None` out of range.
@@ -241,7 +248,7 @@ impl Mapped {
         let off = self.layout.headers_off + u64::from(slot) * HEADER_BYTES;
         // SAFETY: in range (checked), 32-byte aligned (headers_off is 4096, headers are 32 B),
         // inside the mapping; `SlotHeader` is all atomics, valid for any bit pattern, and only
-        // ever accessed atomically (a client's mapping is read-only: it only loads).
+        // ever accessed atomically (a client's mapping is read-only: it only does relaxed loads).
         Some(unsafe { &*self.base().add(off as usize).cast::<SlotHeader>() })
     }
 
@@ -262,7 +269,8 @@ impl Mapped {
         self.set_of(file, block)
             .1
             .iter()
-            .filter_map(|c| c.load(Acquire).checked_sub(1))
+            // Relaxed: a hint is validated by `try_pin`, whose fences order what it reads.
+            .filter_map(|c| c.load(Relaxed).checked_sub(1))
     }
 
     /// Pointer to the first byte of `slot` (panics if out of range).

@@ -84,8 +84,15 @@ impl SlotHeader {
     /// Client (or the daemon on a client's behalf): pins the slot with bit `mask` of the
     /// client's pin `word` if it holds `block` of `file`, valid, and keeps doing so after the
     /// pin is visible. `None`: not there (or changing): a miss.
+    ///
+    /// Every load from the header is `Relaxed`, ordered by fences: a client maps headers
+    /// read-only, where only `Relaxed` atomic loads of at most 8 bytes (64-bit targets) are
+    /// defined (`std::sync::atomic`, "Atomic accesses to read-only memory"), so an acquire
+    /// load is a relaxed load and an acquire fence.
     pub fn try_pin(&self, file: u64, block: u64, word: &AtomicU64, mask: u64) -> Option<Pinned> {
-        let s0 = self.seq.load(Acquire);
+        let s0 = self.seq.load(Relaxed);
+        // Pairs with `end`'s release: the identity read below is at least that window's.
+        fence(Acquire);
         if s0 & 1 == 1 {
             return None;
         }
@@ -98,10 +105,11 @@ impl SlotHeader {
         let before = word.fetch_or(mask, SeqCst);
         // Dekker with `begin`'s fence: the pin above or the daemon's odd `seq` is seen by the
         // other side. Also an acquire fence for the loads above (a seqlock read): if one of
-        // them saw a store of a change window, the re-read of `seq` sees that window's `seq`.
+        // them saw a store of a change window, the re-read of `seq` sees that window's `seq`;
+        // and for `flags`: VALID seen means the bytes `set_valid` published are seen.
         fence(SeqCst);
         let newly = before & mask == 0;
-        if self.seq.load(SeqCst) != s0 {
+        if self.seq.load(Relaxed) != s0 {
             if newly {
                 unpin(word, mask);
             }

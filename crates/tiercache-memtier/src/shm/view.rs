@@ -12,6 +12,22 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicU64;
 
+// A client loads the region's 8-byte header words from a read-only mapping: only relaxed
+// atomic loads of at most the register width are defined there (`std::sync::atomic`, "Atomic
+// accesses to read-only memory"), 8 bytes on these targets, 4 on the 32-bit ones.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "loongarch64",
+    target_arch = "mips64",
+    target_arch = "mips64r6",
+    target_arch = "powerpc64",
+    target_arch = "riscv64",
+    target_arch = "sparc64",
+    target_arch = "s390x"
+)))]
+compile_error!("zero-copy clients need 8-byte relaxed atomic loads from read-only memory");
+
 /// A client's view of a region and its pin area. Unmapped on drop.
 #[derive(Debug)]
 pub struct RegionView {
@@ -89,10 +105,14 @@ impl RegionView {
     /// Whether `slot`'s header names `block` of `file` right now (valid, or retired while
     /// pinned): a pinned slot always does. Not a pin.
     pub fn names(&self, slot: u32, file: u64, block: u64) -> bool {
-        use std::sync::atomic::Ordering::Acquire;
-        self.mapped
+        use std::sync::atomic::{fence, Ordering::Acquire, Ordering::Relaxed};
+        // Relaxed loads and a fence: the header is read-only here (see `Mapped::serving`).
+        let named = self
+            .mapped
             .header(slot)
-            .is_some_and(|h| h.file.load(Acquire) == file && h.block.load(Acquire) == block)
+            .is_some_and(|h| h.file.load(Relaxed) == file && h.block.load(Relaxed) == block);
+        fence(Acquire);
+        named
     }
 
     /// Pointer to the first byte of `slot` (panics if out of range). Read-only memory that the
