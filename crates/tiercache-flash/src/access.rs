@@ -207,12 +207,13 @@ impl FlashTier {
         if let Err(e) = self.dev.write_at(data, self.geo.block_off(id, b)) {
             // The block's bytes on the device are now unknown: it goes, dirty or not (the
             // caller keeps the newer bytes and falls back to BACKING).
+            self.trim_sums(st);
             self.drop_block(st, id, b);
             return Err(self.fail(st, e));
         }
         st.idx.parked.remove(&(id, b as u32)); // the device has the newest bytes now
         self.note_sum_at(st, slot, id, b, data);
-        st.sums.stored(id, b);
+        st.sums.in_place.stored(id, b);
         st.idx.set_block(id, b, how == Store::Dirty);
         st.idx.touch(id);
         match how {

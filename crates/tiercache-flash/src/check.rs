@@ -45,8 +45,9 @@ pub struct CheckReport {
     /// misdirected write): a mount would re-read a clean one from BACKING, and fail a dirty
     /// one with EIO (and refuse to mount when it finds one after a crash). `check` exits 1.
     pub corrupt_blocks: u64,
-    /// Usable dirty blocks that cannot be checked: not shut down cleanly, and an overwrite in
-    /// place may have been under way (their in-place bit): each sector holds old or new bytes.
+    /// Usable dirty blocks that do not match their checksum but cannot be called corrupt: not
+    /// shut down cleanly, and an overwrite in place may have been under way (their in-place
+    /// bit): each sector holds old or new bytes, and an open takes them as they are.
     pub unverified_blocks: u64,
 }
 
@@ -133,14 +134,16 @@ fn check_blocks(
     dev.read_at(&mut table, g.sums_at(set))?;
     let mut buf = vec![0u8; g.block_size()];
     for b in blocks {
-        if !clean && bit(&rec.in_place, b) {
-            r.unverified_blocks += 1;
-            continue;
-        }
         dev.read_at(&mut buf, g.block_off(set, b))?;
         let o = b * SUM_BYTES;
         let want = u32::from_le_bytes([table[o], table[o + 1], table[o + 2], table[o + 3]]);
-        if block_sum(sb.instance, set, b, tag, rec.version, &buf) != want {
+        if block_sum(sb.instance, set, b, tag, rec.version, &buf) == want {
+            continue;
+        }
+        if !clean && bit(&rec.in_place, b) {
+            // An overwrite cut by a crash may have left it so: an open takes it as it is.
+            r.unverified_blocks += 1;
+        } else {
             r.corrupt_blocks += 1;
         }
     }

@@ -19,6 +19,14 @@ pub enum FlashError {
     /// No valid superblock: not a flash tier, or both copies are damaged.
     #[error("not a tiercache flash device (no valid superblock): {0}")]
     NotFormatted(String),
+    /// No valid superblock, and the formatting marker in slot 0: a format of the device was
+    /// interrupted (a crash while formatting). It holds no cache: `open_or_create` formats it
+    /// again.
+    #[error(
+        "the format of this flash cache was interrupted (a crash while it was being made): it \
+         holds no cache yet; the next mount formats it again"
+    )]
+    FormatInterrupted,
     /// A superblock of another format version or geometry than asked for.
     #[error("flash format mismatch: {0}")]
     Mismatch(String),

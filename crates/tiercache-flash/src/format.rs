@@ -12,6 +12,9 @@ use crate::error::FlashError;
 use tiercache_tier::{FileHandle, FileKey, FileMeta, MAX_HANDLE_BYTES};
 
 pub const SB_MAGIC: &[u8; 8] = b"TCFLASH\0";
+/// Magic of the formatting marker: superblock slot 0 while `create` formats the device (the
+/// superblock replaces it last), so that an interrupted format is told from other data.
+pub const FORMATTING_MAGIC: &[u8; 8] = b"TCFLFMT\0";
 pub const REC_MAGIC: &[u8; 4] = b"TCSR";
 pub const FORMAT_VERSION: u32 = 3;
 /// The older format a mount still upgrades (dirty blocks written back, then reformatted).
@@ -208,6 +211,23 @@ pub fn block_sum(
     id[40..48].copy_from_slice(&tag.1.to_le_bytes());
     id[48..56].copy_from_slice(&version.to_le_bytes());
     crc32c::crc32c_append(crc32c::crc32c(&id), data)
+}
+
+/// The formatting marker (one sector of `sector` bytes): [`FORMATTING_MAGIC`], the format
+/// version being made (u32), zeros, and at bytes 72..76 a CRC32C of bytes 0..72 — a
+/// superblock's shape with another magic, so no reader takes it for a superblock.
+pub fn formatting_marker(sector: usize) -> Vec<u8> {
+    let mut b = vec![0u8; sector.max(SB_BYTES)];
+    b[0..8].copy_from_slice(FORMATTING_MAGIC);
+    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..72]);
+    b[72..76].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Whether `b` (a sector read at offset 0) is a formatting marker (magic and CRC).
+pub fn is_formatting_marker(b: &[u8]) -> bool {
+    b.len() >= SB_BYTES && &b[0..8] == FORMATTING_MAGIC && crc32c::crc32c(&b[..72]) == u32_at(b, 72)
 }
 
 /// The superblock (two copies, slot = `gen & 1`; the valid one with the higher `gen` wins).

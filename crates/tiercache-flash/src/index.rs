@@ -9,7 +9,7 @@
 //! - `F_IN_D` is set iff the set is mapped and holds a `dirty` or `disk_dirty` bit, and
 //!   `files[f].sets` counts the sets of file `f` with `F_IN_D` (see `crate::meta`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use tiercache_tier::{FileKey, FileMeta};
 
 pub const NIL: u32 = u32::MAX;
@@ -105,8 +105,9 @@ pub struct Index {
     /// The newest `meta_gen` written (+1 per record carrying meta).
     pub meta_gen: u64,
     /// Parked overwrites (`crate::park`): (set, block) → the block's newest bytes, not yet
-    /// on the device. Each is valid; a drop of the block drops its parked bytes.
-    pub parked: HashMap<(u32, u32), Box<[u8]>>,
+    /// on the device. Each is valid; a drop of the block drops its parked bytes. Ordered, so
+    /// that a set's parked blocks are a range.
+    pub parked: BTreeMap<(u32, u32), Box<[u8]>>,
 }
 
 fn mix(file: &FileKey, si: u64) -> u64 {
@@ -141,7 +142,7 @@ impl Index {
             files: HashMap::new(),
             carrier_lost: false,
             meta_gen: 0,
-            parked: HashMap::new(),
+            parked: BTreeMap::new(),
         }
     }
 

@@ -181,13 +181,14 @@ impl DataTier for LegacyTier {
         version: u64,
         buf: &mut [u8],
     ) -> Result<Option<u64>, TierError> {
+        let bs = self.geo.block_size();
+        crate::tier::check_len(&self.info.name, buf.len() >= bs, buf.len(), bs)?;
         let Some(&(set, b, v)) = self.lock().get(key) else {
             return Ok(None);
         };
         if v != version {
             return Ok(None);
         }
-        let bs = self.geo.block_size();
         self.dev
             .read_at(&mut buf[..bs], self.geo.block_off(set, b))
             .map_err(|source| TierError::Io {

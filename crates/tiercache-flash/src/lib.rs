@@ -24,11 +24,11 @@
 //! - `index` (private): the RAM index (bitmaps, compact hash table, LRU, free list, per-file
 //!   entries);
 //! - [`tier`]: [`FlashTier`] (the [`tiercache_tier::DataTier`]), [`FlashConfig`]; `access`
-//!   its request path (reads, stores); `sums` the block checksums (table cache, in-place
-//!   bits, rules in its docs); `recovery` adds `create`/`open`/`open_or_create`/`close`;
-//!   `check` the offline check ([`CheckReport`]); [`LegacyTier`] reads a format-2 cache to
-//!   upgrade it; `meta` keeps
-//!   each dirty file's meta durable (rules in its docs); `spill` hands the clean blocks of a
+//!   its request path (reads, stores); `sums` the block checksums (table cache, rules in its
+//!   docs); `inplace` the records' in-place bits (rules in its docs); `recovery` adds
+//!   `create`/`open`/`open_or_create`/`close`; `check` the offline check ([`CheckReport`]);
+//!   [`LegacyTier`] reads a format-2 cache to upgrade it; `meta` keeps each dirty file's
+//!   meta durable (rules in its docs); `spill` hands the clean blocks of a
 //!   set reused for a clean store to the caller (to go further down); `advice` turns the
 //!   cleaner's decisions into `on_request`/`on_tick` advice; [`stats`]: [`FlashStats`];
 //! - [`cleaner`]: the idle-time cleaning policy (001's normal → wait → writeback, or eager)
@@ -46,6 +46,7 @@ pub mod error;
 pub mod faulty;
 pub mod format;
 mod index;
+mod inplace;
 mod legacy;
 mod meta;
 mod park;

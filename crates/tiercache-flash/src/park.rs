@@ -25,9 +25,9 @@ pub(crate) const PARK_MAX_BYTES: usize = 1 << 20;
 
 impl FlashTier {
     /// Whether a dirty store of block `b` of set `id` must be parked: the device may hold the
-    /// block dirty and the set's newest record lacks its in-place bit.
+    /// block dirty and its in-place bit is not durable in the set's newest record.
     pub(crate) fn must_park(st: &State, id: u32, b: usize) -> bool {
-        st.idx.is_disk_dirty(id, b) && !st.sums.in_place_on_disk(id, b)
+        st.idx.is_disk_dirty(id, b) && !st.sums.in_place.durable(id, b)
     }
 
     /// Parks `data` as block `b` of set `id` (already valid and dirty in the index).
@@ -50,59 +50,85 @@ impl FlashTier {
         st.idx.parked.get(&(id, b as u32)).map(|d| &d[..])
     }
 
-    /// Marks the in-place bits of the parked blocks the device may hold dirty as wanted in
-    /// their sets' next records, and those sets as due for a record (the caller writes them
-    /// with `persist`). Returns the sets.
+    /// The parked blocks of set `id` (every record of the set carries their bits:
+    /// `crate::inplace`, invariant 2).
+    pub(crate) fn parked_of(st: &State, id: u32) -> impl Iterator<Item = usize> + '_ {
+        st.idx
+            .parked
+            .range((id, 0)..=(id, u32::MAX))
+            .map(|(&(_, b), _)| b as usize)
+    }
+
+    /// Marks the sets of the parked blocks whose in-place bit is not durable yet as due for a
+    /// record (the caller writes them with `persist`; every record of a set carries the bits
+    /// of its parked blocks). Returns the sets.
     pub(crate) fn want_parked_bits(st: &mut State) -> Vec<u32> {
-        let mut keys: Vec<(u32, u32)> = st.idx.parked.keys().copied().collect();
-        keys.sort_unstable();
+        let keys: Vec<(u32, u32)> = st.idx.parked.keys().copied().collect();
         let mut ids: Vec<u32> = Vec::new();
         for (id, b) in keys {
-            if Self::must_park(st, id, b as usize) {
-                st.sums.want(id, b as usize);
+            if ids.last() != Some(&id) && Self::must_park(st, id, b as usize) {
                 st.idx.note_meta(id);
-                if ids.last() != Some(&id) {
-                    ids.push(id);
-                }
+                ids.push(id);
             }
         }
-        if !ids.is_empty() {
-            st.fs.in_place_records += ids.len() as u64;
-        }
+        st.fs.in_place_records += ids.len() as u64;
         ids
     }
 
     /// Once the parked blocks' in-place bits are durable (or the device no longer holds them
     /// dirty): writes them in place with their checksums, then their sets' tables (not
-    /// synced). A block whose write fails stays parked (the error is returned).
+    /// synced). A block whose write fails stays parked (its bit stays in every record of its
+    /// set: it may be torn now); the others still go. Returns the first error.
     pub(crate) fn write_parked(&self, st: &mut State) -> Result<(), TierError> {
-        let mut keys: Vec<(u32, u32)> = st.idx.parked.keys().copied().collect();
-        keys.sort_unstable();
+        let keys: Vec<(u32, u32)> = st.idx.parked.keys().copied().collect();
         let mut ids: Vec<u32> = Vec::new();
+        let mut first_err = None;
         for (id, b) in keys {
             let Some(data) = st.idx.parked.get(&(id, b)).cloned() else {
                 continue;
             };
             let b = b as usize;
-            debug_assert!(
-                !Self::must_park(st, id, b),
-                "in place before its bit is durable"
-            );
-            let slot = self.ready_sum(st, id, false)?;
+            if Self::must_park(st, id, b) {
+                // Never in place before its bit is durable (not reached: every parked block's
+                // set is in the round before this); it waits for the next round.
+                continue;
+            }
+            let slot = match self.ready_sum(st, id, false) {
+                Ok(slot) => slot,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    continue;
+                }
+            };
             st.unsynced = true;
             if let Err(e) = self.dev.write_at(&data, self.geo.block_off(id, b)) {
-                return Err(self.fail(st, e));
+                self.trim_sums(st);
+                first_err.get_or_insert(self.fail(st, e));
+                continue;
             }
             self.note_sum_at(st, slot, id, b, &data);
-            st.sums.stored(id, b);
+            // Not "stored" (`crate::inplace`, invariant 2): the next record comes after a
+            // sync that makes this write durable, so it need not keep the bit for it.
             st.idx.parked.remove(&(id, b as u32));
             if ids.last() != Some(&id) {
                 ids.push(id);
             }
         }
-        // Their checksums reach the device before any later sync (none of these sets may be
-        // due for a record again).
-        self.flush_sums(st, &ids).map_err(|e| self.fail(st, e))
+        // Their checksums reach the device before any later sync (their sets are pending
+        // anyway: their records carried bits, `crate::inplace` invariant 3).
+        if let Err(e) = self.flush_sums(st, &ids) {
+            first_err.get_or_insert(self.fail(st, e));
+        }
+        self.trim_in_place(st);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Forgets the in-place bits of sets over the cap, keeping those of sets with parked
+    /// blocks (`crate::inplace`, invariant 4).
+    pub(crate) fn trim_in_place(&self, st: &mut State) {
+        let State { sums, idx, .. } = st;
+        sums.in_place
+            .trim(|id| idx.parked.range((id, 0)..=(id, u32::MAX)).next().is_some());
     }
 
     /// Unparks every parked block now (more than [`PARK_MAX_BYTES`] parked): the records

@@ -3,7 +3,10 @@
 use crate::cleaner::Cleaner;
 use crate::device::{FileDevice, FlashDevice};
 use crate::error::FlashError;
-use crate::format::{newest, Geometry, Record, Superblock, FORMAT_VERSION, SB_CLEAN};
+use crate::format::{
+    formatting_marker, is_formatting_marker, newest, Geometry, Record, Superblock, FORMAT_VERSION,
+    SB_CLEAN,
+};
 use crate::index::{Index, F_META_DIRTY};
 use crate::meta::NewestMeta;
 use crate::sums::Sums;
@@ -94,6 +97,7 @@ pub(crate) fn read_superblock_of(
         (None, None) => {
             return Err(match other {
                 Some(found) => FlashError::FormatVersion { found },
+                None if format_interrupted(dev)? => FlashError::FormatInterrupted,
                 None => FlashError::NotFormatted(why.join("; ")),
             })
         }
@@ -126,6 +130,17 @@ pub(crate) fn read_superblock_of(
         return Err(mismatch());
     }
     Ok((sb, valid))
+}
+
+/// Whether superblock slot 0 holds the formatting marker (`create` was interrupted).
+fn format_interrupted(dev: &dyn FlashDevice) -> Result<bool, FlashError> {
+    let n = dev.sector_size().max(512);
+    if n as u64 > dev.len() {
+        return Ok(false);
+    }
+    let mut b = vec![0u8; n];
+    dev.read_at(&mut b, 0)?;
+    Ok(is_formatting_marker(&b))
 }
 
 /// Calls `f(set, newest good record, bad slots)` for every set, reading the metadata in chunks.
@@ -179,13 +194,17 @@ fn snap(cfg: &FlashConfig, geo: &Geometry) -> TierSnapshot {
 impl FlashTier {
     /// Formats `dev` (everything on it is lost) and opens the empty tier.
     ///
-    /// Order: both superblock copies zeroed and synced (a crash now leaves an unformatted
-    /// device, never old records taken as new), then every record slot (slot 0: an empty
-    /// record, seq 0; slot 1: zero), synced, then the superblock, synced.
+    /// Order: the formatting marker in superblock slot 0 and slot 1 zeroed, synced (a crash
+    /// from now on leaves a device whose format was interrupted, which `open_or_create`
+    /// formats again — never old records taken as new, never a device refused as other
+    /// data), then every record slot (slot 0: an empty record, seq 0; slot 1: zero), synced,
+    /// then the superblock (generation 2, in slot 0 over the marker), synced.
     pub fn create(dev: Arc<dyn FlashDevice>, cfg: FlashConfig) -> Result<Self, FlashError> {
         let geo = Geometry::compute(dev.len(), dev.sector_size(), cfg.block_shift, cfg.set_shift)?;
         let sector = geo.sector as usize;
-        dev.write_at(&vec![0u8; 2 * sector], 0)?;
+        let mut head = vec![0u8; 2 * sector];
+        head[..sector].copy_from_slice(&formatting_marker(sector));
+        dev.write_at(&head, 0)?;
         dev.sync()?;
         let instance = rand::random::<u64>() | 1;
         let words = geo.bitmap_bytes() / 8;
@@ -216,7 +235,8 @@ impl FlashTier {
         dev.sync()?;
         let sb = Superblock {
             flags: 0,
-            gen: 1,
+            // Slot 0: the superblock replaces the marker in one sector write.
+            gen: 2,
             geo,
             device_len: dev.len(),
             instance,
@@ -236,9 +256,10 @@ impl FlashTier {
     }
 
     /// Opens the tier on `dev`, formatting it first only when it holds no tiercache flash
-    /// superblock at all (a new file or a wiped device). A cache of another format version,
-    /// a geometry mismatch or a damaged superblock is an error, never silently formatted.
-    /// Returns whether it was created.
+    /// superblock at all (a new file or a wiped device), or when a format of it was
+    /// interrupted (the formatting marker and no superblock: it holds no cache; logged). A
+    /// cache of another format version, a geometry mismatch or a damaged superblock is an
+    /// error, never silently formatted. Returns whether it was created.
     pub fn open_or_create(
         dev: Arc<dyn FlashDevice>,
         cfg: FlashConfig,
@@ -246,6 +267,14 @@ impl FlashTier {
         match Self::open(dev.clone(), cfg.clone()) {
             Ok(t) => Ok((t, false)),
             Err(FlashError::NotFormatted(_)) if !has_superblock_bytes(dev.as_ref())? => {
+                Ok((Self::create(dev, cfg)?, true))
+            }
+            Err(FlashError::FormatInterrupted) => {
+                log::warn!(
+                    "flash tier {}: the device's format was interrupted (a crash while it was \
+                     being made; it holds no cache yet): formatting it again",
+                    cfg.name
+                );
                 Ok((Self::create(dev, cfg)?, true))
             }
             Err(e) => Err(e),
@@ -466,7 +495,20 @@ impl FlashTier {
         self.sync_locked(&mut st)
             .map_err(|e| unavailable(&self.info.name, &format!("close: {e}")))?;
         if !st.idx.pending.is_empty() {
+            // Records that carried in-place bits (`crate::inplace`): nothing goes in place
+            // after this, so one more round (right after the sync) drops them all.
+            st.sums.in_place.forget_all();
+            let ids = st.idx.pending.clone();
+            self.persist(&mut st, &ids)
+                .map_err(|e| unavailable(&self.info.name, &format!("close: {e}")))?;
+        }
+        if !st.idx.pending.is_empty() {
             return Err(unavailable(&self.info.name, "close: records still pending"));
+        }
+        // Every checksum matches after a clean close, whatever was left in the table cache.
+        self.flush_all_sums(&mut st)?;
+        if st.unsynced {
+            self.dev_sync(&mut st)?;
         }
         let mut sb = st.sb;
         sb.flags |= SB_CLEAN;
@@ -486,14 +528,14 @@ impl FlashTier {
     }
 }
 
-/// Whether a device holds a valid superblock, of this format version or another (e.g. to
-/// decide between `open` and `create`: `open` then refuses another version with a clear
-/// error instead of the data being formatted away). [`FlashTier::open_or_create`] decides
-/// more carefully.
+/// Whether a device holds a valid superblock, of this format version or another, or an
+/// interrupted format of one (e.g. to decide between `open` and `create`: `open` then
+/// refuses another version with a clear error instead of the data being formatted away).
+/// [`FlashTier::open_or_create`] decides more carefully (and formats an interrupted one).
 pub fn is_formatted(dev: &dyn FlashDevice) -> bool {
     matches!(
         read_superblock(dev),
-        Ok(_) | Err(FlashError::FormatVersion { .. })
+        Ok(_) | Err(FlashError::FormatVersion { .. } | FlashError::FormatInterrupted)
     )
 }
 

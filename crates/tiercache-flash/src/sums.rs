@@ -16,24 +16,23 @@
 //! 3. **In-place overwrite**: a block the device may hold dirty (`disk_dirty`) is overwritten
 //!    in place only once its in-place bit is durable in the set's record; until then the new
 //!    bytes are parked in RAM and the next `sync()` makes the bits of all parked blocks
-//!    durable in one round before writing them (`crate::park`). A record keeps a block's bit
-//!    only if the block was stored since the set's previous record (a block rewritten every
-//!    sync keeps it and is not parked again; a quiet one loses it). A record is only written
-//!    right after a sync, when every stored block's bytes and checksum are durable and nothing
-//!    is in flight, so dropping a bit there is always safe.
-//! 4. **Open**: after a clean close every checksum matches (the close wrote every table before
-//!    its last sync). After a crash, a dirty block without its in-place bit was not written
-//!    since its durable record, so it must match; one with the bit may hold old or new bytes
-//!    sector by sector (rule 6 of `docs/design.md` §6, Ordering) and cannot be checked: its
-//!    checksum is recomputed from what is there (`unverified_blocks`) and the set's next
-//!    record drops the bit.
+//!    durable in one round before writing them (`crate::park`). Which bits a record carries,
+//!    when they count as durable, and how a bit is dropped again: `crate::inplace`.
+//! 4. **Open**: after a clean close every checksum matches (the close writes every changed
+//!    table before its last sync). After a crash, a dirty block without its in-place bit was
+//!    not written since its durable record, so it must match; one with the bit may hold old
+//!    or new bytes sector by sector (rule 6 of `docs/design.md` §6, Ordering): when it does
+//!    not match, its checksum is recomputed from what is there (`unverified_blocks`). Either
+//!    way the set's next record drops the bit.
 //!
 //! RAM: between operations the cache holds at most `sets / 32` tables (4 B per block of a
-//! cached table, so ≤ 0.125 B per block of the tier; none below 32 sets); in-place bits only
-//! for sets that have some.
+//! cached table, so ≤ 0.125 B per block of the tier; none below 32 sets), plus any whose
+//! write failed (each a device error); in-place bits of at most `sets / 32` sets (at least
+//! 1; `crate::inplace`).
 
 use crate::device::FlashDevice;
 use crate::format::{block_sum, Geometry, SUM_BYTES};
+use crate::inplace::InPlace;
 use crate::tier::{FlashTier, State};
 use std::collections::HashMap;
 use std::io;
@@ -48,28 +47,19 @@ struct Table {
     dirty: bool,
     /// Used since the clock hand last passed.
     used: bool,
-}
-
-/// The in-place bits of one set (see rule 3).
-#[derive(Debug, Clone)]
-struct InPlace {
-    /// The bits of the newest record written for the set.
-    on_disk: Vec<u64>,
-    /// Blocks of `on_disk` stored since that record.
-    stored: Vec<u64>,
-    /// Bits the next record must carry (an overwrite waits for them).
-    want: Vec<u64>,
+    /// Its write failed in the trim under way (skipped by the clock until it ends).
+    stuck: bool,
 }
 
 /// The cache of checksum tables and the in-place bits; see the module docs.
 #[derive(Debug)]
 pub(crate) struct Sums {
-    words: usize,
     cap: usize,
     tables: Vec<Table>,
     by_set: HashMap<u32, usize>,
     hand: usize,
-    in_place: HashMap<u32, InPlace>,
+    /// The records' in-place bits (rule 3).
+    pub in_place: InPlace,
 }
 
 impl Sums {
@@ -78,12 +68,11 @@ impl Sums {
         // caches none between operations (each reads and writes its table through).
         let cap = geo.sets as usize / 32;
         Self {
-            words: geo.bitmap_bytes() / 8,
             cap,
             tables: Vec::with_capacity(cap + 1),
             by_set: HashMap::with_capacity(cap),
             hand: 0,
-            in_place: HashMap::new(),
+            in_place: InPlace::new(geo),
         }
     }
 
@@ -95,12 +84,11 @@ impl Sums {
             .iter()
             .map(|t| size_of::<Table>() + t.sums.capacity() * SUM_BYTES)
             .sum();
-        let per_set = size_of::<(u32, InPlace)>() + 3 * self.words * 8;
-        size_of::<Self>()
+        size_of::<Self>() - size_of::<InPlace>()
             + tables
             + (self.tables.capacity() - self.tables.len()) * size_of::<Table>()
             + self.by_set.capacity() * (size_of::<(u32, usize)>() + 1)
-            + self.in_place.capacity() * (per_set + 1)
+            + self.in_place.ram_bytes()
     }
 
     /// The cache slot of set `set`'s table, read from the device when missing (the cache
@@ -133,25 +121,38 @@ impl Sums {
             sums,
             dirty: fresh,
             used: true,
+            stuck: false,
         });
         self.by_set.insert(set, self.tables.len() - 1);
         Ok(self.tables.len() - 1)
     }
 
     /// Evicts tables (the clock: first one not used since the hand passed) down to the cap,
-    /// writing a changed one first (`wrote` is set: an unsynced write). A failed write keeps
-    /// that table, still changed, and stops.
+    /// writing a changed one first (`wrote` is set: an unsynced write). A table whose write
+    /// fails stays, still changed (its entries are the only record of what its blocks hold),
+    /// and is skipped: the others still go, so the cache holds at most the cap plus the tables
+    /// whose write failed (each a device error: `max_errors` of them degrade the tier, which
+    /// then stores nothing). Returns the first error.
     fn trim(&mut self, dev: &dyn FlashDevice, geo: &Geometry, wrote: &mut bool) -> io::Result<()> {
-        while self.tables.len() > self.cap {
+        let mut first_err = None;
+        let mut stuck = 0;
+        while self.tables.len() > self.cap + stuck {
             let n = self.tables.len();
             self.hand %= n;
-            while self.tables[self.hand].used {
+            // Ends: more tables than are stuck, so one is neither stuck nor, by the second
+            // pass, used.
+            while self.tables[self.hand].used || self.tables[self.hand].stuck {
                 self.tables[self.hand].used = false;
                 self.hand = (self.hand + 1) % n;
             }
             let i = self.hand;
             if self.tables[i].dirty {
-                write_table(dev, geo, &self.tables[i])?;
+                if let Err(e) = write_table(dev, geo, &self.tables[i]) {
+                    self.tables[i].stuck = true;
+                    stuck += 1;
+                    first_err.get_or_insert(e);
+                    continue;
+                }
                 *wrote = true;
             }
             let gone = self.tables.swap_remove(i);
@@ -160,7 +161,22 @@ impl Sums {
                 self.by_set.insert(moved.set, i);
             }
         }
-        Ok(())
+        for t in &mut self.tables {
+            t.stuck = false;
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Writes every changed table in the cache (unsynced; `wrote` is set), then trims: the
+    /// close, before its last sync, so that every checksum matches after a clean close.
+    fn flush_all(
+        &mut self,
+        dev: &dyn FlashDevice,
+        geo: &Geometry,
+        wrote: &mut bool,
+    ) -> io::Result<()> {
+        let sets: Vec<u32> = self.tables.iter().map(|t| t.set).collect();
+        self.flush(dev, geo, &sets, wrote)
     }
 
     /// Writes the changed tables of `sets` (unsynced; `wrote` is set), then trims.
@@ -185,80 +201,6 @@ impl Sums {
 
     fn bit(v: &[u64], b: usize) -> bool {
         v[b / 64] >> (b % 64) & 1 == 1
-    }
-
-    /// Whether block `b` of `set` has its in-place bit in the newest record written.
-    pub fn in_place_on_disk(&self, set: u32, b: usize) -> bool {
-        self.in_place
-            .get(&set)
-            .is_some_and(|p| Self::bit(&p.on_disk, b))
-    }
-
-    /// Set `set`'s newest record (read at open) has these in-place bits.
-    pub fn set_on_disk(&mut self, set: u32, bits: &[u64]) {
-        if bits.iter().any(|&w| w != 0) {
-            self.in_place.insert(
-                set,
-                InPlace {
-                    on_disk: bits.to_vec(),
-                    stored: vec![0; self.words],
-                    want: vec![0; self.words],
-                },
-            );
-        }
-    }
-
-    /// The next record of `set` must carry block `b`'s in-place bit.
-    pub fn want(&mut self, set: u32, b: usize) {
-        let w = self.words;
-        let p = self.in_place.entry(set).or_insert_with(|| InPlace {
-            on_disk: vec![0; w],
-            stored: vec![0; w],
-            want: vec![0; w],
-        });
-        p.want[b / 64] |= 1 << (b % 64);
-    }
-
-    /// Block `b` of `set` was stored (written to the device by a store).
-    pub fn stored(&mut self, set: u32, b: usize) {
-        if let Some(p) = self.in_place.get_mut(&set) {
-            if Self::bit(&p.on_disk, b) {
-                p.stored[b / 64] |= 1 << (b % 64);
-            }
-        }
-    }
-
-    /// The in-place bits for the next record of `set` (rule 3), within its `dirty` bits.
-    pub fn next_in_place(&self, set: u32, dirty: &[u64]) -> Vec<u64> {
-        match self.in_place.get(&set) {
-            None => vec![0; self.words],
-            Some(p) => (0..self.words)
-                .map(|i| ((p.on_disk[i] & p.stored[i]) | p.want[i]) & dirty[i])
-                .collect(),
-        }
-    }
-
-    /// A record of `set` with in-place bits `bits` was written (`ok`), or its write failed:
-    /// then the device holds the older record or this one, and only bits in both count.
-    pub fn recorded(&mut self, set: u32, bits: Vec<u64>, ok: bool) {
-        let Some(p) = self.in_place.get_mut(&set) else {
-            if ok {
-                self.set_on_disk(set, &bits);
-            }
-            return;
-        };
-        if ok {
-            p.on_disk = bits;
-            p.stored.fill(0);
-            p.want.fill(0);
-        } else {
-            for (o, n) in p.on_disk.iter_mut().zip(&bits) {
-                *o &= n;
-            }
-        }
-        if p.on_disk.iter().chain(&p.want).all(|&w| w == 0) {
-            self.in_place.remove(&set);
-        }
     }
 }
 
@@ -382,16 +324,18 @@ impl FlashTier {
     }
 
     /// Rule 4, at open: the newest records' in-place bits (`(set, bits)`, sets mapped when
-    /// read). After a crash each such dirty block is taken as it is: its checksum is
-    /// recomputed from the device's bytes (`unverified_blocks`), and the set's next record
-    /// (due at the first sync) drops the bit.
+    /// read). Each such set is pending: its next record (at the first sync) drops the bits
+    /// (none is durable in RAM: an overwrite of those blocks is parked first). After a crash
+    /// each such dirty block that fails its checksum is taken as it is: its checksum is
+    /// recomputed from the device's bytes (`unverified_blocks`); one that matches was not cut
+    /// and is checked as any other.
     pub(crate) fn restore_in_place(&self, sets: Vec<(u32, Vec<u64>)>, clean: bool) {
         let mut st = self.st();
         for (id, bits) in sets {
             if !st.idx.is_mapped(id) {
                 continue; // a duplicate freed by the open
             }
-            st.sums.set_on_disk(id, &bits);
+            st.idx.note_meta(id);
             if clean {
                 continue; // every checksum was written before the clean close
             }
@@ -402,20 +346,32 @@ impl FlashTier {
                     }
                 }
             }
-            st.idx.note_meta(id);
         }
     }
 
-    /// Block `b` of set `id` (dirty, with its in-place bit, after a crash) is taken as it is.
+    /// Block `b` of set `id` (dirty, with its in-place bit, after a crash) is taken as it is
+    /// unless it matches its checksum.
     fn accept_in_place(&self, st: &mut State, id: u32, b: usize) -> Result<(), TierError> {
         let mut buf = vec![0u8; self.geo.block_size()];
         let slot = self.ready_sum(st, id, false)?;
         if let Err(e) = self.dev.read_at(&mut buf, self.geo.block_off(id, b)) {
+            self.trim_sums(st);
             return Err(self.fail(st, e));
+        }
+        if st.sums.tables[slot].sums[b] == self.sum_of(st, id, b, &buf) {
+            self.trim_sums(st);
+            return Ok(());
         }
         self.note_sum_at(st, slot, id, b, &buf);
         st.fs.unverified_blocks += 1;
         Ok(())
+    }
+
+    /// The close, before its last sync: every changed table is written (rule 4: after a clean
+    /// close every checksum matches, whichever set's record went last).
+    pub(crate) fn flush_all_sums(&self, st: &mut State) -> io::Result<()> {
+        let State { sums, unsynced, .. } = st;
+        sums.flush_all(self.dev.as_ref(), &self.geo, unsynced)
     }
 
     /// Rule 1 in `persist`: the tables of `ids` are written before its first device sync.

@@ -192,9 +192,15 @@ impl FlashTier {
         Ok(())
     }
 
-    /// Writes the set's record into the other slot (not durable until the next sync). A
-    /// mapped set whose file has meta in RAM carries it, with a new `meta_gen`; returns it.
-    fn write_record(&self, st: &mut State, id: u32) -> io::Result<Option<(FileKey, FileMeta)>> {
+    /// Writes the set's record, with in-place bits `in_place`, into the other slot (not
+    /// durable until the next sync). A mapped set whose file has meta in RAM carries it, with
+    /// a new `meta_gen`; returns it.
+    fn write_record(
+        &self,
+        st: &mut State,
+        id: u32,
+        in_place: Vec<u64>,
+    ) -> io::Result<Option<(FileKey, FileMeta)>> {
         let r = st.idx.range(id);
         let m = st.idx.sets[id as usize];
         let mapped = st.idx.is_mapped(id);
@@ -202,21 +208,19 @@ impl FlashTier {
             .then(|| st.idx.files.get(&m.file).and_then(|e| e.meta.clone()))
             .flatten();
         let gen = st.idx.meta_gen + 1;
-        let dirty = st.idx.dirty[r.clone()].to_vec();
         let rec = Record {
             set: id,
             seq: m.rec_seq + 1,
             tag: mapped.then_some((m.file, m.set_index)),
             version: m.version,
-            valid: st.idx.valid[r].to_vec(),
-            in_place: st.sums.next_in_place(id, &dirty),
-            dirty,
+            valid: st.idx.valid[r.clone()].to_vec(),
+            dirty: st.idx.dirty[r].to_vec(),
+            in_place,
             meta: meta.map(|x| (x, gen)),
         };
         let bytes = rec.encode(&self.geo, st.sb.instance);
-        let wrote = self.dev.write_at(&bytes, self.geo.rec_off(id, rec.seq & 1));
-        st.sums.recorded(id, rec.in_place.clone(), wrote.is_ok());
-        wrote?;
+        self.dev
+            .write_at(&bytes, self.geo.rec_off(id, rec.seq & 1))?;
         st.fs.record_writes += 1;
         st.unsynced = true;
         let s = &mut st.idx.sets[id as usize];
@@ -230,25 +234,36 @@ impl FlashTier {
 
     /// Rules 1 and 2: sync, write the sets' records, sync; `disk_dirty` follows when durable.
     pub(crate) fn persist(&self, st: &mut State, ids: &[u32]) -> Result<(), TierError> {
-        let r = self.persist_io(st, ids);
+        let mut again = Vec::new();
+        let r = self.persist_io(st, ids, &mut again);
         st.idx
             .pending
             .retain(|&id| st.idx.sets[id as usize].flags & F_META_DIRTY != 0);
+        // Only now: pending lists each set once (one record per set per round).
+        for id in again {
+            st.idx.note_meta(id);
+        }
         r.map_err(|e| self.fail(st, e))
     }
 
-    fn persist_io(&self, st: &mut State, ids: &[u32]) -> io::Result<()> {
+    /// `persist` but the errors; `again`: sets due for another record (at the next sync).
+    fn persist_io(&self, st: &mut State, ids: &[u32], again: &mut Vec<u32>) -> io::Result<()> {
         // The blocks' checksums are durable with the records that name them.
         self.flush_sums(st, ids)?;
         if st.unsynced {
             self.dev_sync(st)?;
         }
         let mut carried = Vec::new();
+        // The records sent, with their in-place bits (`crate::inplace`).
+        let mut sent: Vec<(u32, Vec<u64>)> = Vec::with_capacity(ids.len());
         let mut res = Ok(());
         for &id in ids {
             // What the device may now hold: the old record or this one.
             st.idx.disk_dirty_or_dirty(id);
-            match self.write_record(st, id) {
+            let dirty = &st.idx.dirty[st.idx.range(id)];
+            let bits = st.sums.in_place.next(id, dirty, Self::parked_of(st, id));
+            sent.push((id, bits.clone()));
+            match self.write_record(st, id, bits) {
                 Ok(c) => carried.extend(c),
                 Err(e) => {
                     res = Err(e);
@@ -256,11 +271,26 @@ impl FlashTier {
                 }
             }
         }
-        res?;
-        self.dev_sync(st)?;
-        for &id in ids {
-            st.idx.disk_dirty_is_dirty(id);
+        if res.is_ok() {
+            res = self.dev_sync(st);
         }
+        if let Err(e) = res {
+            // The device may show the old records or these: the sets are pending again (their
+            // next records rewrite what it may hold), and only bits in both count as durable.
+            for (id, bits) in sent {
+                st.sums.in_place.failed(id, &bits);
+                again.push(id);
+            }
+            return Err(e);
+        }
+        for (id, bits) in sent {
+            st.idx.disk_dirty_is_dirty(id);
+            if st.sums.in_place.committed(id, &bits) {
+                // A later record drops the bits of blocks not stored since (none lingers).
+                again.push(id);
+            }
+        }
+        self.trim_in_place(st);
         // A durable record now carries these metas: no other carrier is needed for them.
         for (file, meta) in carried {
             if let Some(e) = st.idx.files.get_mut(&file) {
