@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tiercache_flash::format::UPGRADABLE_VERSION;
 use tiercache_flash::{
     CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashError, FlashTier,
-    Geometry, LegacyTier,
+    Geometry, IoChoice, LegacyTier,
 };
 use tiercache_manager::{LowerTier, RecoveryReport};
 use tiercache_tier::DataTier;
@@ -64,7 +64,7 @@ fn open_device(
     backing: &Path,
 ) -> Result<(FlashTier, &'static str, Option<RecoveryReport>), String> {
     let at = f.path.display();
-    let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, false).map_err(|e| {
+    let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, IoChoice::Auto).map_err(|e| {
         if f.size.is_none() && e.kind() == std::io::ErrorKind::NotFound {
             format!(
                 "{at}: no cache there yet; give its size to create it (--flash {at}:SIZE, or \
