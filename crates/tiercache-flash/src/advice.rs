@@ -47,6 +47,11 @@ impl FlashTier {
     }
 
     fn advise(&self, now: Duration, request: bool) -> CleanAdvice {
+        if !request {
+            // Quiet ticks let the device drop what it keeps of past I/O (the cache file's
+            // pages); outside the lock, it needs none.
+            self.dev.settle();
+        }
         let mut st = self.st();
         if st.closed {
             return CleanAdvice::Idle;

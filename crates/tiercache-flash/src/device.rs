@@ -1,8 +1,9 @@
 //! [`FlashDevice`]: the medium under a flash tier, and two implementations.
 //!
-//! - [`FileDevice`]: a regular file (created and preallocated) or a block device, read and
-//!   written with `pread`/`pwrite`, synced with `fdatasync`; O_DIRECT optional (buffers are
-//!   then bounced through an aligned buffer, so callers need not align theirs).
+//! - [`FileDevice`]: a regular file (created and preallocated) or a block device, synced with
+//!   `fdatasync`, read and written in an [`IoMode`] that by default leaves (almost) nothing
+//!   in the kernel's page cache (`crate::pagecache`: probed when it is opened; with O_DIRECT,
+//!   unaligned buffers are bounced through an aligned one, so callers need not align theirs).
 //! - [`MemDevice`]: the same in memory (tests; it survives a "crash" because the test keeps it).
 //!
 //! Contract: `write_at` returns once the bytes are handed to the device (they may sit in a
@@ -14,6 +15,7 @@
 //! an existing file or device is refused unless it is owned by the daemon's user or root and
 //! has no group or other permission bit ([`check_private`], on the opened descriptor).
 
+use crate::pagecache::{self, DropBehind, IoChoice, IoMode};
 use std::fmt;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
@@ -37,6 +39,10 @@ pub trait FlashDevice: Send + Sync + fmt::Debug {
     }
     /// Atomic write unit: writes are torn only at multiples of it.
     fn sector_size(&self) -> usize;
+    /// Called now and then from the tier's cleaning ticks (another thread, without the
+    /// tier's lock): a device may let go of what it keeps of past I/O once it is quiet
+    /// ([`FileDevice`]: the cache file's pages). Default: nothing.
+    fn settle(&self) {}
 }
 
 fn bounds(len: u64, off: u64, n: usize) -> io::Result<()> {
@@ -56,7 +62,12 @@ pub struct FileDevice {
     path: PathBuf,
     len: u64,
     sector: usize,
-    direct: bool,
+    io: IoMode,
+    /// Buffers handed to the kernel must be aligned to this (direct I/O; else 1).
+    mem_align: usize,
+    /// Modes `auto` skipped, and why.
+    io_skipped: Vec<String>,
+    behind: DropBehind,
 }
 
 /// Refuses a cache file or device other users could read or write: it must be a regular file
@@ -91,18 +102,15 @@ pub fn check_private(meta: &Metadata, path: &Path) -> Result<(), String> {
 /// Opens `path` without following a symlink there; `create`: a missing file is created
 /// (`O_EXCL`, mode 0600; lost to another creator in between, the existing one is opened).
 /// Returns the file and whether it was created here.
-fn open_nofollow(path: &Path, write: bool, create: bool, direct: bool) -> io::Result<(File, bool)> {
+fn open_nofollow(path: &Path, write: bool, create: bool) -> io::Result<(File, bool)> {
     let open = |new: bool| {
         let mut o = OpenOptions::new();
         o.read(true).write(write);
-        let mut flags = libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
         if new {
             o.create_new(true).mode(0o600);
         }
-        o.custom_flags(flags).open(path)
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
     };
     let named = |e: io::Error| match e.raw_os_error() {
         Some(libc::ELOOP) => io::Error::new(
@@ -133,12 +141,12 @@ impl FileDevice {
     /// Opens `path` for a tier (see the module docs for what is refused). With `size`, a
     /// missing regular file is created (mode 0600) and the file is sized and preallocated to
     /// it (`posix_fallocate`, falling back to `set_len`); a block device keeps its size.
-    /// `direct`: open with O_DIRECT (sector size 4096).
-    pub fn open(path: &Path, size: Option<u64>, direct: bool) -> io::Result<Self> {
-        let (mut dev, _) = Self::open_private(path, size.is_some(), direct)?;
-        if let Some(size) = size {
-            dev.size_to(size)?;
-        }
+    /// `io`: how it is read and written (`crate::pagecache`; an [`IoChoice::Only`] mode that
+    /// does not work on it is an error).
+    pub fn open(path: &Path, size: Option<u64>, io: IoChoice) -> io::Result<Self> {
+        let (mut dev, created) = Self::open_private(path, size.is_some())?;
+        let r = dev.size_and_choose(size, io);
+        dev.undo_if_failed(r, created, false)?;
         Ok(dev)
     }
 
@@ -149,9 +157,9 @@ impl FileDevice {
     pub fn open_locked(
         path: &Path,
         new_size: Option<u64>,
-        direct: bool,
+        io: IoChoice,
     ) -> io::Result<(Self, bool)> {
-        let (mut dev, created) = Self::open_private(path, new_size.is_some(), direct)?;
+        let (mut dev, created) = Self::open_private(path, new_size.is_some())?;
         use std::os::fd::AsRawFd;
         // SAFETY: flock on a descriptor `dev.file` owns; no memory is involved.
         if unsafe { libc::flock(dev.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -162,28 +170,97 @@ impl FileDevice {
             ));
         }
         let fresh = created || (dev.file.metadata()?.is_file() && dev.len == 0);
-        if fresh {
-            let size = new_size.ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, "no cache there yet (empty file)")
-            })?;
-            dev.size_to(size)?;
-        }
+        let size = match (fresh, new_size) {
+            (false, _) => None,
+            (true, Some(size)) => Some(size),
+            (true, None) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no cache there yet (empty file)",
+                ))
+            }
+        };
+        let r = dev.size_and_choose(size, io);
+        dev.undo_if_failed(r, created, fresh)?;
         Ok((dev, fresh))
     }
 
-    fn open_private(path: &Path, create: bool, direct: bool) -> io::Result<(Self, bool)> {
-        let (mut file, created) = open_nofollow(path, true, create, direct)?;
+    /// Sizes the device to `size` (when given) and picks its I/O mode.
+    fn size_and_choose(&mut self, size: Option<u64>, io: IoChoice) -> io::Result<()> {
+        if let Some(size) = size {
+            self.size_to(size)?;
+        }
+        self.choose_io(io)
+    }
+
+    /// A failed open leaves the path as it found it: a file created here is removed, one
+    /// that was empty is emptied again (else the next mount would find a file that is not a
+    /// cache and refuse it).
+    fn undo_if_failed(&self, r: io::Result<()>, created: bool, was_empty: bool) -> io::Result<()> {
+        if r.is_err() {
+            if created {
+                let _ = std::fs::remove_file(&self.path);
+            } else if was_empty {
+                let _ = self.file.set_len(0);
+            }
+        }
+        r
+    }
+
+    /// Opened buffered (the mode is chosen once the file has its size: the probes read it).
+    fn open_private(path: &Path, create: bool) -> io::Result<(Self, bool)> {
+        let (file, created) = open_nofollow(path, true, create)?;
         check_private(&file.metadata()?, path).map_err(refused)?;
+        Ok((Self::buffered(file, path)?, created))
+    }
+
+    fn buffered(mut file: File, path: &Path) -> io::Result<Self> {
         // Works for regular files and block devices alike.
         let len = file.seek(SeekFrom::End(0))?;
-        let dev = Self {
+        Ok(Self {
             file,
             path: path.to_path_buf(),
             len,
-            sector: if direct { 4096 } else { 512 },
-            direct,
-        };
-        Ok((dev, created))
+            sector: 512,
+            io: IoMode::Buffered,
+            mem_align: 1,
+            io_skipped: Vec::new(),
+            behind: DropBehind::default(),
+        })
+    }
+
+    /// Probes and sets the I/O mode; in every mode but `buffered`, the file's pages already
+    /// cached (by an earlier buffered run, or the probes) are dropped.
+    fn choose_io(&mut self, io: IoChoice) -> io::Result<()> {
+        let format_sector = self.peek_format_sector()?;
+        let c = pagecache::choose(&self.file, self.len, io, format_sector)?;
+        self.io = c.mode;
+        self.sector = c.sector;
+        self.mem_align = c.mem_align;
+        self.io_skipped = c.skipped;
+        if self.io != IoMode::Buffered {
+            self.behind.drop_now(&self.file);
+        }
+        Ok(())
+    }
+
+    /// The sector size of a cache already on the device (a valid superblock in its first
+    /// 8 KiB), read buffered before any mode is set.
+    fn peek_format_sector(&self) -> io::Result<Option<u32>> {
+        let n = usize::try_from(self.len.min(8192)).unwrap_or(0);
+        let mut head = vec![0u8; n];
+        self.file.read_exact_at(&mut head, 0)?;
+        Ok(crate::format::Superblock::sector_in_head(&head))
+    }
+
+    /// How it is read and written (`flash.io_mode` in `stats`).
+    pub fn io_mode(&self) -> IoMode {
+        self.io
+    }
+
+    /// The modes `auto` tried before [`FileDevice::io_mode`], and why they did not work.
+    pub fn io_skipped(&self) -> &[String] {
+        &self.io_skipped
     }
 
     /// A regular file is sized to `size` and preallocated; a block device keeps its size.
@@ -201,17 +278,12 @@ impl FileDevice {
 
     /// Opens `path` read-only (for `check`), never through a symlink: writes fail with the
     /// OS's error. Nothing is refused for its owner or mode (reading changes nothing; the
-    /// caller may warn, see [`check_private`]).
+    /// caller may warn, see [`check_private`]). Read in the mode `auto` picks.
     pub fn open_read_only(path: &Path) -> io::Result<Self> {
-        let (mut file, _) = open_nofollow(path, false, false, false)?;
-        let len = file.seek(SeekFrom::End(0))?;
-        Ok(Self {
-            file,
-            path: path.to_path_buf(),
-            len,
-            sector: 512,
-            direct: false,
-        })
+        let (file, _) = open_nofollow(path, false, false)?;
+        let mut dev = Self::buffered(file, path)?;
+        dev.choose_io(IoChoice::Auto)?;
+        Ok(dev)
     }
 
     /// The open file's metadata (`fstat`).
@@ -223,11 +295,19 @@ impl FileDevice {
         &self.path
     }
 
-    /// An aligned scratch buffer of `n` bytes inside a larger allocation (no unsafe needed).
-    fn aligned(n: usize) -> (Vec<u8>, usize) {
-        let v = vec![0u8; n + 4096];
-        let start = v.as_ptr().align_offset(4096).min(4096);
+    /// A scratch buffer of `n` bytes aligned for direct I/O, inside a larger allocation (no
+    /// unsafe needed).
+    fn aligned(&self, n: usize) -> (Vec<u8>, usize) {
+        let a = self.mem_align;
+        let v = vec![0u8; n + a];
+        let start = v.as_ptr().align_offset(a).min(a);
         (v, start)
+    }
+
+    /// Whether `buf` can go to the kernel as it is (direct I/O needs aligned memory; offsets
+    /// and lengths are multiples of the sector size by the trait's contract).
+    fn is_aligned(&self, buf: &[u8]) -> bool {
+        (buf.as_ptr() as usize).is_multiple_of(self.mem_align)
     }
 }
 
@@ -248,29 +328,61 @@ fn preallocate(file: &File, size: u64) {
 impl FlashDevice for FileDevice {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         bounds(self.len, off, buf.len())?;
-        if self.direct {
-            let (mut v, s) = Self::aligned(buf.len());
-            self.file.read_exact_at(&mut v[s..s + buf.len()], off)?;
-            buf.copy_from_slice(&v[s..s + buf.len()]);
-            Ok(())
-        } else {
-            self.file.read_exact_at(buf, off)
+        match self.io {
+            IoMode::Direct if !self.is_aligned(buf) => {
+                let (mut v, s) = self.aligned(buf.len());
+                self.file.read_exact_at(&mut v[s..s + buf.len()], off)?;
+                buf.copy_from_slice(&v[s..s + buf.len()]);
+                Ok(())
+            }
+            IoMode::Dontcache => {
+                pagecache::read_exact_flags(&self.file, buf, off, libc::RWF_DONTCACHE)?;
+                // Read-ahead pages never read stay (they drop when read).
+                self.behind.note(&self.file, buf.len());
+                Ok(())
+            }
+            IoMode::Fadvise => {
+                self.file.read_exact_at(buf, off)?;
+                self.behind.note(&self.file, buf.len());
+                Ok(())
+            }
+            _ => self.file.read_exact_at(buf, off),
         }
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         bounds(self.len, off, buf.len())?;
-        if self.direct {
-            let (mut v, s) = Self::aligned(buf.len());
-            v[s..s + buf.len()].copy_from_slice(buf);
-            self.file.write_all_at(&v[s..s + buf.len()], off)
-        } else {
-            self.file.write_all_at(buf, off)
+        match self.io {
+            IoMode::Direct if !self.is_aligned(buf) => {
+                let (mut v, s) = self.aligned(buf.len());
+                v[s..s + buf.len()].copy_from_slice(buf);
+                self.file.write_all_at(&v[s..s + buf.len()], off)
+            }
+            IoMode::Dontcache => {
+                pagecache::write_all_flags(&self.file, buf, off, libc::RWF_DONTCACHE)?;
+                // What the kernel keeps of overwrites (their write-out completing in
+                // interrupt context) goes with the periodic drop.
+                self.behind.note(&self.file, buf.len());
+                Ok(())
+            }
+            IoMode::Fadvise => {
+                self.file.write_all_at(buf, off)?;
+                self.behind.note(&self.file, buf.len());
+                Ok(())
+            }
+            _ => self.file.write_all_at(buf, off),
         }
     }
 
+    /// `fdatasync` in every mode (with O_DIRECT too: it flushes the device's volatile cache
+    /// and commits extent changes); then, but for `direct` and `buffered`, the file's pages
+    /// (all clean now) are dropped.
     fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
+        self.file.sync_data()?;
+        if matches!(self.io, IoMode::Dontcache | IoMode::Fadvise) {
+            self.behind.drop_now(&self.file);
+        }
+        Ok(())
     }
 
     fn len(&self) -> u64 {
@@ -279,6 +391,12 @@ impl FlashDevice for FileDevice {
 
     fn sector_size(&self) -> usize {
         self.sector
+    }
+
+    fn settle(&self) {
+        if matches!(self.io, IoMode::Dontcache | IoMode::Fadvise) {
+            self.behind.settle(&self.file);
+        }
     }
 }
 

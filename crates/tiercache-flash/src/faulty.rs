@@ -300,6 +300,10 @@ impl FlashDevice for FaultyDevice {
     fn sector_size(&self) -> usize {
         self.inner.sector_size()
     }
+
+    fn settle(&self) {
+        self.inner.settle();
+    }
 }
 
 #[cfg(test)]

@@ -282,6 +282,21 @@ impl Superblock {
             .then(|| u32_at(b, 8))
     }
 
+    /// The sector size of the cache whose first bytes are `head`: of a valid superblock (any
+    /// version) in slot 0, or else in slot 1 where its own sector size puts it.
+    pub fn sector_in_head(head: &[u8]) -> Option<u32> {
+        let at = |off: usize| {
+            head.get(off..)
+                .filter(|b| Self::version_of(b).is_some())
+                .map(|b| u32_at(b, 28))
+        };
+        at(0).or_else(|| {
+            (9..=16)
+                .map(|shift| 1usize << shift)
+                .find_map(|s| at(s).filter(|&got| got as usize == s))
+        })
+    }
+
     /// `Err` names why the bytes are not a valid superblock of this format.
     pub fn decode(b: &[u8]) -> Result<Self, String> {
         Self::decode_version(b, FORMAT_VERSION)

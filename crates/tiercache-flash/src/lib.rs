@@ -16,8 +16,9 @@
 //! that reads back other bytes than were written is never served.
 //!
 //! Parts:
-//! - [`device`]: the [`FlashDevice`] trait, [`FileDevice`] (file or block device, optional
-//!   O_DIRECT) and [`MemDevice`];
+//! - [`device`]: the [`FlashDevice`] trait, [`FileDevice`] (file or block device) and
+//!   [`MemDevice`]; `pagecache` the file device's I/O modes ([`IoMode`]: what it leaves in
+//!   the kernel's page cache) and the probe that picks one;
 //! - [`faulty`]: [`FaultyDevice`], failing, dropping, tearing, power-cut, bit-flip and
 //!   misdirected-write injection;
 //! - [`format`](mod@format): geometry and the byte layout of superblocks and records;
@@ -49,6 +50,7 @@ mod index;
 mod inplace;
 mod legacy;
 mod meta;
+mod pagecache;
 mod park;
 mod recovery;
 mod spill;
@@ -64,5 +66,6 @@ pub use faulty::FaultyDevice;
 pub use format::Geometry;
 pub use index::SetId;
 pub use legacy::LegacyTier;
+pub use pagecache::{IoChoice, IoMode, AUTO_ORDER, DROP_EVERY};
 pub use recovery::is_formatted;
 pub use tier::{FlashConfig, FlashStats, FlashTier};

@@ -9,6 +9,7 @@ use crate::format::{
 };
 use crate::index::{Index, F_META_DIRTY};
 use crate::meta::NewestMeta;
+use crate::pagecache::IoChoice;
 use crate::sums::Sums;
 use crate::tier::{unavailable, FlashConfig, FlashStats, FlashTier, State};
 use std::path::Path;
@@ -291,10 +292,10 @@ impl FlashTier {
     pub fn open_path(
         path: &Path,
         size: u64,
-        direct: bool,
+        io: IoChoice,
         cfg: FlashConfig,
     ) -> Result<(Self, bool), FlashError> {
-        let (dev, fresh) = FileDevice::open_locked(path, Some(size), direct)?;
+        let (dev, fresh) = FileDevice::open_locked(path, Some(size), io)?;
         if !fresh && dev.metadata()?.is_file() && dev.len() != size {
             log::warn!(
                 "flash cache {}: {} bytes, not the {size} asked for; kept as it is (remove the \

@@ -6,7 +6,9 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use tiercache_flash::{is_formatted, FileDevice, FlashDevice, FlashError, FlashTier, MemDevice};
+use tiercache_flash::{
+    is_formatted, FileDevice, FlashDevice, FlashError, FlashTier, IoChoice, MemDevice,
+};
 use tiercache_tier::DataTier;
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
@@ -57,13 +59,15 @@ fn a_format_1_cache_is_refused_naming_the_older_version_and_the_way_out() {
 fn open_or_create_formats_a_new_file_and_reopens_it_later() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache");
-    let d: Arc<dyn FlashDevice> = Arc::new(FileDevice::open(&path, Some(LEN), false).unwrap());
+    let d: Arc<dyn FlashDevice> =
+        Arc::new(FileDevice::open(&path, Some(LEN), IoChoice::Auto).unwrap());
     let (t, created) = FlashTier::open_or_create(d, config()).unwrap();
     assert!(created);
     write(&t, &key(1, 0), 1);
     t.close().unwrap();
     drop(t);
-    let d: Arc<dyn FlashDevice> = Arc::new(FileDevice::open(&path, Some(LEN), false).unwrap());
+    let d: Arc<dyn FlashDevice> =
+        Arc::new(FileDevice::open(&path, Some(LEN), IoChoice::Auto).unwrap());
     let (t, created) = FlashTier::open_or_create(d, config()).unwrap();
     assert!(!created);
     assert_eq!(t.recovered_files().len(), 1);
@@ -73,14 +77,14 @@ fn open_or_create_formats_a_new_file_and_reopens_it_later() {
 fn open_path_creates_a_missing_file_and_never_resizes_an_existing_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache");
-    let (t, created) = FlashTier::open_path(&path, LEN, false, config()).unwrap();
+    let (t, created) = FlashTier::open_path(&path, LEN, IoChoice::Auto, config()).unwrap();
     assert!(created);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), LEN);
     write(&t, &key(1, 0), 1);
     t.sync().unwrap();
     t.abandon();
     // Asked smaller: a resize would cut the dirty block off; the file is kept as it is.
-    let (t, created) = FlashTier::open_path(&path, LEN / 2, false, config()).unwrap();
+    let (t, created) = FlashTier::open_path(&path, LEN / 2, IoChoice::Auto, config()).unwrap();
     assert!(!created);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), LEN);
     assert_eq!(t.recovered_files().len(), 1);

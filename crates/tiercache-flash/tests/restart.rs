@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use tiercache_flash::{FileDevice, FlashDevice, FlashError, FlashTier};
+use tiercache_flash::{FileDevice, FlashDevice, FlashError, FlashTier, IoChoice, IoMode};
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
@@ -102,14 +102,15 @@ fn opening_an_unformatted_device_is_refused() {
 fn a_file_device_is_created_preallocated_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flash.img");
-    let d: Arc<dyn FlashDevice> = Arc::new(FileDevice::open(&path, Some(LEN), false).unwrap());
+    let d: Arc<dyn FlashDevice> =
+        Arc::new(FileDevice::open(&path, Some(LEN), IoChoice::Auto).unwrap());
     assert_eq!(d.len(), LEN);
     let t = FlashTier::create(d, config()).unwrap();
     assert_eq!(write(&t, &key(1, 5), 4), Admit::Stored);
     t.sync().unwrap();
     t.close().unwrap();
     drop(t);
-    let d: Arc<dyn FlashDevice> = Arc::new(FileDevice::open(&path, None, false).unwrap());
+    let d: Arc<dyn FlashDevice> = Arc::new(FileDevice::open(&path, None, IoChoice::Auto).unwrap());
     let t = FlashTier::open(d, config()).unwrap();
     let (l, buf) = read(&t, &key(1, 5));
     assert_eq!(l, Lookup::Hit { dirty: true });
@@ -120,16 +121,28 @@ fn a_file_device_is_created_preallocated_and_survives_a_reopen() {
 fn a_file_device_with_o_direct_works_where_the_filesystem_allows_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("direct.img");
-    let Ok(dev) = FileDevice::open(&path, Some(LEN), true) else {
-        eprintln!("O_DIRECT not supported here (e.g. tmpfs); skipped");
-        return;
+    let dev = match FileDevice::open(&path, Some(LEN), IoChoice::Only(IoMode::Direct)) {
+        Ok(dev) => dev,
+        // tmpfs and some others: refused with a reason, never opened in another mode.
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            eprintln!("O_DIRECT not supported here: {e}; skipped");
+            return;
+        }
+        Err(e) => panic!("{e}"),
     };
+    assert_eq!(dev.io_mode(), IoMode::Direct);
     let d: Arc<dyn FlashDevice> = Arc::new(dev);
-    let Ok(t) = FlashTier::create(d, config()) else {
-        eprintln!("O_DIRECT I/O refused here; skipped");
-        return;
-    };
+    let t = FlashTier::create(d, config()).unwrap();
     write(&t, &key(1, 2), 1);
     t.sync().unwrap();
     assert_eq!(read(&t, &key(1, 2)).1, data(&key(1, 2), 1, 4096));
+    t.close().unwrap();
+    drop(t);
+    // The same cache reopened in the default mode (and back in direct) reads the same.
+    for io in [IoChoice::Auto, IoChoice::Only(IoMode::Direct)] {
+        let d: Arc<dyn FlashDevice> = Arc::new(FileDevice::open(&path, None, io).unwrap());
+        let t = FlashTier::open(d, config()).unwrap();
+        assert_eq!(read(&t, &key(1, 2)).1, data(&key(1, 2), 1, 4096));
+        t.close().unwrap();
+    }
 }

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
-use tiercache_flash::FlashTier;
+use tiercache_flash::{FlashTier, IoChoice};
 use tiercache_manager::{Class, LowerTier, MemCache, RealBacking};
 use tiercache_tier::{Admit, DataTier, FileKey, FileMeta, TierKey};
 
@@ -16,7 +16,7 @@ const BS: u64 = 512;
 
 /// A flash tier in a real cache file at `path` (created when missing, reopened as it is).
 fn flash_at(path: &Path) -> FlashTier {
-    FlashTier::open_path(path, 1 << 20, false, flash_config(None, 16))
+    FlashTier::open_path(path, 1 << 20, IoChoice::Auto, flash_config(None, 16))
         .unwrap()
         .0
 }

@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use support::{s, tc};
 use tiercache_core::Class;
-use tiercache_flash::{FileDevice, FlashConfig, FlashTier};
+use tiercache_flash::{FileDevice, FlashConfig, FlashTier, IoChoice};
 use tiercache_tier::{DataTier, FileKey, TierKey};
 
 #[test]
@@ -16,7 +16,7 @@ fn check_reports_a_cache_and_refuses_what_is_not_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache.img");
     {
-        let dev = Arc::new(FileDevice::open(&path, Some(16 << 20), false).unwrap());
+        let dev = Arc::new(FileDevice::open(&path, Some(16 << 20), IoChoice::Auto).unwrap());
         let tier = FlashTier::create(dev, FlashConfig::new("flash")).unwrap();
         let file = FileKey {
             dev: 1,

@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use support::{s, tc};
 use tiercache_core::Class;
-use tiercache_flash::{FileDevice, FlashConfig, FlashTier, Geometry};
+use tiercache_flash::{FileDevice, FlashConfig, FlashTier, Geometry, IoChoice};
 use tiercache_tier::{DataTier, FileKey, TierKey};
 
 #[test]
@@ -18,7 +18,7 @@ fn check_reports_a_block_that_fails_its_checksum_and_exits_1() {
     let path = dir.path().join("cache.img");
     let len = 16u64 << 20;
     {
-        let dev = Arc::new(FileDevice::open(&path, Some(len), false).unwrap());
+        let dev = Arc::new(FileDevice::open(&path, Some(len), IoChoice::Auto).unwrap());
         let tier = FlashTier::create(dev, FlashConfig::new("flash")).unwrap();
         let file = FileKey {
             dev: 1,

@@ -492,6 +492,7 @@ fn bad_flash_settings_mount_nothing_and_name_what_is_wrong() {
         ("--flash-dirty-max", "2", "fraction"),
         ("--flash-free-floor", "lots", "free floor"),
         ("--flash-placement", "sideways", "placement"),
+        ("--flash-io", "sideways", "unknown I/O mode"),
     ] {
         let out = r.try_mount("16M", &[flag, value]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -73,6 +73,10 @@ pub struct FlashBenchArgs {
     /// requests at a page boundary, not at a block boundary).
     #[arg(long)]
     pub unaligned: bool,
+    /// `--flash-io` of both tier configurations (how the cache file is read and written)
+    /// [default: the mount's, auto].
+    #[arg(long, value_name = "MODE")]
+    pub flash_io: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -162,6 +166,8 @@ struct Detail {
     /// Set records the tier wrote, and device syncs, during the workload.
     record_writes: u64,
     device_syncs: u64,
+    /// Bytes of the cache file (`raw`: of its file) in the page cache when it ended.
+    page_cache_bytes: u64,
 }
 
 #[derive(Serialize, Debug)]
@@ -179,6 +185,8 @@ struct FlashBench {
     unaligned: bool,
     /// The `--flash*` flags both tier configurations used (plus `--flash-cleaner`).
     flash_flags: Vec<String>,
+    /// How the tier read and wrote its cache file (`stats` `flash.io_mode`).
+    flash_io_mode: String,
     seq_write: Times,
     rand_write: Times,
     seq_read: Times,
@@ -228,7 +236,7 @@ impl Counters {
         }
     }
 
-    fn detail(&self, after: &Counters, secs: f64, gap: f64) -> Detail {
+    fn detail(&self, after: &Counters, secs: f64, gap: f64, page_cache_bytes: u64) -> Detail {
         Detail {
             secs,
             gap_before_secs: gap,
@@ -245,6 +253,7 @@ impl Counters {
             flash_hits: after.flash_hits.saturating_sub(self.flash_hits),
             record_writes: after.records.saturating_sub(self.records),
             device_syncs: after.syncs.saturating_sub(self.syncs),
+            page_cache_bytes,
         }
     }
 }
@@ -333,6 +342,45 @@ fn drop_page_cache(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of `path` in the page cache (`mincore` over a mapping of it; nothing is read).
+fn page_cache_bytes(path: &Path) -> Result<u64, String> {
+    let f = File::open(path).map_err(io_err(path, "open"))?;
+    let len = f.metadata().map_err(io_err(path, "stat"))?.len() as usize;
+    if len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: a new read-only shared mapping of a file we opened; no existing memory is
+    // touched and the mapping is only given to mincore, never dereferenced.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(format!(
+            "{}: mmap: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let page = 4096usize;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `map` is the start of a mapping of `len` bytes; `vec` has one byte per page.
+    let rc = unsafe { libc::mincore(map, len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmaps exactly the mapping made above.
+    unsafe { libc::munmap(map, len) };
+    if rc != 0 {
+        return Err(format!("{}: mincore: {err}", path.display()));
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
+}
+
 /// What one run of the four workloads needs.
 struct Plan {
     root: PathBuf,
@@ -359,13 +407,16 @@ type Geometry = (u64, u64);
 
 impl Plan {
     /// Runs the workloads on `file` in 001's order; `gap` is called before each (it returns
-    /// the seconds waited), `cold` before each read, `probe` around each workload.
+    /// the seconds waited), `cold` before each read, `probe` around each workload; `cached`
+    /// (the page cache `cached` holds) after each.
+    #[allow(clippy::too_many_arguments)]
     fn workloads(
         &self,
         file: &Path,
         gap: &mut dyn FnMut() -> Result<f64, String>,
         cold: &dyn Fn() -> Result<(), String>,
         probe: &dyn Fn() -> Result<Counters, String>,
+        cached: &Path,
         bar: &Option<indicatif::ProgressBar>,
         label: &str,
     ) -> Result<Vec<Detail>, String> {
@@ -384,7 +435,7 @@ impl Plan {
                 _ => rand_read(file, &self.read_blocks)?,
             };
             let after = probe()?;
-            out.push(before.detail(&after, secs, g));
+            out.push(before.detail(&after, secs, g, page_cache_bytes(cached)?));
         }
         Ok(out)
     }
@@ -394,7 +445,7 @@ impl Plan {
         &self,
         cleaner: Option<&str>,
         bar: &Option<indicatif::ProgressBar>,
-    ) -> Result<(Vec<Detail>, Geometry), String> {
+    ) -> Result<(Vec<Detail>, Geometry, String), String> {
         let label = cleaner.unwrap_or("none");
         let backing = self.root.join(format!("backing-{label}"));
         let mp = self.root.join(format!("mnt-{label}"));
@@ -421,6 +472,7 @@ impl Plan {
             v["flash"]["sets"].as_u64().unwrap_or(0),
             v["flash"]["free_floor"].as_u64().unwrap_or(0),
         );
+        let io_mode = v["flash"]["io_mode"].as_str().unwrap_or("-").to_string();
         let flash = cleaner.is_some();
         let min_gap = self.min_gap;
         let mut gap = || -> Result<f64, String> {
@@ -447,11 +499,18 @@ impl Plan {
             }
         };
         let probe = || stats(&mp).map(|v| Counters::of(&v));
-        let details = self.workloads(&mp.join("seq.dat"), &mut gap, &cold, &probe, bar, label)?;
+        // Without a tier: the page cache of BACKING's copy.
+        let cached = if flash {
+            cache.clone()
+        } else {
+            backing.join("seq.dat")
+        };
+        let file = mp.join("seq.dat");
+        let details = self.workloads(&file, &mut gap, &cold, &probe, &cached, bar, label)?;
         drop(mounts);
         let _ = std::fs::remove_file(&cache);
         let _ = std::fs::remove_dir_all(&backing);
-        Ok((details, geo))
+        Ok((details, geo, io_mode))
     }
 
     /// The raw configuration: the same I/O on a file next to the cache files.
@@ -464,7 +523,7 @@ impl Plan {
         };
         let cold = || drop_page_cache(&file);
         let probe = || Ok(Counters::default());
-        let r = self.workloads(&file, &mut gap, &cold, &probe, bar, "raw");
+        let r = self.workloads(&file, &mut gap, &cold, &probe, &file, bar, "raw");
         let _ = std::fs::remove_file(&file);
         r
     }
@@ -550,6 +609,11 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
     ]
     .iter()
     .map(|s| s.to_string())
+    .chain(
+        a.flash_io
+            .iter()
+            .flat_map(|m| ["--flash-io".to_string(), m.clone()]),
+    )
     .collect();
     let (buf, data_at) = pattern(a.unaligned);
     let plan = Plan {
@@ -568,15 +632,17 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
     let mut times: [Times; 4] = Default::default();
     let mut details: BTreeMap<String, BTreeMap<String, Detail>> = BTreeMap::new();
     let mut geo = (0, 0);
+    let mut io_mode = String::new();
     let result = (|| -> Result<(), String> {
         for c in CONFIGS {
             let d = match c {
                 "raw" => plan.raw(&bar)?,
                 mounted => {
                     let cleaner = (mounted != "none").then_some(mounted);
-                    let (d, g) = plan.mounted(cleaner, &bar)?;
+                    let (d, g, io) = plan.mounted(cleaner, &bar)?;
                     if cleaner.is_some() {
                         geo = g;
+                        io_mode = io;
                     }
                     details.insert(
                         c.to_string(),
@@ -614,6 +680,7 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
         wait_ms: a.wait_ms,
         unaligned: a.unaligned,
         flash_flags,
+        flash_io_mode: io_mode,
         seq_write: sw.with_target(0.72),
         rand_write: rw.with_target(0.013),
         seq_read: sr,

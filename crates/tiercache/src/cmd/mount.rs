@@ -124,6 +124,11 @@ pub struct MountArgs {
     /// [default: inclusive].
     #[arg(long, value_name = "PLACEMENT")]
     pub flash_placement: Option<String>,
+    /// How the cache file is read and written: auto (the first of fadvise, dontcache, direct
+    /// that works: no page cache left behind) | fadvise | dontcache | direct | buffered (the
+    /// kernel's page cache keeps what it likes) [default: auto].
+    #[arg(long, value_name = "MODE")]
+    pub flash_io: Option<String>,
     /// A remote-memory tier on memcached servers, below all others (clean data only,
     /// encrypted): memcached://HOST:PORT[,HOST:PORT...]. Needs --remote-key.
     #[arg(long, value_name = "URL")]
@@ -251,6 +256,7 @@ fn flash_flags(args: &MountArgs) -> FlashFlags {
         dirty_max: args.flash_dirty_max.clone(),
         max_errors: args.flash_max_errors,
         placement: args.flash_placement.clone(),
+        io: args.flash_io.clone(),
     }
 }
 

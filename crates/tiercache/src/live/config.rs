@@ -217,6 +217,7 @@ pub struct TierTable {
     pub free_floor: Option<At<SizeOrPercent>>,
     pub dirty_max: Option<At<FractionValue>>,
     pub max_errors: Option<At<u64>>,
+    pub io: Option<At<String>>,
     /// The `--tier` argument this came from; `None` for a `[[tier]]` table.
     #[serde(skip)]
     pub flag: Option<String>,
@@ -251,6 +252,7 @@ impl TierTable {
             free_floor: None,
             dirty_max: None,
             max_errors: None,
+            io: None,
             flag: None,
             from_flags: None,
         }

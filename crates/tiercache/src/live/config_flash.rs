@@ -9,8 +9,9 @@
 //! `free_floor` (sets without dirty data cleaning aims for: a count or a percentage of the
 //! sets, default 10%), `dirty_max` (dirty fraction above which cleaning runs even when busy:
 //! `0.8` or `"80%"`, default 80%), `max_errors` (device errors before the tier is detached,
-//! default 16), plus the common `name`, `placement` (default inclusive: 001 allocates on read
-//! miss).
+//! default 16), `io` (`auto|fadvise|dontcache|direct|buffered`: how the cache file is read
+//! and written, default auto: see `tiercache_flash::IoMode`), plus the common `name`,
+//! `placement` (default inclusive: 001 allocates on read miss).
 
 use super::config::{test_only_key, At, ConfigFile, SizeOrPercent, SizeValue, TierTable};
 use super::config_remote::remote_only_key;
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
+use tiercache_flash::IoChoice;
 
 /// Default `--flash-seq-cutoff`: 4 MiB.
 pub const DEFAULT_SEQ_CUTOFF: u64 = 4 << 20;
@@ -102,6 +104,8 @@ pub struct FlashSpec {
     pub free_floor: Floor,
     pub dirty_max: f64,
     pub max_errors: u64,
+    /// How the cache file is read and written (what it leaves in the page cache).
+    pub io: IoChoice,
 }
 
 /// The `--flash*` flags of `tiercache mount`.
@@ -117,6 +121,7 @@ pub struct FlashFlags {
     pub dirty_max: Option<String>,
     pub max_errors: Option<u64>,
     pub placement: Option<String>,
+    pub io: Option<String>,
 }
 
 impl FlashFlags {
@@ -130,6 +135,7 @@ impl FlashFlags {
             || self.dirty_max.is_some()
             || self.max_errors.is_some()
             || self.placement.is_some()
+            || self.io.is_some()
     }
 }
 
@@ -204,6 +210,9 @@ pub fn apply_flash_flags(
     if f.placement.is_some() {
         t.placement = text(&f.placement);
     }
+    if f.io.is_some() {
+        t.io = text(&f.io);
+    }
     Ok(Some(tiers))
 }
 
@@ -218,6 +227,7 @@ pub(super) fn flash_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'
         (t.free_floor.as_ref().map(|a| &a.span), "free_floor"),
         (t.dirty_max.as_ref().map(|a| &a.span), "dirty_max"),
         (t.max_errors.as_ref().map(|a| &a.span), "max_errors"),
+        (t.io.as_ref().map(|a| &a.span), "io"),
     ];
     spans.into_iter().find_map(|(s, key)| s.map(|s| (s, key)))
 }
@@ -360,6 +370,14 @@ impl ConfigFile {
             }
             Some(at) => at.value,
         };
+        let io = match &t.io {
+            None => IoChoice::Auto,
+            Some(at) => at
+                .value
+                .trim()
+                .parse()
+                .map_err(|e| format!("{}: {e}", place(self, t, at, "flash-io")))?,
+        };
         Ok(FlashSpec {
             path: path_value,
             size,
@@ -370,6 +388,7 @@ impl ConfigFile {
             free_floor,
             dirty_max,
             max_errors,
+            io,
         })
     }
 }
@@ -405,6 +424,7 @@ mod tests {
         assert_eq!(s.cleaner, CleanerKind::Idle);
         assert_eq!(s.free_floor.sets(255), 26);
         assert!((s.dirty_max - 0.8).abs() < 1e-9);
+        assert_eq!(s.io, IoChoice::Auto);
     }
 
     #[test]
@@ -432,6 +452,11 @@ mod tests {
                 "free floor",
             ),
             (
+                "[[tier]]\nkind = \"flash\"\npath = \"c\"\nio = \"cached\"\n",
+                "tc.toml:4:",
+                "unknown I/O mode",
+            ),
+            (
                 "[[tier]]\nkind = \"flash\"\npath = \"c\"\nservers = \"x\"\n",
                 "tc.toml:4:",
                 "not a key of a flash tier",
@@ -452,6 +477,7 @@ mod tests {
         let mut f = FlashFlags {
             device: Some("/ssd/cache.img:2G".into()),
             cleaner: Some("eager".into()),
+            io: Some("buffered".into()),
             ..FlashFlags::default()
         };
         let remote = TierTable::of_kind("remote");
@@ -467,6 +493,7 @@ mod tests {
             (Some("/ssd/cache.img"), Some(2 << 30))
         );
         assert_eq!(s.cleaner, CleanerKind::Eager);
+        assert_eq!(s.io, IoChoice::Only(tiercache_flash::IoMode::Buffered));
         // A path with a colon and no size stays whole.
         f.device = Some("/ssd/a:b".into());
         let tiers = apply_flash_flags(None, &f).expect("ok").expect("some");

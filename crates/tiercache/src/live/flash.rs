@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tiercache_flash::format::UPGRADABLE_VERSION;
 use tiercache_flash::{
     CleanerConfig, CleanerMode, FileDevice, FlashConfig, FlashDevice, FlashError, FlashTier,
-    Geometry, LegacyTier,
+    Geometry, IoChoice, IoMode, LegacyTier,
 };
 use tiercache_manager::{LowerTier, RecoveryReport};
 use tiercache_tier::DataTier;
@@ -25,6 +25,8 @@ pub struct MountedFlash {
     pub tier: Arc<FlashTier>,
     pub spec: FlashSpec,
     pub recovery: RecoveryReport,
+    /// How the cache file is read and written (`stats`: `flash.io_mode`).
+    pub io_mode: IoMode,
 }
 
 /// Checks that BACKING can reopen files by handle (a write-back tier needs it to find the
@@ -57,23 +59,29 @@ fn check_handles(backing: &Path) -> Result<(), String> {
 /// empty one is created with SIZE (mode 0600), a block device whose first 128 KiB are zero is
 /// formatted, a cache of format 2 is upgraded (see [`upgrade`]), anything else is refused
 /// rather than overwritten. `cfg` gets the cleaner's floor once the number of sets is known.
-/// Returns the tier, what was done, and what an upgrade's recovery did.
+/// Returns the tier, what was done, what an upgrade's recovery did, and the I/O mode.
 fn open_device(
     f: &FlashSpec,
     mut cfg: FlashConfig,
     backing: &Path,
-) -> Result<(FlashTier, &'static str, Option<RecoveryReport>), String> {
+) -> Result<(FlashTier, &'static str, Option<RecoveryReport>, IoMode), String> {
     let at = f.path.display();
-    let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, false).map_err(|e| {
+    let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, f.io).map_err(|e| {
         if f.size.is_none() && e.kind() == std::io::ErrorKind::NotFound {
             format!(
                 "{at}: no cache there yet; give its size to create it (--flash {at}:SIZE, or \
                  `size`)"
             )
+        } else if e.kind() == std::io::ErrorKind::Unsupported && f.io != IoChoice::Auto {
+            format!("{at}: --flash-io (`io`): {e}")
         } else {
             format!("{at}: {e}")
         }
     })?;
+    let io = dev.io_mode();
+    for why in dev.io_skipped() {
+        log::info!("flash cache {at}: I/O mode {why}");
+    }
     let regular = dev.metadata().is_ok_and(|m| m.is_file());
     if !fresh {
         // A block device is formatted when it holds nothing yet (its first 128 KiB zero,
@@ -98,13 +106,13 @@ fn open_device(
     let dev: Arc<dyn FlashDevice> = Arc::new(dev);
     if fresh {
         let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: {e}"))?;
-        return Ok((t, "created", None));
+        return Ok((t, "created", None, io));
     }
     match FlashTier::open_or_create(dev.clone(), cfg.clone()) {
-        Ok((t, created)) => Ok((t, if created { "created" } else { "opened" }, None)),
+        Ok((t, created)) => Ok((t, if created { "created" } else { "opened" }, None, io)),
         Err(FlashError::FormatVersion { found }) if found == UPGRADABLE_VERSION => {
             let (t, report) = upgrade(f, dev, cfg, backing)?;
-            Ok((t, "upgraded from format 2", Some(report)))
+            Ok((t, "upgraded from format 2", Some(report), io))
         }
         Err(FlashError::NotFormatted(_)) => Err(format!(
             "{at}: holds other data and is not a tiercache flash cache; refusing to overwrite \
@@ -176,18 +184,20 @@ pub fn build(
     };
     // Locked (by its device) before anything reads or formats it: two daemons starting
     // together cannot both format it.
-    let (tier, how, upgraded) = open_device(f, cfg, backing)?;
+    let (tier, how, upgraded, io_mode) = open_device(f, cfg, backing)?;
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
     let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
     let recovery = upgraded.unwrap_or(recovery);
     log::info!(
-        "flash tier {} at {}: {} ({} sets, {} blocks)",
+        "flash tier {} at {}: {} ({} sets, {} blocks), I/O {} (--flash-io {})",
         spec.name,
         f.path.display(),
         how,
         tier.geometry().sets,
-        tier.info().capacity_blocks
+        tier.info().capacity_blocks,
+        io_mode,
+        f.io
     );
     let mut lt = LowerTier::new(tier.clone(), spec.placement).with_seq_bypass(
         tiercache_core::seqrun::Threshold::Fixed((f.seq_cutoff / block_size as u64).max(1)),
@@ -201,6 +211,7 @@ pub fn build(
             tier,
             spec: f.clone(),
             recovery,
+            io_mode,
         },
     ))
 }
@@ -237,6 +248,7 @@ pub fn stats_json(flashes: &[MountedFlash]) -> Value {
         CleanerKind::Eager => "eager",
     });
     v["seq_cutoff"] = json!(f.spec.seq_cutoff);
+    v["io_mode"] = json!(f.io_mode.name());
     v["recovery"] = serde_json::to_value(&f.recovery).unwrap_or(Value::Null);
     v
 }

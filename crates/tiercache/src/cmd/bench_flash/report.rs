@@ -132,9 +132,11 @@ impl FlashBench {
              not a disk)"
         );
         println!(
-            "SSD tier: {} MiB cache file on this machine's disk, {} sets of 1 MiB, free floor {}; \
-             memory tier {} KiB; sequential {} MiB; {} random writes, {} random reads (4 KiB)",
+            "SSD tier: {} MiB cache file on this machine's disk (I/O {}), {} sets of 1 MiB, free \
+             floor {}; memory tier {} KiB; sequential {} MiB; {} random writes, {} random reads \
+             (4 KiB)",
             self.cache_bytes >> 20,
+            self.flash_io_mode,
             self.sets,
             self.free_floor,
             self.memory_bytes >> 10,
@@ -169,7 +171,8 @@ impl FlashBench {
                 println!(
                     "  {c:<5} {w:<10} BACKING w {:>4} MiB r {:>4} MiB in {:>5} requests \
                      ({:>5} seeks); cleaned {:>4} MiB, bypassed {:>3}, flash hits {:>6}, \
-                     free sets {:>4} -> {:>4}, records {:>5}, syncs {:>4} (after a {:.1} s gap)",
+                     free sets {:>4} -> {:>4}, records {:>5}, syncs {:>4}, page cache {:>4} MiB \
+                     (after a {:.1} s gap)",
                     d.backing_bytes_written >> 20,
                     d.backing_bytes_read >> 20,
                     d.backing_requests,
@@ -181,6 +184,7 @@ impl FlashBench {
                     d.free_sets_after,
                     d.record_writes,
                     d.device_syncs,
+                    d.page_cache_bytes >> 20,
                     d.gap_before_secs,
                 );
             }

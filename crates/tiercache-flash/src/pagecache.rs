@@ -1,0 +1,536 @@
+//! What a [`crate::FileDevice`] leaves in the kernel's page cache: its I/O modes, the probe
+//! that picks one when the cache file is opened, and the system calls they need.
+//!
+//! The SSD tier sits under the memory tier: a page-cache copy of its blocks is a third copy of
+//! data the memory tier holds or chose to let go, taking RAM from every other program on the
+//! machine (paper 000's harm). So by default the cache file leaves (almost) nothing there:
+//!
+//! - [`IoMode::Fadvise`]: plain `pread`/`pwrite`, and `posix_fadvise(POSIX_FADV_DONTNEED)` on
+//!   the whole file after every [`DROP_EVERY`] bytes of I/O, after every sync, and on the
+//!   tier's ticks once the file is quiet ([`DropBehind`]). The kernel's write-back and
+//!   read-ahead keep working; what is cached at any moment is bounded by about [`DROP_EVERY`]
+//!   plus one read-ahead window (dirty pages are not dropped, their write-out is started; the
+//!   quiet drops take them once clean). Works wherever `posix_fadvise` does (files and block
+//!   devices).
+//! - [`IoMode::Dontcache`]: `preadv2`/`pwritev2` with `RWF_DONTCACHE` (Linux 6.14+, file
+//!   systems that support it): each I/O drops its pages itself — except, on the kernels
+//!   measured, pages whose write-out completes in interrupt context (overwrites of written
+//!   blocks) and read-ahead pages never read, which the same drops as above catch. Each write
+//!   starts its own write-out at once (the kernel cannot gather a 4 KiB write with its
+//!   neighbours), and reads get a small read-ahead: slower than `fadvise` for the tier's 4 KiB
+//!   blocks, hence second in [`AUTO_ORDER`].
+//! - [`IoMode::Direct`]: `O_DIRECT`, set with `fcntl` on the open descriptor, with buffers,
+//!   offsets and lengths aligned as `statx(STATX_DIOALIGN)` says (the device's sector size
+//!   becomes that offset alignment; a cache formatted with smaller sectors cannot use it).
+//!   Nothing is cached at all, but every 4 KiB block is a synchronous device request.
+//! - [`IoMode::Buffered`]: plain `pread`/`pwrite` (the page cache keeps what it likes).
+//!
+//! `auto` tries them in [`AUTO_ORDER`]; a file on tmpfs or ramfs is memory already (its pages
+//! are its storage), so there it is `buffered`. Durability is the same in every mode: only
+//! `fdatasync` makes writes durable (with O_DIRECT too: it flushes the device's volatile
+//! cache and commits the file system's extent changes).
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileTypeExt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// How a cache file is read and written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IoMode {
+    /// `O_DIRECT`: nothing in the page cache.
+    Direct,
+    /// `RWF_DONTCACHE` on every I/O (plus the periodic drop for what the kernel leaves).
+    Dontcache,
+    /// Buffered I/O and `POSIX_FADV_DONTNEED` every [`DROP_EVERY`] bytes and after syncs.
+    Fadvise,
+    /// Buffered I/O; the page cache keeps what it likes.
+    Buffered,
+}
+
+/// What `auto` tries, in order (the first that works on the file is taken). Why this order:
+/// the repository's `docs/design.md` §3c, with measurements.
+pub const AUTO_ORDER: [IoMode; 4] = [
+    IoMode::Fadvise,
+    IoMode::Dontcache,
+    IoMode::Direct,
+    IoMode::Buffered,
+];
+
+/// Bytes of I/O after which the whole file's clean pages are dropped (`fadvise` and
+/// `dontcache`): about the page cache the file may hold between drops. Not smaller: a drop
+/// also takes the read-ahead a sequential reader has not reached yet (the kernel reads it
+/// again), and read-ahead windows reach several MiB (`read_ahead_kb`), so drops every 1 MiB
+/// made a sequential read of the file read nearly three times its bytes from the disk.
+pub const DROP_EVERY: u64 = 4 << 20;
+
+const ALL: [IoMode; 4] = [
+    IoMode::Direct,
+    IoMode::Dontcache,
+    IoMode::Fadvise,
+    IoMode::Buffered,
+];
+
+impl IoMode {
+    /// Its name in settings, `stats` (`flash.io_mode`) and the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMode::Direct => "direct",
+            IoMode::Dontcache => "dontcache",
+            IoMode::Fadvise => "fadvise",
+            IoMode::Buffered => "buffered",
+        }
+    }
+}
+
+impl fmt::Display for IoMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The mode asked for: probe ([`IoChoice::Auto`], the default) or exactly one (an error where
+/// it does not work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoChoice {
+    #[default]
+    Auto,
+    Only(IoMode),
+}
+
+impl std::str::FromStr for IoChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(IoChoice::Auto);
+        }
+        ALL.into_iter()
+            .find(|m| m.name() == s)
+            .map(IoChoice::Only)
+            .ok_or_else(|| {
+                format!("unknown I/O mode `{s}` (expected auto|fadvise|dontcache|direct|buffered)")
+            })
+    }
+}
+
+impl fmt::Display for IoChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoChoice::Auto => f.write_str("auto"),
+            IoChoice::Only(m) => m.fmt(f),
+        }
+    }
+}
+
+/// The mode a file got, and the geometry it implies.
+#[derive(Debug, Clone)]
+pub(crate) struct Chosen {
+    pub mode: IoMode,
+    /// The device's sector size (512, or direct I/O's offset alignment).
+    pub sector: usize,
+    /// Alignment of buffers handed to the kernel (direct I/O; 1 otherwise).
+    pub mem_align: usize,
+    /// Modes `auto` skipped and why (for the log).
+    pub skipped: Vec<String>,
+}
+
+/// Picks the mode for `file` (`len` bytes, sized already). `format_sector`: the sector size
+/// of the cache already on it, if any (direct I/O needs it to be a multiple of its alignment).
+pub(crate) fn choose(
+    file: &File,
+    len: u64,
+    choice: IoChoice,
+    format_sector: Option<u32>,
+) -> io::Result<Chosen> {
+    let in_memory = in_memory_fs(file)?;
+    let only: [IoMode; 1];
+    let order: &[IoMode] = match choice {
+        IoChoice::Auto if in_memory.is_some() => &[IoMode::Buffered],
+        IoChoice::Auto => &AUTO_ORDER,
+        IoChoice::Only(m) => {
+            if let Some(fs) = in_memory.filter(|_| m != IoMode::Buffered) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "I/O mode {m}: the cache file is on {fs}, whose pages are its storage \
+                         (nothing to keep out of the page cache); use auto or buffered"
+                    ),
+                ));
+            }
+            only = [m];
+            &only
+        }
+    };
+    let mut skipped = Vec::new();
+    if let Some(fs) = in_memory {
+        skipped.push(format!("on {fs}, whose pages are its storage"));
+    }
+    for &mode in order {
+        match try_mode(file, len, mode, format_sector) {
+            Ok((sector, mem_align)) => {
+                return Ok(Chosen {
+                    mode,
+                    sector,
+                    mem_align,
+                    skipped,
+                })
+            }
+            Err(e) if choice == IoChoice::Auto => skipped.push(format!("{mode}: {e}")),
+            Err(e) => {
+                // EINVAL / EOPNOTSUPP from a probe: the kernel or file system lacks the mode.
+                let kind = match e.raw_os_error() {
+                    Some(libc::EINVAL | libc::EOPNOTSUPP) => io::ErrorKind::Unsupported,
+                    _ => e.kind(),
+                };
+                return Err(io::Error::new(
+                    kind,
+                    format!("I/O mode {mode} does not work on it: {e}"),
+                ));
+            }
+        }
+    }
+    // Unreachable: `buffered` always works and ends every order.
+    Err(io::Error::other(format!(
+        "no I/O mode works: {}",
+        skipped.join("; ")
+    )))
+}
+
+/// Whether `mode` works on `file`: its I/O succeeds and, where the file can be mapped, a
+/// page it read is not cached afterwards (`mincore`). `Ok((sector, mem_align))`.
+fn try_mode(
+    file: &File,
+    len: u64,
+    mode: IoMode,
+    format_sector: Option<u32>,
+) -> io::Result<(usize, usize)> {
+    let page = page_size();
+    // The probes read the first page (or what there is of it).
+    let n = usize::try_from(len.min(page as u64)).unwrap_or(0);
+    let got = match mode {
+        IoMode::Buffered => return Ok((512, 1)),
+        IoMode::Fadvise => {
+            let mut b = vec![0u8; n];
+            read_exact_flags(file, &mut b, 0, 0)?;
+            drop_cached(file)?;
+            (512, 1)
+        }
+        IoMode::Dontcache => {
+            // A page cached already is left cached by RWF_DONTCACHE: start without one.
+            let _ = drop_cached(file);
+            let mut b = vec![0u8; n];
+            read_exact_flags(file, &mut b, 0, libc::RWF_DONTCACHE)?;
+            (512, 1)
+        }
+        IoMode::Direct => try_direct(file, len, format_sector)?,
+    };
+    if n == page && first_page_cached(file) == Some(true) {
+        if mode == IoMode::Direct {
+            let _ = set_direct(file, false);
+        }
+        return Err(io::Error::other(
+            "the pages it reads stay in the page cache here",
+        ));
+    }
+    Ok(got)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+/// Whether the file's first page is in the page cache (`mincore` over a one-page mapping,
+/// which reads nothing); `None` when the file cannot be mapped.
+fn first_page_cached(file: &File) -> Option<bool> {
+    let page = page_size();
+    // SAFETY: a new read-only shared mapping of one page of an open file; no existing memory
+    // is involved, and it is only handed to mincore, never dereferenced.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return None;
+    }
+    let mut v = [0u8; 1];
+    // SAFETY: `map` starts a mapping of `page` bytes (one page); `v` has a byte for it.
+    let rc = unsafe { libc::mincore(map, page, v.as_mut_ptr()) };
+    // SAFETY: unmaps exactly the mapping made above.
+    unsafe { libc::munmap(map, page) };
+    (rc == 0).then_some(v[0] & 1 != 0)
+}
+
+/// Sets O_DIRECT on `file` if its file system allows it with the cache's sector size, and
+/// reads one aligned sector to be sure; `Ok((sector, mem_align))`.
+fn try_direct(file: &File, len: u64, format_sector: Option<u32>) -> io::Result<(usize, usize)> {
+    let (mem, offset) = dio_align(file)?;
+    if let Some(s) = format_sector.filter(|&s| !(s as usize).is_multiple_of(offset)) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "the cache was formatted with {s}-byte sectors; direct I/O here needs \
+                 multiples of {offset}"
+            ),
+        ));
+    }
+    set_direct(file, true)?;
+    // Pages cached before are not what is tested.
+    let _ = drop_cached(file);
+    let sector = offset.max(512);
+    let n = page_size().max(sector);
+    if len >= n as u64 {
+        let mut v = vec![0u8; n + mem.max(1)];
+        let at = v.as_ptr().align_offset(mem.max(1)).min(mem);
+        if let Err(e) = read_exact_flags(file, &mut v[at..at + n], 0, 0) {
+            // Best effort: the caller goes on without O_DIRECT, or fails.
+            let _ = set_direct(file, false);
+            return Err(e);
+        }
+    }
+    Ok((sector, mem.max(1)))
+}
+
+/// Direct I/O's (buffer, offset) alignment: `statx(STATX_DIOALIGN)`; where the kernel does
+/// not say (before 6.1), a block device's logical sector size, else 4096 for both.
+fn dio_align(file: &File) -> io::Result<(usize, usize)> {
+    // SAFETY: `statx` is plain data; all-zero is a valid value.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the descriptor is open for the call, the path is a NUL-terminated empty string
+    // (AT_EMPTY_PATH: the descriptor itself) and `sx` is a valid statx buffer.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut sx,
+        )
+    };
+    if rc == 0 && sx.stx_mask & libc::STATX_DIOALIGN != 0 {
+        if sx.stx_dio_mem_align == 0 || sx.stx_dio_offset_align == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the file system has no direct I/O for it",
+            ));
+        }
+        return Ok((
+            sx.stx_dio_mem_align as usize,
+            sx.stx_dio_offset_align as usize,
+        ));
+    }
+    if file.metadata()?.file_type().is_block_device() {
+        let mut n: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes one int through the pointer, which is valid for it.
+        if unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut n) } == 0 && n > 0 {
+            let n = n as usize;
+            return Ok((n, n));
+        }
+    }
+    Ok((4096, 4096))
+}
+
+/// Turns O_DIRECT on or off on the open descriptor (EINVAL: the file system has no direct
+/// I/O).
+fn set_direct(file: &File, on: bool) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor `file` owns; no memory is involved.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let want = if on {
+        flags | libc::O_DIRECT
+    } else {
+        flags & !libc::O_DIRECT
+    };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, want) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `ramfs`'s `f_type` (not in the libc crate).
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+/// The memory file system a regular file is on (tmpfs, ramfs), if it is. A block device's
+/// node lives on devtmpfs, which says nothing about the device: never "in memory".
+#[allow(clippy::unnecessary_cast)] // f_type's and the magics' widths differ between targets
+fn in_memory_fs(file: &File) -> io::Result<Option<&'static str>> {
+    if file.metadata()?.file_type().is_block_device() {
+        return Ok(None);
+    }
+    // SAFETY: `statfs` is plain data; all-zero is a valid value.
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the descriptor is open for the call and `sf` is a valid statfs buffer.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut sf) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let t = sf.f_type as i64;
+    Ok(if t == libc::TMPFS_MAGIC as i64 {
+        Some("tmpfs")
+    } else if t == RAMFS_MAGIC {
+        Some("ramfs")
+    } else {
+        None
+    })
+}
+
+/// `POSIX_FADV_DONTNEED` on the whole file: starts the write-out of its dirty pages and drops
+/// its clean ones.
+pub(crate) fn drop_cached(file: &File) -> io::Result<()> {
+    // SAFETY: posix_fadvise on a descriptor `file` owns; no memory is involved.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+fn off_t(off: u64) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(off)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))
+}
+
+/// Fills `buf` from `off` with `preadv2(flags)`; a short read is an error.
+pub(crate) fn read_exact_flags(
+    file: &File,
+    mut buf: &mut [u8],
+    mut off: u64,
+    flags: libc::c_int,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec naming `buf`, which is valid for writes of its length for the
+        // whole call; the descriptor is open.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off_t(off)?, flags) };
+        match n {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("short read at {off}"),
+                ))
+            }
+            n if n > 0 => {
+                let n = n as usize;
+                buf = &mut buf[n..];
+                off += n as u64;
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` at `off` with `pwritev2(flags)`.
+pub(crate) fn write_all_flags(
+    file: &File,
+    mut buf: &[u8],
+    mut off: u64,
+    flags: libc::c_int,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr().cast_mut().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec naming `buf`, which is valid for reads of its length for the
+        // whole call (pwritev2 only reads it); the descriptor is open.
+        let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, off_t(off)?, flags) };
+        match n {
+            0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote nothing")),
+            n if n > 0 => {
+                let n = n as usize;
+                buf = &buf[n..];
+                off += n as u64;
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quiet [`DropBehind::settle`] calls after a drop on which the file is dropped again: a drop
+/// only starts the write-out of dirty pages, which are clean (and dropped) by one of these
+/// (with the tier's 20 ms ticks, for about a second).
+const REDROPS: u32 = 50;
+
+/// Counts the bytes that may have left pages behind and drops the file's clean pages every
+/// [`DROP_EVERY`] of them, and once the file is quiet (no I/O between two [`Self::settle`]
+/// calls), again on [`REDROPS`] quiet calls after that: so nothing stays behind once the
+/// file has been quiet a while.
+#[derive(Debug, Default)]
+pub(crate) struct DropBehind {
+    since: AtomicU64,
+    /// `since` at the last `settle`.
+    seen: AtomicU64,
+    /// Quiet `settle` calls left that drop again.
+    redrops: AtomicU32,
+}
+
+impl DropBehind {
+    /// `n` more bytes of I/O on `file`.
+    pub fn note(&self, file: &File, n: usize) {
+        let before = self.since.fetch_add(n as u64, Ordering::Relaxed);
+        if before + n as u64 >= DROP_EVERY {
+            self.drop_now(file);
+        }
+    }
+
+    /// Called now and then: drops the file's pages when there was I/O since the last drop but
+    /// none since the last call (so an active stream's read-ahead is not dropped under it);
+    /// with no I/O since the last drop, drops again while [`REDROPS`] last.
+    pub fn settle(&self, file: &File) {
+        let since = self.since.load(Ordering::Relaxed);
+        if since > 0 {
+            if self.seen.swap(since, Ordering::Relaxed) == since {
+                self.drop_now(file);
+            }
+        } else if self
+            .redrops
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            Self::drop_cached_logged(file);
+        }
+    }
+
+    /// Drops the file's clean pages now (after a sync: all of them).
+    pub fn drop_now(&self, file: &File) {
+        self.since.store(0, Ordering::Relaxed);
+        self.seen.store(0, Ordering::Relaxed);
+        self.redrops.store(REDROPS, Ordering::Relaxed);
+        Self::drop_cached_logged(file);
+    }
+
+    fn drop_cached_logged(file: &File) {
+        if let Err(e) = drop_cached(file) {
+            // The advice worked when the file was opened; losing it costs page cache only.
+            log::debug!("posix_fadvise(DONTNEED) on the flash cache: {e}");
+        }
+    }
+}
