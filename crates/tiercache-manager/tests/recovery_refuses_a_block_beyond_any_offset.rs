@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use tiercache_flash::FlashTier;
+use tiercache_flash::{FlashTier, IoChoice};
 use tiercache_manager::Class;
 use tiercache_tier::{Admit, DataTier, FileKey, FileMeta, TierKey};
 
@@ -14,7 +14,7 @@ const BS: u64 = 512;
 
 /// A flash tier in a real cache file at `path` (created when missing, reopened as it is).
 fn flash_at(path: &Path) -> FlashTier {
-    FlashTier::open_path(path, 1 << 20, false, flash_config(None, 16))
+    FlashTier::open_path(path, 1 << 20, IoChoice::Auto, flash_config(None, 16))
         .unwrap()
         .0
 }
