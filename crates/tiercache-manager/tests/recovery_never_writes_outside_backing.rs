@@ -3,44 +3,15 @@
 mod common;
 use common::*;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use tiercache_core::placement::Placement;
-use tiercache_flash::{FlashTier, IoChoice};
+use tiercache_flash::FlashTier;
 use tiercache_manager::{Class, LowerTier, MemCache, RealBacking};
 use tiercache_tier::{Admit, DataTier, FileKey, FileMeta, TierKey};
 
 const BS: u64 = 512;
-
-/// A flash tier in a real cache file at `path` (created when missing, reopened as it is).
-fn flash_at(path: &Path) -> FlashTier {
-    FlashTier::open_path(path, 1 << 20, IoChoice::Auto, flash_config(None, 16))
-        .unwrap()
-        .0
-}
-
-/// Birth time of `f` in ns (0 when the file system does not report one), as the manager keys
-/// files in its tiers.
-fn birth_ns(f: &File) -> u64 {
-    // SAFETY: an all-zero statx is a valid value; statx writes only into it.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd, empty NUL-terminated path with AT_EMPTY_PATH, `stx` outlives the call.
-    let rc = unsafe {
-        libc::statx(
-            f.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_BTIME,
-            &mut stx,
-        )
-    };
-    if rc != 0 || stx.stx_mask & libc::STATX_BTIME == 0 {
-        return 0;
-    }
-    stx.stx_btime.tv_sec as u64 * 1_000_000_000 + u64::from(stx.stx_btime.tv_nsec)
-}
 
 /// Stores dirty block 0 of `key` holding `bytes`, and `meta` for it, with the tier's own code.
 fn store(tier: &FlashTier, key: FileKey, meta: &FileMeta, bytes: &[u8]) {

@@ -141,3 +141,36 @@ pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A flash tier in a real cache file at `path` (created when missing, reopened as it is).
+pub fn flash_at(path: &Path) -> tiercache_flash::FlashTier {
+    tiercache_flash::FlashTier::open_path(
+        path,
+        1 << 20,
+        tiercache_flash::IoChoice::Auto,
+        flash_config(None, 16),
+    )
+    .unwrap()
+    .0
+}
+
+/// Birth time of `f` in ns (0 when the file system does not report one), as the manager keys
+/// files in its tiers.
+pub fn birth_ns(f: &File) -> u64 {
+    // SAFETY: an all-zero statx is a valid value; statx writes only into it.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, empty NUL-terminated path with AT_EMPTY_PATH, `stx` outlives the call.
+    let rc = unsafe {
+        libc::statx(
+            std::os::fd::AsRawFd::as_raw_fd(f),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BTIME,
+            &mut stx,
+        )
+    };
+    if rc != 0 || stx.stx_mask & libc::STATX_BTIME == 0 {
+        return 0;
+    }
+    stx.stx_btime.tv_sec as u64 * 1_000_000_000 + u64::from(stx.stx_btime.tv_nsec)
+}
