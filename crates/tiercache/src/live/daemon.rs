@@ -190,8 +190,12 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         }
         None => (real, None),
     };
-    let (lower, remotes, flashes) =
-        build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize, &backing)?;
+    let (lower, remotes, flashes) = build_lower_tiers(
+        &s.lower_tiers,
+        s.mem.block_size.bytes() as usize,
+        &backing,
+        &*device,
+    )?;
     let mem =
         Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
     if !flashes.is_empty() {
@@ -628,11 +632,12 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
 type LowerStack = (Vec<LowerTier>, Vec<MountedRemote>, Vec<MountedFlash>);
 
 /// Builds the tiers below memory from their specs, top first; also returns the remote ones
-/// (for their own stats).
+/// (for their own stats). Recovery of a persistent tier writes to BACKING through `device`.
 fn build_lower_tiers(
     specs: &[LowerTierSpec],
     block_size: usize,
     backing: &std::path::Path,
+    device: &dyn BackingIo,
 ) -> Result<LowerStack, String> {
     let mut remotes = Vec::new();
     let mut flashes = Vec::new();
@@ -673,7 +678,7 @@ fn build_lower_tiers(
                         .flash
                         .as_ref()
                         .ok_or_else(|| format!("tier {}: no flash settings", spec.name))?;
-                    let (lt, mounted) = flash::build(spec, f, block_size, backing)?;
+                    let (lt, mounted) = flash::build(spec, f, block_size, backing, device)?;
                     flashes.push(mounted);
                     return Ok(lt);
                 }

@@ -121,13 +121,14 @@ fn open_device(f: &FlashSpec, mut cfg: FlashConfig) -> Result<(FlashTier, bool),
     })
 }
 
-/// Opens or creates the tier, writes the dirty blocks it kept to BACKING, and returns it as a
-/// lower tier of the mount.
+/// Opens or creates the tier, writes the dirty blocks it kept to BACKING (through `device`),
+/// and returns it as a lower tier of the mount.
 pub fn build(
     spec: &LowerTierSpec,
     f: &FlashSpec,
     block_size: usize,
     backing: &Path,
+    device: &dyn tiercache_manager::BackingIo,
 ) -> Result<(LowerTier, MountedFlash), String> {
     if f.mode == FlashMode::Writeback {
         check_handles(backing)?;
@@ -173,7 +174,7 @@ pub fn build(
     };
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
-    let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
+    let recovery = tiercache_manager::clean_recovered(&*tier, backing, device)?;
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks)",
         spec.name,
