@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tiercache_manager::{
-    BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig, RealBacking,
+    BackingCache, BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig,
+    RealBacking, UncachedBacking,
 };
 
 /// Everything a mount needs, validated.
@@ -31,6 +32,8 @@ pub struct Settings {
     pub mem: MemConfig,
     pub priority: PriorityDirs,
     pub emulate: Option<DeviceModel>,
+    /// `--backing-cache`: whether BACKING I/O leaves pages in the kernel page cache.
+    pub backing_cache: BackingCache,
     pub kernel_cache: bool,
     pub allow_other: bool,
     pub trace_out: Option<PathBuf>,
@@ -182,7 +185,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     // One mount per BACKING; held until this mount is in the mount table (recovery of an SSD
     // tier included: it writes to BACKING too).
     let claim = super::one_mount::claim(&backing)?;
-    let real: Arc<dyn BackingIo> = Arc::new(RealBacking);
+    let real = backing_device(s.backing_cache, &backing);
     let (device, emulation): (Arc<dyn BackingIo>, Option<String>) = match s.emulate {
         Some(model) => {
             let label = format!("MODEL {model}");
@@ -630,6 +633,24 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
 
 /// The tiers below memory (top first), and the remote and flash ones again for their stats.
 type LowerStack = (Vec<LowerTier>, Vec<MountedRemote>, Vec<MountedFlash>);
+
+/// The device BACKING's data goes through: uncached (probed on BACKING's file system, the
+/// outcome logged) unless `--backing-cache keep`.
+fn backing_device(cache: BackingCache, backing: &std::path::Path) -> Arc<dyn BackingIo> {
+    match cache {
+        BackingCache::Keep => {
+            log::info!(
+                "BACKING I/O: buffered, its pages kept in the page cache (--backing-cache keep)"
+            );
+            Arc::new(RealBacking)
+        }
+        BackingCache::Drop => {
+            let u = UncachedBacking::new();
+            u.probe(backing);
+            Arc::new(u)
+        }
+    }
+}
 
 /// Builds the tiers below memory from their specs, top first; also returns the remote ones
 /// (for their own stats). Recovery of a persistent tier writes to BACKING through `device`.
