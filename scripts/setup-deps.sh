@@ -14,6 +14,8 @@ command -v memcached >/dev/null || need+=(memcached)
 # `bench web`: nginx serves the pages, wrk measures them.
 command -v nginx >/dev/null || need+=(nginx)
 command -v wrk >/dev/null || need+=(wrk)
+# fincore: the page-cache tests (BACKING's and the SSD cache file's residency).
+command -v fincore >/dev/null || need+=(util-linux-extra)
 # mkfs.ext4 and chattr: the inode-reuse test's ext4 loop image, the immutable-file test.
 { command -v mkfs.ext4 && command -v chattr; } >/dev/null || need+=(e2fsprogs)
 if ((${#need[@]})); then

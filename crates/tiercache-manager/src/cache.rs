@@ -8,7 +8,7 @@
 //!
 //! Invariant: every slot a request pins is unpinned before the request returns, on every path.
 
-use crate::backing::{BackingIo, RealBacking};
+use crate::backing::{BackingIo, UncachedBacking};
 use crate::config::MemConfig;
 use crate::engine::Engine;
 use crate::error::MemError;
@@ -224,6 +224,7 @@ impl Inner {
                 bytes_read: Counters::get(&c.backing_bytes_read),
                 bytes_written: Counters::get(&c.backing_bytes_written),
                 syncs: Counters::get(&c.backing_syncs),
+                io_mode: self.device.io_mode(),
             },
             writeback_blocks_per_sec: rate,
             paths: PathStats {
@@ -389,9 +390,10 @@ impl MemCache {
         Ok(())
     }
 
-    /// A tier over the real backing files ([`RealBacking`]).
+    /// A tier over the real backing files, leaving no pages in the page cache
+    /// ([`UncachedBacking`], not probed: each file system's first request decides).
     pub fn with_real_device(cfg: MemConfig) -> Result<Self, MemError> {
-        Self::new(cfg, Arc::new(RealBacking))
+        Self::new(cfg, Arc::new(UncachedBacking::new()))
     }
 
     pub fn config(&self) -> &MemConfig {

@@ -133,6 +133,8 @@ impl Inner {
             self.clean_lower_round();
         }
         self.bound_closed_fds();
+        // What this round wrote leaves no pages behind (an uncached BACKING device).
+        self.device.settle();
     }
 
     /// Keeps the closed files that hold a backing descriptor under the budget: past half of
@@ -312,6 +314,7 @@ impl Inner {
                 }
             }
         }
+        self.device.settle();
         first.map_or(Ok(()), Err)
     }
 

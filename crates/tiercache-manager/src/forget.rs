@@ -70,9 +70,13 @@ impl Inner {
             .as_deref()
             .is_some_and(|fd| fd.metadata().is_ok_and(|m| m.nlink() == 0));
         let written = match fd {
-            Some(_) if !unlinked => self
-                .flush_locked(file, crate::flusher::Why::Forget)
-                .map(|_| ()),
+            Some(_) if !unlinked => {
+                let r = self.flush_locked(file, crate::flusher::Why::Forget);
+                // A forgotten file keeps no descriptor: not even the device's, for the pages
+                // its write-back left (an uncached device holds one until it drops them).
+                self.device.settle();
+                r.map(|_| ())
+            }
             _ => Ok(()),
         };
         let mut invalidate_below = None;
@@ -168,6 +172,7 @@ impl Inner {
     ) -> Option<(Option<Arc<File>>, usize)> {
         // Errors are logged and counted by the write-back itself.
         let _ = self.flush_locked(file, crate::flusher::Why::Forget);
+        self.device.settle();
         let mut invalidate_below = None;
         let result = self.drop_forgotten_locked(file, shared, &mut invalidate_below);
         // After the engine lock: the caller holds the file's `io` and `op` locks.

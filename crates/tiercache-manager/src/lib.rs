@@ -74,7 +74,8 @@ mod write;
 mod zerocopy;
 
 pub use backing::{
-    BackingIo, DeviceModel, EmulatedBacking, EmulationStats, FaultyBacking, RealBacking,
+    BackingCache, BackingIo, DeviceModel, EmulatedBacking, EmulationStats, FaultyBacking, IoMode,
+    RealBacking, UncachedBacking, FOLIO_WINDOW,
 };
 pub use cache::MemCache;
 pub use config::MemConfig;

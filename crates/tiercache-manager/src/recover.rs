@@ -6,7 +6,8 @@
 //! opened by its handle (so a rename since does not matter), its blocks are written in offset
 //! order, the last one clipped at the logical size, the file extended to that size if it is
 //! shorter, synced, its mtime set to the time of the writes; then the blocks are marked clean
-//! and the tier synced. A file deleted since (`ESTALE`, or no link left) has nowhere to take
+//! and the tier synced. Data, size and sync go through the mount's [`BackingIo`], as every
+//! other BACKING write does (so recovery leaves no page cache behind either). A file deleted since (`ESTALE`, or no link left) has nowhere to take
 //! them: they are dropped. Nothing here goes through the memory tier: no file is open yet.
 //!
 //! Nothing read from the cache decides where root writes: before anything is written, each
@@ -21,13 +22,14 @@
 //! used with another BACKING on the same file system: nothing is dropped and the mount is
 //! refused, as for a cache whose files are on another device.
 
+use crate::backing::BackingIo;
 use crate::beneath::{Backing, Ident};
 use crate::handle::open_by_handle;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use tiercache_tier::{DataTier, DirtyBlock, FileKey, RecoveredFile};
 
@@ -69,10 +71,14 @@ enum Verdict {
     NoHandle,
 }
 
-/// Writes every dirty block `tier` found at open to BACKING (rooted at `root`). An error that
-/// leaves dirty data unwritten (BACKING refuses, the daemon may not open by handle) stops the
-/// mount: serving BACKING's older bytes would lose acknowledged writes.
-pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryReport, String> {
+/// Writes every dirty block `tier` found at open to BACKING (rooted at `root`) through
+/// `device`. An error that leaves dirty data unwritten (BACKING refuses, the daemon may not open
+/// by handle) stops the mount: serving BACKING's older bytes would lose acknowledged writes.
+pub fn clean_recovered(
+    tier: &dyn DataTier,
+    root: &Path,
+    device: &dyn BackingIo,
+) -> Result<RecoveryReport, String> {
     let mut report = RecoveryReport::default();
     let files = tier.recovered_files();
     if files.is_empty() {
@@ -119,7 +125,12 @@ pub fn clean_recovered(tier: &dyn DataTier, root: &Path) -> Result<RecoveryRepor
         };
         match verdict {
             Verdict::Write(ident) => {
-                clean_one(tier, backing.dir(), ident, rf, &blocks, &mut report).map_err(&at)?;
+                let to = Target {
+                    root: backing.dir(),
+                    ident,
+                    device,
+                };
+                clean_one(tier, &to, rf, &blocks, &mut report).map_err(&at)?;
             }
             other => give_up(tier, rf, other, &blocks, &mut report),
         }
@@ -355,16 +366,24 @@ fn give_up(
     }
 }
 
-/// Writes `rf`'s blocks to the inode `ident` (checked by [`check_all`]), reopened read-write
-/// by its handle.
+/// Where a checked record's blocks go.
+struct Target<'a> {
+    /// BACKING's root, to open handles from.
+    root: &'a File,
+    /// The inode [`check_all`] approved.
+    ident: Ident,
+    device: &'a dyn BackingIo,
+}
+
+/// Writes `rf`'s blocks to the inode `to.ident`, reopened read-write by its handle.
 fn clean_one(
     tier: &dyn DataTier,
-    root: &File,
-    ident: Ident,
+    to: &Target<'_>,
     rf: &RecoveredFile,
     blocks: &[DirtyBlock],
     report: &mut RecoveryReport,
 ) -> Result<(), String> {
+    let (root, ident, device) = (to.root, to.ident, to.device);
     let id = describe(rf);
     let Some(meta) = rf.meta.as_ref() else {
         return Err(format!("{id}: no file meta"));
@@ -379,6 +398,7 @@ fn clean_one(
         Err(e) => return Err(format!("{id}: open_by_handle_at: {e}")),
     };
     let st = f.metadata().map_err(|e| format!("{id}: fstat: {e}"))?;
+    let file = tiercache_core::FileId(st.ino());
     if Ident::of(&f).ok() != Some(ident) {
         return Err(format!(
             "{id}: its handle now opens another inode than the one checked; refusing to write \
@@ -410,7 +430,8 @@ fn clean_one(
             report.blocks_dropped += 1; // past the logical end: meaningless
         } else {
             let n = (meta.size - start).min(bs);
-            f.write_all_at(&buf[..n as usize], start)
+            device
+                .write_at(file, &f, &buf[..n as usize], start)
                 .map_err(|e| format!("{id}: writing block {}: {e}", b.key.block.0))?;
             end = end.max(start + n);
             report.blocks_written += 1;
@@ -421,14 +442,17 @@ fn clean_one(
     // that later records did not see must not grow the file back).
     let want_len = end.min(meta.size);
     if st.len() < want_len {
-        f.set_len(want_len)
+        device
+            .set_len(file, &f, want_len)
             .map_err(|e| format!("{id}: extending to {want_len} bytes: {e}"))?;
     }
     if let Err(e) = set_mtime_ns(&f, meta.mtime_ns) {
         log::warn!("{id}: setting the mtime after recovery failed: {e}");
     }
     // Data, size and mtime durable before the tier lets its copies go.
-    f.sync_all().map_err(|e| format!("{id}: fsync: {e}"))?;
+    device
+        .sync(file, &f, false)
+        .map_err(|e| format!("{id}: fsync: {e}"))?;
     for (key, seq) in done {
         tier.mark_clean(&key, seq);
     }

@@ -91,6 +91,8 @@ pub struct BackingStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub syncs: u64,
+    /// How BACKING I/O treats the kernel page cache ([`crate::IoMode`]).
+    pub io_mode: crate::IoMode,
 }
 
 /// How requests were served, in blocks.

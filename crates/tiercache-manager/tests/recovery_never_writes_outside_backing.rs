@@ -83,7 +83,12 @@ fn a_forged_record_naming_a_file_outside_backing_is_refused() {
     let again = flash_at(&cache_file);
     let recovered = again.recovered_files();
     assert_eq!(recovered.len(), 2, "{recovered:?}");
-    let rep = tiercache_manager::clean_recovered(&again, &backing).unwrap();
+    let rep = tiercache_manager::clean_recovered(
+        &again,
+        &backing,
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap();
     assert!(
         read_file(&secret) == secret_before,
         "recovery wrote into a file outside BACKING"
@@ -112,7 +117,12 @@ fn a_cache_whose_files_all_lie_outside_backing_is_refused_whole() {
     let cache_file = dir.path().join("cache.img");
     forge_record(&flash_at(&cache_file), &secret, &[0x55; BS as usize]);
     let again = flash_at(&cache_file);
-    let e = tiercache_manager::clean_recovered(&again, &backing).unwrap_err();
+    let e = tiercache_manager::clean_recovered(
+        &again,
+        &backing,
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap_err();
     assert!(e.contains("none of the files"), "{e}");
     assert!(
         read_file(&secret) == before,
@@ -157,7 +167,12 @@ fn records_naming_a_directory_or_another_inode_are_refused() {
     forge_record(&tier, &c, &pattern(0, BS as usize, 5));
     drop(tier);
     let again = flash_at(&cache_file);
-    let rep = tiercache_manager::clean_recovered(&again, &backing).unwrap();
+    let rep = tiercache_manager::clean_recovered(
+        &again,
+        &backing,
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap();
     assert_eq!((rep.files_refused, rep.blocks_written), (2, 1), "{rep:?}");
     assert!(
         read_file(&a) == a_before,

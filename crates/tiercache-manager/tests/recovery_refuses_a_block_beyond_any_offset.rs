@@ -64,7 +64,12 @@ fn a_block_whose_offset_overflows_is_refused_and_nothing_is_written() {
         blocks.contains(&far),
         "the tier kept the block number: {blocks:?}"
     );
-    let rep = tiercache_manager::clean_recovered(&again, &backing).unwrap();
+    let rep = tiercache_manager::clean_recovered(
+        &again,
+        &backing,
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap();
     assert!(
         read_file(&victim) == before,
         "recovery wrote a block whose offset overflows into the file"

@@ -120,7 +120,12 @@ fn a_shrinking_truncate_then_kill_does_not_grow_the_file_back() {
     std::mem::forget(cache);
     let again = FlashTier::open(dev.clone() as Arc<dyn FlashDevice>, c).unwrap();
     eprintln!("recovered: {:?}", again.recovered_files());
-    let rep = tiercache_manager::clean_recovered(&again, dir.path()).unwrap();
+    let rep = tiercache_manager::clean_recovered(
+        &again,
+        dir.path(),
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap();
     eprintln!("{rep:?}");
     let len = std::fs::metadata(&path).unwrap().len();
     assert_eq!(
@@ -181,7 +186,12 @@ fn a_detached_tiers_old_copy_never_comes_back_over_newer_bytes() {
     drop(tier); // closes (degraded, not tainted: clean flag written)
     let again = FlashTier::open(mem_dev.clone() as Arc<dyn FlashDevice>, c).unwrap();
     eprintln!("recovered: {:?}", again.recovered_files());
-    tiercache_manager::clean_recovered(&again, dir.path()).unwrap();
+    tiercache_manager::clean_recovered(
+        &again,
+        dir.path(),
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap();
     assert_bytes(
         &read_file(&path)[BS as usize..2 * BS as usize],
         &pattern(BS, BS as usize, 2),
@@ -231,7 +241,12 @@ fn an_append_patched_below_memory_keeps_its_size_after_kill() {
     std::mem::forget(cache);
     let again = FlashTier::open(dev.clone() as Arc<dyn FlashDevice>, c).unwrap();
     eprintln!("recovered: {:?}", again.recovered_files());
-    tiercache_manager::clean_recovered(&again, dir.path()).unwrap();
+    tiercache_manager::clean_recovered(
+        &again,
+        dir.path(),
+        &tiercache_manager::UncachedBacking::new(),
+    )
+    .unwrap();
     let on_disk = read_file(&a);
     assert_eq!(on_disk.len() as u64, BS + 300, "length after recovery");
     assert_bytes(

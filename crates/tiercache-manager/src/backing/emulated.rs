@@ -204,4 +204,16 @@ impl BackingIo for EmulatedBacking {
     fn emulation(&self) -> Option<EmulationStats> {
         Some(self.stats())
     }
+
+    fn io_mode(&self) -> super::IoMode {
+        self.inner.io_mode()
+    }
+
+    fn sync_fs(&self, fd: &File) -> io::Result<()> {
+        self.inner.sync_fs(fd)
+    }
+
+    fn settle(&self) {
+        self.inner.settle();
+    }
 }

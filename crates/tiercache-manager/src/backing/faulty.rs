@@ -156,4 +156,16 @@ impl BackingIo for FaultyBacking {
     fn emulation(&self) -> Option<EmulationStats> {
         self.inner.emulation()
     }
+
+    fn io_mode(&self) -> super::IoMode {
+        self.inner.io_mode()
+    }
+
+    fn sync_fs(&self, fd: &File) -> io::Result<()> {
+        self.inner.sync_fs(fd)
+    }
+
+    fn settle(&self) {
+        self.inner.settle();
+    }
 }

@@ -1,21 +1,30 @@
 //! BACKING I/O: every byte the memory tier moves to or from BACKING goes
 //! through one [`BackingIo`].
 //!
-//! - [`RealBacking`]: `pread`/`pwrite`/`fdatasync` on the backing files (std `FileExt`);
+//! - [`UncachedBacking`]: the default: buffered I/O that leaves no pages in the kernel page
+//!   cache (`RWF_DONTCACHE`, or `posix_fadvise(DONTNEED)` where a file system refuses it),
+//!   probed per file system (`--backing-cache drop`);
+//! - [`RealBacking`]: plain `pread`/`pwrite`/`fdatasync` on the backing files (std `FileExt`):
+//!   BACKING's pages stay in the page cache (`--backing-cache keep`);
 //! - [`EmulatedBacking`]: a latency MODEL of an HDD or SSD wrapped around another device (for
 //!   `tiercache mount --emulate hdd|ssd`): modelled seek/rotation/transfer times are slept, not
 //!   measured; it is labelled as a model in logs and stats;
 //! - [`FaultyBacking`]: injects failures and silently dropped writes after a countdown (tests).
 //!
 //! Contract: `read_at` fills the buffer except at end of file (it returns the byte count, short
-//! only at EOF); `write_at` writes the whole buffer or fails; errors keep their errno. A backing
-//! does no caching of its own.
+//! only at EOF); `write_at` writes the whole buffer or fails; errors keep their errno; `sync`
+//! returns only when the file's data written so far is on BACKING and synced. A backing does
+//! no caching of its own.
 
+mod behind;
 mod emulated;
 mod faulty;
+mod sys;
+mod uncached;
 
 pub use emulated::{DeviceModel, EmulatedBacking, EmulationStats};
 pub use faulty::FaultyBacking;
+pub use uncached::{BackingCache, IoMode, UncachedBacking, FOLIO_WINDOW};
 
 use std::fmt;
 use std::fs::File;
@@ -44,13 +53,22 @@ pub trait BackingIo: Send + Sync + fmt::Debug {
     }
     /// Sets the file's length (`ftruncate`).
     fn set_len(&self, file: FileId, fd: &File, len: u64) -> io::Result<()>;
+    /// Finishes what earlier requests left in progress (an uncached device waits for its
+    /// recent writes' writeback and drops their pages). The flusher calls it after each round.
+    fn settle(&self) {}
     /// The emulation model's counters, when this backing (or one it wraps) is a model.
     fn emulation(&self) -> Option<EmulationStats> {
         None
     }
+    /// How this backing (or the one it wraps) treats the kernel page cache on BACKING's own
+    /// file system (`stats` `backing.io_mode`).
+    fn io_mode(&self) -> IoMode {
+        IoMode::Buffered
+    }
 }
 
-/// The real thing: positioned I/O on the backing file descriptors.
+/// Plain positioned I/O on the backing file descriptors: pages stay in the page cache
+/// (`--backing-cache keep`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealBacking;
 

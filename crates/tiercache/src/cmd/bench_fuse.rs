@@ -1,6 +1,8 @@
 //! `tiercache bench fuse`: fio through a tiercache mount vs through bindfs (a plain FUSE
 //! pass-through) vs the native directory, in one run, on the same warm file; then cold reads
-//! through tiercache with the HDD device MODEL (`--emulate hdd`).
+//! through tiercache with the HDD device MODEL (`--emulate hdd`); then one cold sequential pass
+//! over the file through a memory tier a quarter of its size on the real BACKING (no model),
+//! with the native cold pass beside it and what the pass left in the page cache.
 //!
 //! Fairness: tiercache serves every read in user space (FUSE direct I/O, its default), so bindfs
 //! runs with `-o direct_io --multithreaded` too; "native" is the backing directory through the
@@ -45,6 +47,12 @@ struct FuseBench {
     tiercache_vs_bindfs_1m: f64,
     cold_hdd_model_4k_iops: f64,
     cold_hdd_model_1m_mbps: f64,
+    /// Cold 1 MiB sequential pass through a memory tier of a quarter of the file, real BACKING.
+    seq_over_memory_mbps: f64,
+    /// The same pass on the native file, its page cache dropped first.
+    seq_over_memory_native_mbps: f64,
+    /// BACKING's file in the page cache after the tiercache pass, MiB.
+    seq_over_memory_backing_cached_mib: f64,
 }
 
 /// Unmounts and stops whatever the bench started, even on error.
@@ -220,6 +228,84 @@ fn warm(file: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of `path` in the page cache (`mincore` of a mapping of it).
+fn cached_bytes(path: &Path) -> Result<u64, String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len() as usize;
+    if len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open file; nothing else
+    // uses the address, and it is unmapped below before returning.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(format!(
+            "{}: mmap: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let page = 4096usize;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `addr` maps `len` bytes; `vec` has one byte per page of them.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmaps exactly the mapping made above.
+    unsafe { libc::munmap(addr, len) };
+    if rc != 0 {
+        return Err(format!("{}: mincore: {err}", path.display()));
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
+}
+
+/// Syncs `path` and drops its pages from the page cache (a cold start for the next reader).
+fn drop_cache(path: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.sync_all()
+        .map_err(|e| format!("{}: fsync: {e}", path.display()))?;
+    // SAFETY: posix_fadvise passes no memory; `f` keeps the descriptor open.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(format!(
+            "{}: posix_fadvise: {}",
+            path.display(),
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    Ok(())
+}
+
+/// One cold sequential pass over `backing/data.bin` through a mount whose memory tier holds a
+/// quarter of it (real BACKING, no model), then the same pass natively; both start with the
+/// file out of the page cache. Returns (tiercache MB/s, native MB/s, MiB the tiercache pass
+/// left cached).
+fn seq_over_memory(backing: &Path, mp: &Path, size: u64) -> Result<(f64, f64, f64), String> {
+    let data = backing.join("data.bin");
+    drop_cache(&data)?;
+    let child = start_tiercache(backing, mp, (size / 4).max(1 << 20), &[])?;
+    let mounts = Mounts {
+        daemons: vec![(child, mp.to_path_buf())],
+        bindfs: Vec::new(),
+    };
+    let tc = fio(&mp.join("data.bin"), "read", "1m", 0)?.1;
+    drop(mounts);
+    let left = cached_bytes(&data)? as f64 / (1 << 20) as f64;
+    drop_cache(&data)?;
+    let native = fio(&data, "read", "1m", 0)?.1;
+    Ok((tc, native, left))
+}
+
 /// One fio run on a fresh mount with `--emulate hdd`.
 fn cold_run(
     backing: &Path,
@@ -259,8 +345,9 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     for d in [&backing, &mp_tc, &mp_bind] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    // Steps: write the file, mount, warm 3 targets, 6 fio runs, 2 cold runs.
-    let bar = progress::steps(13, a.json);
+    // Steps: write the file, mount, warm 3 targets, 6 fio runs, 2 cold runs, 1 pass larger
+    // than memory.
+    let bar = progress::steps(14, a.json);
     progress::step(&bar, format!("writing a {} MiB test file", size >> 20));
     let data = backing.join("data.bin");
     write_random_file(&data, size)?;
@@ -305,6 +392,12 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     progress::done(&bar);
     progress::step(&bar, "cold 1 MiB sequential pass, HDD model");
     let cold1 = cold_run(&backing, &mp_tc, memory, "read", "1m", 0)?.1;
+    progress::done(&bar);
+    progress::step(
+        &bar,
+        "cold sequential pass, memory a quarter of the file, no model",
+    );
+    let (over, over_native, over_left) = seq_over_memory(&backing, &mp_tc, size)?;
     progress::finish(bar);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&root);
@@ -322,6 +415,9 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         tiercache_vs_bindfs_1m: r1[0] / r1[1],
         cold_hdd_model_4k_iops: cold4,
         cold_hdd_model_1m_mbps: cold1,
+        seq_over_memory_mbps: over,
+        seq_over_memory_native_mbps: over_native,
+        seq_over_memory_backing_cached_mib: over_left,
     };
     if a.json {
         println!(
@@ -354,6 +450,14 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         println!(
             "{:<28} {:>12.0} {:>12.0}",
             "cold, HDD device MODEL", r.cold_hdd_model_4k_iops, r.cold_hdd_model_1m_mbps
+        );
+        println!(
+            "cold 1 MiB pass, memory tier {} MiB (a quarter of the file), real BACKING: \
+             tiercache {:.0} MB/s, native {:.0} MB/s; BACKING's file left {:.1} MiB in the page cache",
+            (size / 4) >> 20,
+            r.seq_over_memory_mbps,
+            r.seq_over_memory_native_mbps,
+            r.seq_over_memory_backing_cached_mib
         );
     }
     Ok(())

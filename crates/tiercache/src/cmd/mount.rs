@@ -16,7 +16,7 @@ use std::time::Duration;
 use tiercache_core::partition::{Amount, PartitionKind};
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::BlockSize;
-use tiercache_manager::MemConfig;
+use tiercache_manager::{BackingCache, MemConfig};
 
 /// Default memory tier size: enough to show the effect on a first run, small beside a server's
 /// RAM. A size larger than the machine's RAM is refused.
@@ -49,6 +49,10 @@ pub struct MountArgs {
     /// Device MODEL on BACKING for demos and benchmarks: none|hdd|ssd [default: none].
     #[arg(long, value_name = "MODEL")]
     pub emulate: Option<String>,
+    /// BACKING's pages in the kernel page cache: drop (leave none: the memory tier is the only
+    /// cache) | keep (plain buffered I/O, e.g. for a BACKING on tmpfs) [default: drop].
+    #[arg(long, value_name = "keep|drop")]
+    pub backing_cache: Option<String>,
     /// Let the kernel page cache cache file data too (default: direct I/O, no double caching).
     /// `--kernel-cache=false` turns off a `kernel_cache = true` from the config file.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -224,6 +228,7 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         b_nmin: part.b_nmin,
         policy: args.policy.map(|p| p.to_string()),
         emulate: args.emulate.clone(),
+        backing_cache: args.backing_cache.clone(),
         kernel_cache: args.kernel_cache,
         allow_other: args.allow_other,
         trace_out: args.trace_out.clone(),
@@ -418,6 +423,15 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             ))
         }
     };
+    let backing_cache = match o.backing_cache.as_deref() {
+        None => BackingCache::Drop,
+        Some(v) => v.parse().map_err(|e| {
+            format!(
+                "{}: {e}",
+                src("backing-cache", flags.backing_cache.is_some())
+            )
+        })?,
+    };
     let mountpoint = crate::live::control::canonical_mountpoint(&args.mountpoint);
     let mut priority = PriorityDirs::default();
     let whence = if flags.priority.is_some() || args.config.is_none() {
@@ -537,6 +551,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         mem,
         priority,
         emulate,
+        backing_cache,
         kernel_cache: o.kernel_cache.unwrap_or(false),
         allow_other: o.allow_other.unwrap_or(false),
         trace_out: o.trace_out,

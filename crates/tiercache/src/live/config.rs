@@ -4,8 +4,9 @@
 //! `cmd::mount`); [`MountOptions::over`] takes each field from the flags when they give it, else
 //! from the file. TOML keys mirror the flags: `memory`, `block_size`, `priority` (list),
 //! `priority_recursive` (list), `partition`, `omega`, `t_protected`, `t_normal`, `b_pmin`,
-//! `b_nmin`, `policy`, `emulate`, `kernel_cache`, `allow_other`, `trace_out`, `metrics`,
-//! `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`, `entry_timeout`,
+//! `b_nmin`, `policy`, `emulate`, `backing_cache`, `kernel_cache`, `allow_other`, `trace_out`,
+//! `metrics`, `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`,
+//! `entry_timeout`,
 //! `backing_identity`, `zero_copy`, `zero_copy_group`,
 //! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
@@ -38,6 +39,8 @@ pub struct MountOptions {
     pub b_nmin: Option<u64>,
     pub policy: Option<String>,
     pub emulate: Option<String>,
+    /// `keep` or `drop`: whether BACKING I/O may leave pages in the kernel page cache.
+    pub backing_cache: Option<String>,
     pub kernel_cache: Option<bool>,
     pub allow_other: Option<bool>,
     pub trace_out: Option<PathBuf>,
@@ -78,6 +81,7 @@ impl MountOptions {
             b_nmin,
             policy,
             emulate,
+            backing_cache,
             kernel_cache,
             allow_other,
             trace_out,
@@ -107,6 +111,7 @@ impl MountOptions {
             b_nmin: b_nmin.or(file.b_nmin),
             policy: policy.or(file.policy),
             emulate: emulate.or(file.emulate),
+            backing_cache: backing_cache.or(file.backing_cache),
             kernel_cache: kernel_cache.or(file.kernel_cache),
             allow_other: allow_other.or(file.allow_other),
             trace_out: trace_out.or(file.trace_out),

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tiercache_manager::{
-    BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig, RealBacking,
+    BackingCache, BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig,
+    RealBacking, UncachedBacking,
 };
 
 /// Everything a mount needs, validated.
@@ -31,6 +32,8 @@ pub struct Settings {
     pub mem: MemConfig,
     pub priority: PriorityDirs,
     pub emulate: Option<DeviceModel>,
+    /// `--backing-cache`: whether BACKING I/O leaves pages in the kernel page cache.
+    pub backing_cache: BackingCache,
     pub kernel_cache: bool,
     pub allow_other: bool,
     pub trace_out: Option<PathBuf>,
@@ -186,7 +189,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     // One mount per BACKING; held until this mount is in the mount table (recovery of an SSD
     // tier included: it writes to BACKING too).
     let claim = super::one_mount::claim(&backing)?;
-    let real: Arc<dyn BackingIo> = Arc::new(RealBacking);
+    let real = backing_device(s.backing_cache, &backing);
     let (device, emulation): (Arc<dyn BackingIo>, Option<String>) = match s.emulate {
         Some(model) => {
             let label = format!("MODEL {model}");
@@ -194,8 +197,12 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         }
         None => (real, None),
     };
-    let (lower, remotes, flashes) =
-        build_lower_tiers(&s.lower_tiers, s.mem.block_size.bytes() as usize, &backing)?;
+    let (lower, remotes, flashes) = build_lower_tiers(
+        &s.lower_tiers,
+        s.mem.block_size.bytes() as usize,
+        &backing,
+        &*device,
+    )?;
     let mem =
         Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
     if !flashes.is_empty() {
@@ -636,12 +643,31 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
 /// The tiers below memory (top first), and the remote and flash ones again for their stats.
 type LowerStack = (Vec<LowerTier>, Vec<MountedRemote>, Vec<MountedFlash>);
 
+/// The device BACKING's data goes through: uncached (probed on BACKING's file system, the
+/// outcome logged) unless `--backing-cache keep`.
+fn backing_device(cache: BackingCache, backing: &std::path::Path) -> Arc<dyn BackingIo> {
+    match cache {
+        BackingCache::Keep => {
+            log::info!(
+                "BACKING I/O: buffered, its pages kept in the page cache (--backing-cache keep)"
+            );
+            Arc::new(RealBacking)
+        }
+        BackingCache::Drop => {
+            let u = UncachedBacking::new();
+            u.probe(backing);
+            Arc::new(u)
+        }
+    }
+}
+
 /// Builds the tiers below memory from their specs, top first; also returns the remote ones
-/// (for their own stats).
+/// (for their own stats). Recovery of a persistent tier writes to BACKING through `device`.
 fn build_lower_tiers(
     specs: &[LowerTierSpec],
     block_size: usize,
     backing: &std::path::Path,
+    device: &dyn BackingIo,
 ) -> Result<LowerStack, String> {
     let mut remotes = Vec::new();
     let mut flashes = Vec::new();
@@ -682,7 +708,7 @@ fn build_lower_tiers(
                         .flash
                         .as_ref()
                         .ok_or_else(|| format!("tier {}: no flash settings", spec.name))?;
-                    let (lt, mounted) = flash::build(spec, f, block_size, backing)?;
+                    let (lt, mounted) = flash::build(spec, f, block_size, backing, device)?;
                     flashes.push(mounted);
                     return Ok(lt);
                 }

@@ -64,6 +64,7 @@ fn open_device(
     f: &FlashSpec,
     mut cfg: FlashConfig,
     backing: &Path,
+    device: &dyn tiercache_manager::BackingIo,
 ) -> Result<(FlashTier, &'static str, Option<RecoveryReport>, IoMode), String> {
     let at = f.path.display();
     let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, f.io).map_err(|e| {
@@ -111,7 +112,7 @@ fn open_device(
     match FlashTier::open_or_create(dev.clone(), cfg.clone()) {
         Ok((t, created)) => Ok((t, if created { "created" } else { "opened" }, None, io)),
         Err(FlashError::FormatVersion { found }) if found == UPGRADABLE_VERSION => {
-            let (t, report) = upgrade(f, dev, cfg, backing)?;
+            let (t, report) = upgrade(f, dev, cfg, backing, device)?;
             Ok((t, "upgraded from format 2", Some(report), io))
         }
         Err(FlashError::NotFormatted(_)) => Err(format!(
@@ -132,6 +133,7 @@ fn upgrade(
     dev: Arc<dyn FlashDevice>,
     cfg: FlashConfig,
     backing: &Path,
+    device: &dyn tiercache_manager::BackingIo,
 ) -> Result<(FlashTier, RecoveryReport), String> {
     let at = f.path.display();
     let old = LegacyTier::open(dev.clone(), &cfg.name).map_err(|e| format!("{at}: {e}"))?;
@@ -140,7 +142,7 @@ fn upgrade(
          BACKING, then reformatting it as format 3",
         old.dirty_left()
     );
-    let report = tiercache_manager::clean_recovered(&old, backing)
+    let report = tiercache_manager::clean_recovered(&old, backing, device)
         .map_err(|e| format!("{at}: upgrading from format 2: {e}"))?;
     if old.dirty_left() > 0 {
         return Err(format!(
@@ -154,13 +156,14 @@ fn upgrade(
     Ok((t, report))
 }
 
-/// Opens or creates the tier, writes the dirty blocks it kept to BACKING, and returns it as a
-/// lower tier of the mount.
+/// Opens or creates the tier, writes the dirty blocks it kept to BACKING (through `device`),
+/// and returns it as a lower tier of the mount.
 pub fn build(
     spec: &LowerTierSpec,
     f: &FlashSpec,
     block_size: usize,
     backing: &Path,
+    device: &dyn tiercache_manager::BackingIo,
 ) -> Result<(LowerTier, MountedFlash), String> {
     if f.mode == FlashMode::Writeback {
         check_handles(backing)?;
@@ -184,10 +187,10 @@ pub fn build(
     };
     // Locked (by its device) before anything reads or formats it: two daemons starting
     // together cannot both format it.
-    let (tier, how, upgraded, io_mode) = open_device(f, cfg, backing)?;
+    let (tier, how, upgraded, io_mode) = open_device(f, cfg, backing, device)?;
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
-    let recovery = tiercache_manager::clean_recovered(&*tier, backing)?;
+    let recovery = tiercache_manager::clean_recovered(&*tier, backing, device)?;
     let recovery = upgraded.unwrap_or(recovery);
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks), I/O {} (--flash-io {})",

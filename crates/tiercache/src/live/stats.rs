@@ -71,6 +71,7 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
             "bytes_read": s.backing.bytes_read,
             "bytes_written": s.backing.bytes_written,
             "syncs": s.backing.syncs,
+            "io_mode": s.backing.io_mode,
         },
         "paths": s.paths,
         "tiers": s.tiers,
@@ -136,8 +137,17 @@ pub fn text(v: &Value) -> String {
     }
     let b = &v["backing"];
     out += &format!(
-        "backing: {} reads ({} B), {} writes ({} B)\n",
-        b["reads"], b["bytes_read"], b["writes"], b["bytes_written"]
+        "backing: {} reads ({} B), {} writes ({} B), page cache: {}\n",
+        b["reads"],
+        b["bytes_read"],
+        b["writes"],
+        b["bytes_written"],
+        match b["io_mode"].as_str().unwrap_or("?") {
+            "buffered" => "kept (--backing-cache keep)",
+            "memory" => "BACKING is in memory",
+            "unprobed" => "dropped (file system not probed yet)",
+            _ => "none left behind",
+        }
     );
     for t in v["tiers"].as_array().into_iter().flatten().skip(1) {
         out += &format!(
@@ -307,6 +317,13 @@ pub fn prometheus(s: &MemStats) -> String {
         "counter",
         "Bytes written to BACKING.",
         &[("", f(s.backing.bytes_written))],
+    );
+    metric(
+        &mut o,
+        "backing_io_mode",
+        "gauge",
+        "How BACKING I/O treats the kernel page cache (1 for the mode in use).",
+        &[(format!("mode=\"{}\"", s.backing.io_mode).as_str(), 1.0)],
     );
     metric(
         &mut o,
