@@ -11,6 +11,9 @@ command -v python3 >/dev/null || need+=(python3)
 command -v setfacl >/dev/null || need+=(acl)
 # the remote tier's tests and `bench remote` start their own memcached on loopback.
 command -v memcached >/dev/null || need+=(memcached)
+# `bench web`: nginx serves the pages, wrk measures them.
+command -v nginx >/dev/null || need+=(nginx)
+command -v wrk >/dev/null || need+=(wrk)
 # fincore: the page-cache tests (BACKING's and the SSD cache file's residency).
 command -v fincore >/dev/null || need+=(util-linux-extra)
 # mkfs.ext4 and chattr: the inode-reuse test's ext4 loop image, the immutable-file test.

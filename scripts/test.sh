@@ -20,3 +20,4 @@ cargo bench -p tiercache-core --bench replay -- --test
 ./target/release/tiercache bench remote --memory 256K --seq-size 4M --servers 1,2
 ./target/release/tiercache bench flash --cache 16M --rand-writes 12 --rand-reads 32 --wait-ms 300
 ./target/release/tiercache bench zerocopy --seconds 0.2
+./target/release/tiercache bench web --seconds 1 --bulk 16M --pages 10 --backup-streams 2

@@ -38,6 +38,15 @@
 //!   forgot the node: its id may later name a different file, so anything
 //!   cached for `ino` must be dropped.
 //!
+//! * `try_read_into`/`try_write` are asked first, on a FUSE request thread, when the
+//!   mount has I/O workers (`MountOptions::io_workers`): answer [`Attempt::Done`] only
+//!   without I/O and without waiting for a lock held across I/O (a hit); otherwise change
+//!   nothing and answer [`Attempt::Wait`] with the request's class. The request is then
+//!   queued in that class and made with `read_into`/`write` on an I/O worker. `fsync`,
+//!   `fallocate`, `evict` (unless `try_evict` did it) and the `release` of a handle open
+//!   for writing always run on a worker (queued in the class `io_class` gives); the other calls run on the request
+//!   thread and should not wait for BACKING.
+//!
 //! `ino` is the FUSE node id (`FileHandleInfo::ino`), equal to the backing
 //! inode number for files on BACKING's own device. Calls for different
 //! handles, and for the same handle, may arrive concurrently from several
@@ -50,6 +59,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::iopool::IoClass;
 use crate::sys;
 
 /// Backing attributes sampled right after the backing file was opened.
@@ -103,6 +113,18 @@ pub struct TimesOverride {
     pub ctime: Option<SystemTime>,
 }
 
+/// The answer to a request made on a FUSE request thread, which must not wait (see the module
+/// docs).
+#[derive(Debug)]
+#[must_use]
+pub enum Attempt<T> {
+    /// Served (or failed) without waiting.
+    Done(io::Result<T>),
+    /// Nothing done: it has to wait (for BACKING, a slower tier, write-back); queue it in this
+    /// class and make the ordinary call on an I/O worker.
+    Wait(IoClass),
+}
+
 /// One open file, as seen by the data path.
 #[derive(Debug)]
 pub struct FileHandleInfo {
@@ -139,8 +161,22 @@ pub trait DataPath: Send + Sync + 'static {
         buf[..n].copy_from_slice(&v[..n]);
         Ok(n)
     }
+    /// `read_into` if it needs no I/O and no wait (a hit); else [`Attempt::Wait`], with
+    /// nothing done. The default always waits.
+    fn try_read_into(&self, fh: &FileHandleInfo, _offset: u64, _buf: &mut [u8]) -> Attempt<usize> {
+        Attempt::Wait(self.io_class(fh))
+    }
     /// Writes `data` at `offset`; returns the number of bytes written.
     fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32>;
+    /// `write` if it needs no I/O and no wait; else [`Attempt::Wait`], with nothing done. The
+    /// default always waits.
+    fn try_write(&self, fh: &FileHandleInfo, _offset: u64, _data: &[u8]) -> Attempt<u32> {
+        Attempt::Wait(self.io_class(fh))
+    }
+    /// The class the handle's requests that wait are queued in.
+    fn io_class(&self, _fh: &FileHandleInfo) -> IoClass {
+        IoClass::Normal
+    }
     /// `close()` of one file descriptor referring to the handle.
     fn flush(&self, _fh: &FileHandleInfo) -> io::Result<()> {
         Ok(())
@@ -190,6 +226,12 @@ pub trait DataPath: Send + Sync + 'static {
     fn release(&self, _fh: &FileHandleInfo) {}
     /// The kernel forgot node `ino`; its id may be reused for another file.
     fn evict(&self, _ino: u64) {}
+    /// `evict` if that needs no I/O and no wait (nothing is cached for `ino`, say): done, and
+    /// `true`. Otherwise nothing is done, `false`, and `evict` follows on an I/O worker. The
+    /// default always leaves it to `evict`.
+    fn try_evict(&self, _ino: u64) -> bool {
+        false
+    }
 }
 
 /// Direct `pread`/`pwrite`/`fsync` on the backing file; no caching.
@@ -197,6 +239,10 @@ pub trait DataPath: Send + Sync + 'static {
 pub struct PassThrough;
 
 impl DataPath for PassThrough {
+    fn try_evict(&self, _ino: u64) -> bool {
+        true // nothing cached
+    }
+
     fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; size as usize];
         let n = self.read_into(fh, offset, &mut buf)?;

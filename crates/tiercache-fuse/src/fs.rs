@@ -4,7 +4,10 @@
 //! `ops_entry.rs`, `ops_file.rs`, `ops_dir.rs`, `ops_xattr.rs`) returning
 //! `Result<_, Errno>` and turns the result into exactly one reply. fuser runs
 //! `MountOptions::threads` session threads, each executing requests
-//! synchronously, so a slow backing call only occupies its own thread.
+//! synchronously; requests that may wait for BACKING's data I/O (a read miss, a
+//! write that needs I/O, fsync, fallocate) are handed to the I/O workers
+//! (`ops_io.rs`, `iopool.rs`), which reply from their own threads, so the
+//! session threads stay free for hits and metadata.
 //!
 //! Permission model: the mount uses `default_permissions`, so the kernel checks
 //! mode bits, POSIX ACLs (`FUSE_POSIX_ACL`), ownership, sticky directories and supplementary groups against
@@ -32,7 +35,9 @@ use fuser::{
 use crate::creds::{Caller, CredGuard, Identity};
 use crate::data::{DataPath, FileHandleInfo};
 use crate::inode::{Inode, InodeTable, NodeFd};
+use crate::iopool::IoPool;
 use crate::ops_dir::DirHandle;
+use crate::writers::Writers;
 
 /// Result type of the `op_*` methods.
 pub(crate) type OpResult<T> = Result<T, Errno>;
@@ -49,6 +54,9 @@ pub(crate) struct FsConfig {
     pub(crate) entry_ttl: Duration,
     /// Use the kernel page cache instead of `FOPEN_DIRECT_IO`.
     pub(crate) kernel_cache: bool,
+    /// Handles open for writing from which creates and writable opens wait for pending
+    /// releases (`writers.rs`).
+    pub(crate) writers_threshold: usize,
 }
 
 /// What was negotiated with the kernel at `FUSE_INIT`.
@@ -68,6 +76,10 @@ pub(crate) struct TierFs {
     pub(crate) euid: u32,
     /// With whose rights permission-checking and creating backing calls run.
     pub(crate) ident: Identity,
+    /// Where requests that may wait are answered (`ops_io.rs`).
+    pub(crate) pool: IoPool,
+    /// Handles open for writing and their pending releases (backpressure on new ones).
+    pub(crate) writers: Arc<Writers>,
     files: Mutex<HashMap<u64, Arc<FileHandleInfo>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     /// Source of file handle numbers (shared by files and directories).
@@ -94,7 +106,9 @@ impl TierFs {
         cfg: FsConfig,
         negotiated: Arc<Negotiated>,
         ident: Identity,
+        pool: IoPool,
     ) -> Self {
+        let writers = Arc::new(Writers::new(cfg.writers_threshold));
         Self {
             inodes,
             data,
@@ -102,6 +116,8 @@ impl TierFs {
             negotiated,
             euid: crate::sys::geteuid(),
             ident,
+            pool,
+            writers,
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -162,11 +178,11 @@ impl TierFs {
 
     /// Drops `n` kernel lookups of node `id`, evicting it from the data path
     /// when the node goes away.
-    /// The data path's eviction may write back; it runs with the daemon's rights also when
-    /// called while acting for a caller (readdirplus).
+    /// The data path's eviction may write back; it runs on an I/O worker, or with the
+    /// daemon's rights also when called while acting for a caller (readdirplus).
     pub(crate) fn forget_node(&self, id: u64, n: u64) {
         if self.inodes.forget(id, n) {
-            crate::creds::as_daemon(|| self.data.evict(id));
+            self.evict_data(id);
         }
     }
 
@@ -362,6 +378,9 @@ impl Filesystem for TierFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            self.writers.wait_for_room();
+        }
         match self.op_open(Caller::of(req), ino, flags.0) {
             Ok((fh, fopen)) => reply.opened(FileHandle(fh), fopen),
             Err(e) => reply.error(e),
@@ -379,10 +398,7 @@ impl Filesystem for TierFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.op_read_with(fh, offset, size, |r| match r {
-            Ok(data) => reply.data(data),
-            Err(e) => reply.error(e),
-        });
+        self.io_read(fh, offset, size, reply);
     }
 
     fn write(
@@ -402,10 +418,7 @@ impl Filesystem for TierFs {
         let kill = write_flags
             .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             .then(|| (req.pid(), req.gid()));
-        match self.op_write(fh, offset, data, kill) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
+        self.io_write(fh, offset, data, kill, reply);
     }
 
     fn flush(
@@ -429,8 +442,7 @@ impl Filesystem for TierFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.op_release(fh);
-        reply.ok();
+        self.io_release(fh, reply);
     }
 
     fn fsync(
@@ -441,7 +453,7 @@ impl Filesystem for TierFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.op_fsync(fh, datasync));
+        self.io_fsync(fh, datasync, reply);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -502,7 +514,7 @@ impl Filesystem for TierFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.op_fsyncdir(fh, datasync));
+        self.io_fsyncdir(fh, datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -565,6 +577,7 @@ impl Filesystem for TierFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.writers.wait_for_room();
         match self.op_create(Caller::of(req), parent, name, mode, umask, flags) {
             Ok((attr, fh, fopen)) => reply.created(
                 &self.cfg.entry_ttl,
@@ -603,7 +616,7 @@ impl Filesystem for TierFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.op_fallocate(fh, offset, length, mode));
+        self.io_fallocate(fh, offset, length, mode, reply);
     }
 }
 

@@ -19,7 +19,7 @@
 //!
 //! Module map: `mount` (entry points, options, handle), `validate` (pre-mount
 //! checks), `fs` (request dispatch), `creds` (acting with the caller's identity; `callers`: their live groups), `ops_*` (operations by topic), `inode`
-//! (node table), `attr` (stat conversion), `data` (data path trait and the
+//! (node table), `iopool` (the I/O workers requests that wait are answered from; `iopolicy`: which starts next; `writers`: backpressure on opens for writing), `attr` (stat conversion), `data` (data path trait and the
 //! pass-through), `sys` (syscall wrappers). See `docs/design.md` (section 4) for the
 //! rationale and the known limits.
 
@@ -32,22 +32,29 @@ mod fdcache;
 mod fs;
 mod handle;
 mod inode;
+mod iopolicy;
+mod iopool;
 mod killpriv;
 mod mount;
 mod ops_dir;
 mod ops_entry;
 mod ops_file;
+mod ops_io;
 mod ops_xattr;
 mod sys;
 mod validate;
+mod writers;
 
 pub use creds::BackingIdentity;
 pub use data::{
-    AttrSnapshot, BackingStamp, DataPath, FileHandleInfo, PassThrough, StatFn, TimesOverride,
+    Attempt, AttrSnapshot, BackingStamp, DataPath, FileHandleInfo, PassThrough, StatFn,
+    TimesOverride,
 };
 pub use error::FuseError;
 pub use handle::raise_nofile_limit;
 pub use inode::InodeStats;
+pub use iopolicy::PRIORITY_RUN;
+pub use iopool::{IoClass, IoClassStats, IoStats, IoStatsReader};
 pub use killpriv::clear_setid_for_write;
-pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions};
+pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions, DEFAULT_IO_WORKERS};
 pub use validate::unescape_mountinfo;

@@ -22,6 +22,7 @@ use crate::data::DataPath;
 use crate::error::FuseError;
 use crate::fs::{FsConfig, Negotiated, TierFs};
 use crate::inode::{InodeStats, InodeTable};
+use crate::iopool::{IoPool, IoStatsReader};
 use crate::sys;
 
 /// Options of one mount. Construct with `MountOptions::default()` and adjust
@@ -31,6 +32,11 @@ use crate::sys;
 pub struct MountOptions {
     /// Number of request-serving threads (1..=256).
     pub threads: usize,
+    /// I/O workers (0..=1024) that answer the requests that wait for BACKING (read misses,
+    /// writes that need I/O, fsync, fallocate; see `ops_io.rs`), so that the request threads
+    /// stay free for hits. Size it for BACKING's concurrency, not the CPUs. 0: everything
+    /// runs on the request threads.
+    pub io_workers: usize,
     /// `false` (default): every open file gets `FOPEN_DIRECT_IO`, all I/O goes
     /// through the data path; shared mmap still works when the kernel accepts
     /// `FUSE_DIRECT_IO_ALLOW_MMAP`. `true`: use the kernel page cache
@@ -63,6 +69,7 @@ impl Default for MountOptions {
             // ~55 K (more threads, more wake-ups on other CPUs). Raise it for high-latency
             // BACKING with many concurrent clients.
             threads: cpus.clamp(2, 16),
+            io_workers: DEFAULT_IO_WORKERS,
             kernel_cache: false,
             allow_other: false,
             fs_name: "tiercache".to_owned(),
@@ -75,12 +82,22 @@ impl Default for MountOptions {
     }
 }
 
+/// Default [`MountOptions::io_workers`]: about what one disk's command queue or a small NFS
+/// server (eight `nfsd` threads) serves at once; a quarter is reserved for priority requests.
+pub const DEFAULT_IO_WORKERS: usize = 8;
+
 impl MountOptions {
     fn check(&self) -> Result<(), FuseError> {
         if !(1..=256).contains(&self.threads) {
             return Err(FuseError::InvalidOption(format!(
                 "threads must be in 1..=256, got {}",
                 self.threads
+            )));
+        }
+        if self.io_workers > 1024 {
+            return Err(FuseError::InvalidOption(format!(
+                "io_workers must be in 0..=1024, got {}",
+                self.io_workers
             )));
         }
         let bad = |c: char| c == ',' || c.is_whitespace() || c == '\0';
@@ -94,8 +111,15 @@ impl MountOptions {
     }
 }
 
-/// A mounted session, its canonical mount point, what was negotiated, and its inode table.
-type NewSession = (Session<TierFs>, PathBuf, Arc<Negotiated>, Arc<InodeTable>);
+/// A mounted session, its canonical mount point, what was negotiated, its inode table and
+/// its I/O pool's figures.
+type NewSession = (
+    Session<TierFs>,
+    PathBuf,
+    Arc<Negotiated>,
+    Arc<InodeTable>,
+    IoStatsReader,
+);
 
 /// Validates, builds the file system and mounts it (handshake included).
 fn new_session(
@@ -148,6 +172,11 @@ fn new_session(
         Some(why) => log::warn!("{why}: one descriptor per inode the kernel holds (limit {limit})"),
     }
     let negotiated = Arc::new(Negotiated::default());
+    let pool = IoPool::new(opts.io_workers).map_err(|source| FuseError::Mount {
+        path: mountpoint.clone(),
+        source,
+    })?;
+    let io = pool.stats_reader();
     let fs = TierFs::new(
         Arc::clone(&inodes),
         data,
@@ -155,9 +184,15 @@ fn new_session(
             attr_ttl: opts.attr_ttl,
             entry_ttl: opts.entry_ttl,
             kernel_cache: opts.kernel_cache,
+            // A 16th of the open-files limit: with the descriptor cache's quarter, the closed
+            // files' half (the data path's) and the callers' 64th, under the limit.
+            writers_threshold: usize::try_from(limit / 16)
+                .unwrap_or(usize::MAX)
+                .clamp(16, 65_536),
         },
         Arc::clone(&negotiated),
         ident,
+        pool,
     );
     let mut config = Config::default();
     config.mount_options = vec![
@@ -176,7 +211,7 @@ fn new_session(
         path: mountpoint.clone(),
         source,
     })?;
-    Ok((session, mountpoint, negotiated, inodes))
+    Ok((session, mountpoint, negotiated, inodes, io))
 }
 
 /// Mounts BACKING on MOUNTPOINT and serves it from background threads.
@@ -189,7 +224,7 @@ pub fn mount(
     opts: MountOptions,
     data: Arc<dyn DataPath>,
 ) -> Result<MountHandle, FuseError> {
-    let (mut session, mountpoint, negotiated, inodes) =
+    let (mut session, mountpoint, negotiated, inodes, io) =
         new_session(backing, mountpoint, &opts, data)?;
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
@@ -205,6 +240,7 @@ pub fn mount(
         thread: Some(thread),
         negotiated,
         inodes: InodeStatsReader(inodes),
+        io,
     })
 }
 
@@ -216,7 +252,7 @@ pub fn run(
     opts: MountOptions,
     data: Arc<dyn DataPath>,
 ) -> Result<(), FuseError> {
-    let (session, _mountpoint, _negotiated, _inodes) =
+    let (session, _mountpoint, _negotiated, _inodes, _io) =
         new_session(backing, mountpoint, &opts, data)?;
     session.run().map_err(FuseError::Session)
 }
@@ -248,6 +284,7 @@ pub struct MountHandle {
     thread: Option<JoinHandle<io::Result<()>>>,
     negotiated: Arc<Negotiated>,
     inodes: InodeStatsReader,
+    io: IoStatsReader,
 }
 
 /// Reads the inode table's statistics of a mount; cheap to clone and keep.
@@ -265,6 +302,11 @@ impl MountHandle {
     /// A reader of the inode table's statistics.
     pub fn inode_stats(&self) -> InodeStatsReader {
         self.inodes.clone()
+    }
+
+    /// A reader of the I/O workers' figures (queued and running requests per class).
+    pub fn io_stats(&self) -> IoStatsReader {
+        self.io.clone()
     }
 
     /// Canonical mount point.

@@ -29,6 +29,15 @@ pub(crate) struct DirHandle {
 }
 
 impl DirHandle {
+    /// `fsync`/`fdatasync` of the backing directory.
+    pub(crate) fn sync(&self, datasync: bool) -> std::io::Result<()> {
+        if datasync {
+            self.dir.sync_data()
+        } else {
+            self.dir.sync_all()
+        }
+    }
+
     pub(crate) fn new(dir: File) -> Self {
         Self {
             dir,
@@ -206,15 +215,5 @@ impl TierFs {
             added += 1;
         }
         Ok(())
-    }
-
-    pub(crate) fn op_fsyncdir(&self, fh: FileHandle, datasync: bool) -> OpResult<()> {
-        let handle = self.dir(fh)?;
-        if datasync {
-            handle.dir.sync_data()
-        } else {
-            handle.dir.sync_all()
-        }
-        .map_err(errno)
     }
 }

@@ -1,5 +1,6 @@
-//! Regular-file operations: open/create, read/write, flush/fsync, release,
-//! fallocate. All data goes through the [`DataPath`](crate::DataPath).
+//! Regular-file operations: open/create and flush (read/write, fsync, release and fallocate,
+//! which may wait for BACKING, are in `ops_io.rs`). All data goes through the
+//! [`DataPath`](crate::DataPath).
 //!
 //! Backing open flags are derived from the application's flags:
 //! * `O_CREAT`, `O_EXCL`, `O_NOCTTY` are for name resolution (create only);
@@ -87,6 +88,9 @@ impl TierFs {
             }
         }
         self.insert_file(info);
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.writers.opened();
+        }
         Ok(fh)
     }
 
@@ -207,76 +211,9 @@ impl TierFs {
         }
     }
 
-    /// Reads into this session thread's reusable buffer and hands the bytes to `reply`, so a
-    /// large read costs no allocation or zeroing per request.
-    pub(crate) fn op_read_with<R>(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        reply: impl FnOnce(OpResult<&[u8]>) -> R,
-    ) -> R {
-        thread_local! {
-            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        let h = match self.file(fh) {
-            Ok(h) => h,
-            Err(e) => return reply(Err(e)),
-        };
-        BUF.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
-            }
-            match self.data.read_into(&h, offset, &mut buf[..size as usize]) {
-                Ok(n) => reply(Ok(&buf[..n])),
-                Err(e) => reply(Err(errno(e))),
-            }
-        })
-    }
-
-    /// Writes through the data path; `kill_suidgid` is the caller `(pid, fsgid)` of a write
-    /// the kernel flagged `FUSE_WRITE_KILL_SUIDGID`, whose set-ID bits are cleared first.
-    pub(crate) fn op_write(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        kill_suidgid: Option<(u32, u32)>,
-    ) -> OpResult<u32> {
-        let h = self.file(fh)?;
-        if let Some((pid, fsgid)) = kill_suidgid {
-            crate::killpriv::clear_for_caller(&*self.data, h.ino, &h.file, pid, fsgid)
-                .map_err(errno)?;
-        }
-        self.data.write(&h, offset, data).map_err(errno)
-    }
-
     pub(crate) fn op_flush(&self, fh: FileHandle) -> OpResult<()> {
         let h = self.file(fh)?;
         self.data.flush(&h).map_err(errno)
-    }
-
-    pub(crate) fn op_release(&self, fh: FileHandle) {
-        if let Some(h) = self.remove_file(fh) {
-            self.data.release(&h);
-        }
-    }
-
-    pub(crate) fn op_fsync(&self, fh: FileHandle, datasync: bool) -> OpResult<()> {
-        let h = self.file(fh)?;
-        self.data.fsync(&h, datasync).map_err(errno)
-    }
-
-    pub(crate) fn op_fallocate(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-    ) -> OpResult<()> {
-        let h = self.file(fh)?;
-        self.data.fallocate(&h, mode, offset, length).map_err(errno)
     }
 }
 

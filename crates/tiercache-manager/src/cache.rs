@@ -14,6 +14,7 @@ use crate::engine::Engine;
 use crate::error::MemError;
 use crate::files::{FileStamp, OpenOutcome};
 use crate::lower::{Lower, LowerTier};
+use crate::nowait::NoWait;
 use crate::stats::{
     classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
 };
@@ -43,6 +44,15 @@ pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 }
 pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(PoisonError::into_inner)
+}
+/// A shared guard if nobody holds `l` exclusively (or waits to: std's `RwLock` lets a waiting
+/// writer go first).
+pub(crate) fn try_read_lock<T>(l: &RwLock<T>) -> Option<RwLockReadGuard<'_, T>> {
+    match l.try_read() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 /// Flusher wake-up state.
@@ -436,6 +446,27 @@ impl MemCache {
     /// is short only if an error stopped the write part-way.
     pub fn write(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
         self.inner.write(file, offset, data)
+    }
+
+    /// [`MemCache::read_into`] if every block asked for is in memory: served with no I/O and
+    /// no wait for one (for a request thread that must stay free for hits). Otherwise nothing
+    /// is read or counted and the answer is [`NoWait::Wait`] with the file's class: make the
+    /// ordinary call where waiting is fine.
+    pub fn try_read_into(&self, file: FileId, offset: u64, buf: &mut [u8]) -> NoWait<usize> {
+        self.inner.try_read_into(file, offset, buf)
+    }
+
+    /// [`MemCache::write`] if it needs no I/O and no wait (see `nowait`): into resident or
+    /// whole blocks, below the dirty limit, without lower tiers. Otherwise nothing is written
+    /// and the answer is [`NoWait::Wait`] with the file's class.
+    pub fn try_write(&self, file: FileId, offset: u64, data: &[u8]) -> NoWait<usize> {
+        self.inner.try_write(file, offset, data)
+    }
+
+    /// The class `file` was opened (or last reclassified) with; `None` for a file the tier
+    /// does not know.
+    pub fn class_of(&self, file: FileId) -> Option<Class> {
+        self.inner.class_of(file)
     }
 
     /// Sets the file's size: BACKING is truncated (or extended) at once, cached blocks beyond

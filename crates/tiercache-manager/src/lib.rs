@@ -14,6 +14,8 @@
 //! What it does:
 //! - keeps the top tier's block data in a `tiercache_memtier::Arena` of fixed-size slots
 //!   indexed by the engine's `SlotId` (per-slot header: state lock, dirty sequence);
+//! - requests made without waiting ([`NoWait`]): hits and I/O-free writes served on the
+//!   caller's thread, everything else handed back to be made where waiting is fine;
 //! - reads: hits are copied out under a per-slot shared lock without holding the engine lock;
 //!   misses are coalesced into one `pread` per contiguous run, with read-ahead for sequential
 //!   streams; when no slot can be had the bytes are served uncached (bypass);
@@ -36,7 +38,8 @@
 //! `files` (per-file state), `forget` (FORGET and inode reuse), `read`, `write`, `flusher`, `times` (logical mtime/ctime),
 //! `lower` (the tier stack: lookups, fills, invalidation), `lower_transit` (blocks on their way
 //! down: demotions, fills, cascading spills, the background mover), `lower_wb` (write-back into
-//! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `handle` (BACKING file
+//! and cleaning of a lower tier), `lower_bypass` (sequential runs skip a tier: paper 002), `nowait` (requests made without
+//! waiting), `handle` (BACKING file
 //! handles), `recover` (a persistent tier's dirty blocks from before a restart, written to
 //! BACKING before serving), `beneath` (whether an inode opened by handle lies beneath
 //! BACKING), `owner` (times set as a file's owner on root-squashed BACKING), `zerocopy` (pins
@@ -58,6 +61,7 @@ mod lower;
 mod lower_bypass;
 mod lower_transit;
 mod lower_wb;
+mod nowait;
 mod owner;
 mod read;
 mod recover;
@@ -79,6 +83,7 @@ pub use error::MemError;
 pub use files::{FileStamp, OpenOutcome};
 pub use lower::{LowerStats, LowerTier, SeqBypassStats};
 pub use lower_bypass::MeasuredCosts;
+pub use nowait::NoWait;
 pub use recover::{clean_recovered, RecoveryReport};
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
 pub use times::LogicalTimes;

@@ -14,10 +14,11 @@
 //! I/O; a hit on a slot that is not valid (another request is filling it, or its fill failed)
 //! is served from BACKING rather than waiting; bytes at or beyond the logical size are zero.
 
-use crate::cache::{read_lock, Inner};
+use crate::cache::{read_lock, try_read_lock, Inner};
 use crate::error::unknown_file;
 use crate::files::{same_state, FileShared};
 use crate::stats::Counters;
+use crate::NoWait;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -77,6 +78,17 @@ pub(crate) fn zero_past_eof(buf: &mut [u8], start: u64, size: u64) {
     buf[keep..].fill(0);
 }
 
+/// What step (1) decided.
+#[derive(Debug)]
+enum Planned {
+    /// At or past EOF: nothing to read.
+    Eof,
+    Plan(ReadPlan),
+    /// Hits only were asked for and some block is not a valid resident one (nothing was
+    /// counted or pinned); the file's class.
+    Wait(Class),
+}
+
 impl Inner {
     pub(crate) fn read_into(&self, file: FileId, offset: u64, out: &mut [u8]) -> io::Result<usize> {
         if out.is_empty() {
@@ -84,23 +96,60 @@ impl Inner {
         }
         let shared = self.shared(file)?;
         let _op = read_lock(&shared.op);
-        let Some(plan) = self.plan_read(file, &shared, offset, out.len())? else {
-            return Ok(0);
+        let plan = match self.plan_read(file, &shared, offset, out.len(), false)? {
+            Planned::Plan(plan) => plan,
+            Planned::Eof | Planned::Wait(_) => return Ok(0),
         };
         let mut suspects = Vec::new();
-        let result = self.run_read(file, &plan, out, &mut suspects);
+        let result = self.run_read(file, &plan, out, &mut suspects, false);
         self.finish_read(file, &plan, &suspects);
         result.map(|()| (plan.end - plan.offset) as usize)
     }
 
-    /// Step (1): decide per block under the engine lock. `None` at or past EOF.
+    /// [`Inner::read_into`] if every requested block is a valid resident one: copied out with
+    /// no I/O and no wait but for slot locks held to copy. Otherwise nothing is counted, pinned
+    /// or read, and the answer is to wait (in the file's class): the read needs BACKING or a
+    /// lower tier, or the file is held by a truncate or an invalidation.
+    pub(crate) fn try_read_into(&self, file: FileId, offset: u64, out: &mut [u8]) -> NoWait<usize> {
+        if out.is_empty() {
+            return NoWait::Done(Ok(0));
+        }
+        let shared = match self.shared(file) {
+            Ok(s) => s,
+            Err(e) => return NoWait::Done(Err(e)),
+        };
+        let Some(_op) = try_read_lock(&shared.op) else {
+            return NoWait::Wait(self.class_of(file).unwrap_or(Class::Normal));
+        };
+        let plan = match self.plan_read(file, &shared, offset, out.len(), true) {
+            Ok(Planned::Plan(plan)) => plan,
+            Ok(Planned::Eof) => return NoWait::Done(Ok(0)),
+            Ok(Planned::Wait(class)) => return NoWait::Wait(class),
+            Err(e) => return NoWait::Done(Err(e)),
+        };
+        let mut suspects = Vec::new();
+        let result = self.run_read(file, &plan, out, &mut suspects, true);
+        self.finish_read(file, &plan, &suspects);
+        match result {
+            // A pinned hit turned invalid after the plan (it never does while the `op` lock is
+            // held; the check keeps BACKING off this path regardless): served by a waiter,
+            // which counts the read again.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => NoWait::Wait(plan.class),
+            r => NoWait::Done(r.map(|()| (plan.end - plan.offset) as usize)),
+        }
+    }
+
+    /// Step (1): decide per block under the engine lock. With `hits_only`, [`Planned::Wait`]
+    /// unless every requested block is resident and valid (checked before anything is
+    /// counted).
     fn plan_read(
         &self,
         file: FileId,
         shared: &Arc<FileShared>,
         offset: u64,
         len: usize,
-    ) -> io::Result<Option<ReadPlan>> {
+        hits_only: bool,
+    ) -> io::Result<Planned> {
         // Allocated before the engine lock (nothing allocates under it on the hit path): the
         // request's blocks plus the largest read-ahead window.
         let span = ((offset.saturating_add(len as u64).saturating_sub(1) >> self.shift)
@@ -113,11 +162,25 @@ impl Inner {
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
         let size = f.size;
         if offset >= size {
-            return Ok(None);
+            return Ok(Planned::Eof);
         }
         let end = offset.saturating_add(len as u64).min(size);
-        let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        if hits_only {
+            let class = f.class;
+            let valid = |block| {
+                let key = Self::key(file, block);
+                eng.tier
+                    .peek(&key)
+                    .and_then(|slot| self.arena.try_state(slot))
+                    .is_some_and(|st| st.holds(key))
+            };
+            if !(b0..=b1).all(valid) {
+                return Ok(Planned::Wait(class));
+            }
+        }
+        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
         let skip = match &self.lower {
             Some(l) if l.bypass.any() => {
                 let run = f.ra.run.advance(b0, b1 - b0 + 1);
@@ -178,7 +241,7 @@ impl Inner {
                 }
             }
         }
-        Ok(Some(ReadPlan {
+        Ok(Planned::Plan(ReadPlan {
             fd,
             size,
             offset,
@@ -232,6 +295,7 @@ impl Inner {
         plan: &ReadPlan,
         out: &mut [u8],
         suspects: &mut Vec<(BlockKey, SlotId)>,
+        hits_only: bool,
     ) -> io::Result<()> {
         let bs = self.bs;
         let steps = &plan.steps;
@@ -296,6 +360,9 @@ impl Inner {
             }
             // Not ready (being filled elsewhere, or that fill failed): serve from below.
             suspects.push((key, slot));
+            if hits_only {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
             let mut buf = vec![0u8; bs];
             let below = match (plan.fkey, step.lower_dirty) {
                 (Some(fk), true) => {

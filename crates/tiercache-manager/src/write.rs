@@ -14,11 +14,12 @@
 //! evicted) until written back, or is written to BACKING before `write` returns; the write
 //! stops at the first failing block and reports the bytes before it (or the error).
 
-use crate::cache::{lock, read_lock, write_lock, Inner};
+use crate::cache::{lock, read_lock, try_read_lock, write_lock, Inner};
 use crate::engine::Dropped;
 use crate::error::unknown_file;
 use crate::files::{same_state, FileShared, FileStamp, ReadAhead};
 use crate::stats::Counters;
+use crate::NoWait;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -76,7 +77,27 @@ impl Inner {
         self.throttle();
         let shared = self.shared(file)?;
         let _op = read_lock(&shared.op);
-        let plan = self.plan_write(file, &shared, offset, end)?;
+        let plan = match self.plan_write(file, &shared, offset, end, false)? {
+            Ok(plan) => plan,
+            // Only a no-wait plan hands a write back; kept as an error rather than a panic.
+            Err(_) => {
+                return Err(io::Error::other(
+                    "memory tier: a waiting write was handed back",
+                ))
+            }
+        };
+        self.write_planned(file, &plan, offset, end, data)
+    }
+
+    /// Steps (2) and (3) of a planned write.
+    fn write_planned(
+        &self,
+        file: FileId,
+        plan: &WritePlan,
+        offset: u64,
+        end: u64,
+        data: &[u8],
+    ) -> io::Result<usize> {
         // BACKING's stamp before a write-through (see `versions`).
         let before = plan
             .steps
@@ -84,8 +105,8 @@ impl Inner {
             .any(|(_, s)| matches!(s, WPlan::Through))
             .then(|| FileStamp::of_file(&plan.fd).ok())
             .flatten();
-        let (done, err) = self.run_write(file, &plan, offset, end, data);
-        self.finish_write(file, &plan, offset, &done);
+        let (done, err) = self.run_write(file, plan, offset, end, data);
+        self.finish_write(file, plan, offset, &done);
         if done.through_blocks > 0 {
             self.refresh_stamp(file, &plan.fd, before.as_ref());
         }
@@ -95,26 +116,99 @@ impl Inner {
         }
     }
 
-    /// Step (1).
+    /// [`Inner::write`] if it needs no I/O and no wait: below the dirty limit (no throttling),
+    /// every block resident and valid or written whole (or past BACKING's end, so no
+    /// read-modify-write), a slot for each, no block only in a lower tier, and no lower tiers
+    /// (invalidating their copies may wait for their own I/O). Otherwise nothing is written
+    /// and the answer is to wait, in the file's class.
+    pub(crate) fn try_write(&self, file: FileId, offset: u64, data: &[u8]) -> NoWait<usize> {
+        if data.is_empty() {
+            return NoWait::Done(Ok(0));
+        }
+        let Some(end) = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+        else {
+            return NoWait::Done(Err(io::Error::from_raw_os_error(libc::EFBIG)));
+        };
+        let class = || self.class_of(file).unwrap_or(Class::Normal);
+        if self.lower.is_some() {
+            return NoWait::Wait(class());
+        }
+        let shared = match self.shared(file) {
+            Ok(s) => s,
+            Err(e) => return NoWait::Done(Err(e)),
+        };
+        let Some(_op) = try_read_lock(&shared.op) else {
+            return NoWait::Wait(class());
+        };
+        match self.plan_write(file, &shared, offset, end, true) {
+            Ok(Ok(plan)) => NoWait::Done(self.write_planned(file, &plan, offset, end, data)),
+            Ok(Err(class)) => NoWait::Wait(class),
+            Err(e) => NoWait::Done(Err(e)),
+        }
+    }
+
+    /// Whether a no-wait write of `offset..end` can be planned (see [`Inner::try_write`]),
+    /// checked under the engine lock before anything is counted.
+    fn writes_without_io(
+        &self,
+        eng: &crate::engine::Engine,
+        f: &crate::files::FileState,
+        file: FileId,
+        offset: u64,
+        end: u64,
+    ) -> bool {
+        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        if eng.dirty_blocks > self.dirty_limit || f.lower_dirty.range(b0..=b1).next().is_some() {
+            return false;
+        }
+        let bs = self.bs as u64;
+        (b0..=b1).all(|block| {
+            let key = Self::key(file, block);
+            let bstart = block << self.shift;
+            let partial = offset > bstart || end < bstart + bs;
+            let needs_old = partial && bstart < f.backing_size;
+            match eng.tier.peek(&key) {
+                Some(slot) => {
+                    !needs_old || self.arena.try_state(slot).is_some_and(|st| st.holds(key))
+                }
+                None => !needs_old && !eng.wt_inflight.contains_key(&key),
+            }
+        })
+    }
+
+    /// Step (1). With `no_wait`, `Ok(Err(class))` when the write would need I/O or a wait (see
+    /// [`Inner::try_write`]); then nothing was planned.
     fn plan_write(
         &self,
         file: FileId,
         shared: &Arc<FileShared>,
         offset: u64,
         end: u64,
-    ) -> io::Result<WritePlan> {
+        no_wait: bool,
+    ) -> io::Result<Result<WritePlan, Class>> {
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         // Allocated before the engine lock.
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         let mut eng = self.lock();
-        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        let f = eng.files.get(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
+        if no_wait && !self.writes_without_io(&eng, f, file, offset, end) {
+            return Ok(Err(f.class));
+        }
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
-        let mode = f.backing_mode;
+        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         f.generation += 1;
         f.shared.change.fetch_add(1, Ordering::SeqCst);
-        let (size, backing_size, class, fkey, version) =
-            (f.size, f.backing_size, f.class, f.fkey, f.version);
+        let (mode, size, backing_size, class, fkey, version) = (
+            f.backing_mode,
+            f.size,
+            f.backing_size,
+            f.class,
+            f.fkey,
+            f.version,
+        );
         let lower_dirty: Vec<u64> = if f.lower_dirty.is_empty() {
             Vec::new()
         } else {
@@ -130,6 +224,17 @@ impl Inner {
                 }
                 None => match eng.insert_fresh(&self.arena, key, class) {
                     Some(slot) => WPlan::Cached(slot),
+                    None if no_wait => {
+                        // Every slot pinned or dirty: give back what was planned (the blocks
+                        // looked up are counted again by the waiting write).
+                        for &(block, step) in &steps {
+                            if let WPlan::Cached(slot) = step {
+                                eng.unpin(slot);
+                                eng.reap(&self.arena, Self::key(file, block), slot);
+                            }
+                        }
+                        return Ok(Err(class));
+                    }
                     None => {
                         *eng.wt_inflight.entry(key).or_insert(0) += 1;
                         WPlan::Through
@@ -138,7 +243,7 @@ impl Inner {
             };
             steps.push((block, plan));
         }
-        Ok(WritePlan {
+        Ok(Ok(WritePlan {
             fd,
             mode,
             size,
@@ -148,7 +253,7 @@ impl Inner {
             fkey,
             version,
             lower_dirty,
-        })
+        }))
     }
 
     /// Step (2). Returns what was done and the error that stopped it, if any.

@@ -27,6 +27,9 @@ pub enum BenchCommand {
     Flash(super::bench_flash::FlashBenchArgs),
     /// Paper 003: the zero-copy client vs pread on the mount vs native, Figs. 2–5.
     Zerocopy(super::bench_zerocopy::ZeroCopyBenchArgs),
+    /// Paper 000's web scenario: nginx serving priority pages while tar backups stream, behind
+    /// the HDD model; tiercache vs one LRU vs the kernel page cache (needs nginx, wrk, root).
+    Web(super::bench_web::WebBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -66,6 +69,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Remote(a) => super::bench_remote::run(a),
         BenchCommand::Flash(a) => super::bench_flash::run(a),
         BenchCommand::Zerocopy(a) => super::bench_zerocopy::run(a),
+        BenchCommand::Web(a) => super::bench_web::run(a),
     }
 }
 

@@ -5,6 +5,8 @@ pub mod bench_flash;
 pub mod bench_fuse;
 pub mod bench_meta;
 pub mod bench_remote;
+pub mod bench_web;
+pub mod bench_web_env;
 pub mod bench_zerocopy;
 pub mod ctl;
 pub mod detach;

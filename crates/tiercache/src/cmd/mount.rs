@@ -69,6 +69,12 @@ pub struct MountArgs {
     /// FUSE request threads [default: one per CPU, at least 2]; more help slow, concurrent BACKING.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// I/O workers that answer requests waiting for BACKING (read misses, writes that need
+    /// I/O, fsync), so the request threads stay free for hits [default: 8]; size it for
+    /// BACKING's concurrency (a disk's queue, an NFS server's threads), not the CPUs; a quarter
+    /// is reserved for priority files. 0 runs them on the request threads.
+    #[arg(long, value_name = "N")]
+    pub io_workers: Option<usize>,
     /// How long the kernel may cache a name lookup, in seconds [default: 1]. Longer makes
     /// repeated walks faster; a name changed on BACKING behind the mount's back may then be
     /// seen late by up to that long.
@@ -231,6 +237,7 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         flush_interval_ms: None,
         dirty_expire_ms: None,
         threads: args.threads,
+        io_workers: args.io_workers,
         entry_timeout: args.entry_timeout,
         attr_timeout: args.attr_timeout,
         backing_identity: args.backing_identity.clone(),
@@ -473,6 +480,14 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             ));
         }
     }
+    if let Some(n) = o.io_workers {
+        if n > 1024 {
+            return Err(format!(
+                "{}: {n} is outside 0..=1024",
+                src("io-workers", flags.io_workers.is_some())
+            ));
+        }
+    }
     let timeout = |secs: Option<f64>, from_flag: bool, name: &str| {
         let secs = secs.unwrap_or(1.0);
         if !(0.0..=86_400.0).contains(&secs) {
@@ -542,6 +557,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         trace_out: o.trace_out,
         metrics: o.metrics,
         threads: o.threads,
+        io_workers: o.io_workers,
         lower_tiers,
     })
 }

@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
 use tiercache_core::{Class, FileId};
-use tiercache_fuse::{BackingStamp, DataPath, FileHandleInfo, StatFn, TimesOverride};
-use tiercache_manager::{FileStamp, MemCache};
+use tiercache_fuse::{
+    Attempt, BackingStamp, DataPath, FileHandleInfo, IoClass, StatFn, TimesOverride,
+};
+use tiercache_manager::{FileStamp, MemCache, NoWait};
 
 /// Per-inode state the adapter keeps, for reclassification only: the memory tier counts the
 /// open handles itself (under its engine lock, with the opens), and decides what a forget means
@@ -39,6 +41,19 @@ pub struct CacheDataPath {
 }
 
 impl CacheDataPath {
+    /// The kernel forgot `ino`: its reclassification entry goes (at its last release if
+    /// handles are still open).
+    fn forget_known(&self, ino: u64) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        match known.get_mut(&ino) {
+            Some(k) if k.open_handles == 0 => {
+                known.remove(&ino);
+            }
+            Some(k) => k.evicted = true,
+            None => {}
+        }
+    }
+
     pub fn new(mem: Arc<MemCache>, backing_root: PathBuf, priority: PriorityDirs) -> Self {
         Self {
             mem,
@@ -119,6 +134,22 @@ fn stamp_of<'a, 'b>(
     }
 }
 
+/// The I/O workers' class of a file's class.
+fn io_class(class: Class) -> IoClass {
+    match class {
+        Class::Priority => IoClass::Priority,
+        _ => IoClass::Normal,
+    }
+}
+
+/// A no-wait answer of the memory tier as the FUSE layer wants it.
+fn attempt(r: NoWait<usize>) -> Attempt<usize> {
+    match r {
+        NoWait::Done(r) => Attempt::Done(r),
+        NoWait::Wait(class) => Attempt::Wait(io_class(class)),
+    }
+}
+
 /// O_SYNC / O_DSYNC writes are made durable before they are acknowledged.
 fn sync_flags(flags: i32) -> Option<bool> {
     if flags & libc::O_SYNC == libc::O_SYNC {
@@ -153,6 +184,27 @@ impl DataPath for CacheDataPath {
 
     fn read_into(&self, fh: &FileHandleInfo, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.mem.read_into(FileId(fh.ino), offset, buf)
+    }
+
+    fn try_read_into(&self, fh: &FileHandleInfo, offset: u64, buf: &mut [u8]) -> Attempt<usize> {
+        attempt(self.mem.try_read_into(FileId(fh.ino), offset, buf))
+    }
+
+    fn try_write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> Attempt<u32> {
+        // A synchronous write waits for BACKING's sync.
+        if sync_flags(fh.flags).is_some() {
+            return Attempt::Wait(self.io_class(fh));
+        }
+        match attempt(self.mem.try_write(FileId(fh.ino), offset, data)) {
+            Attempt::Done(r) => Attempt::Done(r.and_then(|n| {
+                u32::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+            })),
+            Attempt::Wait(c) => Attempt::Wait(c),
+        }
+    }
+
+    fn io_class(&self, fh: &FileHandleInfo) -> IoClass {
+        io_class(self.mem.class_of(FileId(fh.ino)).unwrap_or(Class::Normal))
     }
 
     fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {
@@ -253,13 +305,18 @@ impl DataPath for CacheDataPath {
         // tier never drops the state of an open handle, and a forget overtaken by an open stops
         // (see `tiercache_manager::MemCache::forget`).
         self.mem.forget(FileId(ino));
-        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        match known.get_mut(&ino) {
-            Some(k) if k.open_handles == 0 => {
-                known.remove(&ino);
-            }
-            Some(k) => k.evicted = true,
-            None => {}
+        self.forget_known(ino);
+    }
+
+    fn try_evict(&self, ino: u64) -> bool {
+        // The tier has nothing of the file (a directory, a file never opened, or one whose
+        // blocks all went): only this map's entry, no write-back. Should an open of the same
+        // inode reach the tier meanwhile, this forget is stale and the tier's state is the
+        // new handle's, which the tier keeps anyway (see `evict`).
+        if self.mem.class_of(FileId(ino)).is_some() {
+            return false;
         }
+        self.forget_known(ino);
+        true
     }
 }

@@ -5,8 +5,8 @@
 //! from the file. TOML keys mirror the flags: `memory`, `block_size`, `priority` (list),
 //! `priority_recursive` (list), `partition`, `omega`, `t_protected`, `t_normal`, `b_pmin`,
 //! `b_nmin`, `policy`, `emulate`, `backing_cache`, `kernel_cache`, `allow_other`, `trace_out`,
-//! `metrics`,
-//! `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `entry_timeout`,
+//! `metrics`, `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`,
+//! `entry_timeout`,
 //! `backing_identity`, `zero_copy`, `zero_copy_group`,
 //! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
@@ -49,6 +49,8 @@ pub struct MountOptions {
     pub flush_interval_ms: Option<u64>,
     pub dirty_expire_ms: Option<u64>,
     pub threads: Option<usize>,
+    /// I/O workers for requests that wait for BACKING (`tiercache_fuse::MountOptions`).
+    pub io_workers: Option<usize>,
     pub entry_timeout: Option<f64>,
     pub attr_timeout: Option<f64>,
     /// `auto`, `caller` or `daemon` (see `tiercache_fuse::BackingIdentity`).
@@ -88,6 +90,7 @@ impl MountOptions {
             flush_interval_ms,
             dirty_expire_ms,
             threads,
+            io_workers,
             entry_timeout,
             attr_timeout,
             backing_identity,
@@ -117,6 +120,7 @@ impl MountOptions {
             flush_interval_ms: flush_interval_ms.or(file.flush_interval_ms),
             dirty_expire_ms: dirty_expire_ms.or(file.dirty_expire_ms),
             threads: threads.or(file.threads),
+            io_workers: io_workers.or(file.io_workers),
             entry_timeout: entry_timeout.or(file.entry_timeout),
             attr_timeout: attr_timeout.or(file.attr_timeout),
             backing_identity: backing_identity.or(file.backing_identity),

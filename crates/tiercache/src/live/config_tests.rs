@@ -25,16 +25,18 @@ fn unknown_key_names_its_line() {
 
 #[test]
 fn flags_win_field_by_field() {
-    let file = parse("memory = \"64M\"\npolicy = \"arc\"\nthreads = 4\n").unwrap();
+    let file = parse("memory = \"64M\"\npolicy = \"arc\"\nthreads = 4\nio_workers = 3\n").unwrap();
     let flags = MountOptions {
         memory: Some(SizeValue::Text("8M".into())),
         threads: None,
+        io_workers: Some(16),
         ..MountOptions::default()
     };
     let m = flags.over(file);
     assert_eq!(m.memory.unwrap().bytes().unwrap(), 8 << 20);
     assert_eq!(m.policy.as_deref(), Some("arc"));
     assert_eq!(m.threads, Some(4));
+    assert_eq!(m.io_workers, Some(16));
 }
 
 fn file(text: &str) -> ConfigFile {

@@ -39,6 +39,8 @@ pub struct Settings {
     pub trace_out: Option<PathBuf>,
     pub metrics: Option<String>,
     pub threads: Option<usize>,
+    /// I/O workers (`None`: the FUSE layer's default).
+    pub io_workers: Option<usize>,
     /// Kernel caching of lookups and attributes.
     pub entry_timeout: Duration,
     pub attr_timeout: Duration,
@@ -66,6 +68,7 @@ struct Live {
     stops: Mutex<mpsc::Sender<StopRequest>>,
     emulation: Option<String>,
     inodes: tiercache_fuse::InodeStatsReader,
+    io: tiercache_fuse::IoStatsReader,
     remotes: Vec<MountedRemote>,
     flashes: Vec<MountedFlash>,
     zero_copy: Option<Arc<super::zerocopy::ZcCounters>>,
@@ -84,6 +87,7 @@ impl Handler for Live {
                 );
                 v["log_file"] = serde_json::json!(self.log);
                 v["inodes"] = stats::inodes_json(&self.inodes.stats());
+                v["io"] = super::io::json(&self.io.stats());
                 let (remote, all) = remote::stats_json(&self.remotes, ms.lower.as_ref());
                 v["remote"] = remote;
                 v["flash"] = flash::stats_json(&self.flashes);
@@ -227,6 +231,9 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     if let Some(t) = s.threads {
         opts.threads = t;
     }
+    if let Some(n) = s.io_workers {
+        opts.io_workers = n;
+    }
     opts.entry_ttl = s.entry_timeout;
     opts.backing_identity = s.backing_identity;
     opts.attr_ttl = s.attr_timeout;
@@ -274,6 +281,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         stops: Mutex::new(stop_tx),
         emulation: emulation.clone(),
         inodes: handle.inode_stats(),
+        io: handle.io_stats(),
         remotes,
         flashes: flashes.clone(),
         zero_copy: zero_copy.as_ref().map(|z| Arc::clone(&z.counters)),
@@ -298,6 +306,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
             stats::prometheus(&ms)
                 + &remote::prometheus(&live.remotes, ms.lower.as_ref())
                 + &flash::prometheus(&live.flashes)
+                + &super::io::prometheus(&live.io.stats())
         });
         metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
     }

@@ -8,6 +8,7 @@ pub mod config_remote;
 pub mod control;
 pub mod daemon;
 pub mod flash;
+pub mod io;
 pub mod logging;
 pub mod metrics;
 pub mod mount_lock;
