@@ -7,7 +7,9 @@
 //! - `disk_dirty` ⊇ the dirty bits of the newest record that may be on the device for the
 //!   set (under the set's current tag: a tag changes only once `disk_dirty` is empty);
 //! - `F_IN_D` is set iff the set is mapped and holds a `dirty` or `disk_dirty` bit, and
-//!   `files[f].sets` counts the sets of file `f` with `F_IN_D` (see `crate::meta`).
+//!   `files[f].sets` counts the sets of file `f` with `F_IN_D` (see `crate::meta`);
+//! - `F_RETAGGED` is set when the newest record on the device for the set may name another
+//!   backing set than RAM does (unmapped, or freed by `open`, since its last durable record).
 
 use std::collections::{BTreeMap, HashMap};
 use tiercache_tier::{FileKey, FileMeta};
@@ -24,6 +26,11 @@ pub const F_META_DIRTY: u8 = 2;
 /// Mapped, with a dirty or `disk_dirty` bit: a record on the device may claim dirty blocks of
 /// the set's file, so the file's meta must stay durable (see `crate::meta`).
 pub const F_IN_D: u8 = 4;
+/// The newest record on the device for the set may name another backing set (and carry that
+/// file's meta): set at unmap (and by `open` for the sets it frees), cleared once a record of
+/// the set is durable. Such a set never carries meta in the first round of a sync
+/// (`crate::meta`, rule 2).
+pub const F_RETAGGED: u8 = 8;
 
 /// RAM per file that has dirty blocks in the tier (or may have them after a crash), or whose
 /// meta was set since the last sync. Per file, not per block.
@@ -425,6 +432,7 @@ impl Index {
         self.lru_unlink(id);
         let m = &mut self.sets[id as usize];
         m.flags &= !F_MAPPED;
+        m.flags |= F_RETAGGED;
         let file = m.file;
         self.free.push(id);
         self.note_meta(id);

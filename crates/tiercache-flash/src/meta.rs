@@ -17,13 +17,18 @@
 //! 2. A carrier is never overwritten without a newer one durable first: when a set of a file
 //!    with meta is unmapped (its next record names another file or none), the file is marked
 //!    `changed` and the next sync writes the carriers and syncs *before* writing the other
-//!    records (two phases; only then, so most syncs cost the usual two device syncs).
+//!    records (two phases; only then, so most syncs cost the usual two device syncs). The
+//!    first phase writes only sets whose newest record on the device names their current
+//!    backing set (not `F_RETAGGED`): a set unmapped, or freed by `open`, since its last
+//!    durable record may hold the lost carrier even once another file has taken it, so it is
+//!    written in the second phase (as the carrier of a file with no other set in D: such a
+//!    file has no durable record claiming dirty blocks yet).
 //! 3. An entry goes once no set of the file is in D and its meta is not fresh (a meta set
 //!    just before the file's first dirty store survives one sync without any set).
 
-use crate::index::{Index, F_IN_D};
+use crate::index::{Index, F_IN_D, F_RETAGGED};
 use crate::tier::{FlashTier, State};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tiercache_tier::{FileHandle, FileKey, FileMeta, RecoveredFile, TierError, MAX_HANDLE_BYTES};
 
 impl FlashTier {
@@ -50,16 +55,49 @@ impl FlashTier {
         }
     }
 
-    /// A mapped set of `file` in D, to carry its meta (the hint, else a scan: rare).
-    fn carrier_of(idx: &Index, file: &FileKey, hint: u32) -> Option<u32> {
-        let ok = |id: u32| {
+    /// The sets to write so that each file whose meta is `changed` has a carrier: per file a
+    /// mapped set in D, its hint if that fits, else found by one scan for all the rest (rare).
+    /// `first_round` (rule 2): never a set with `F_RETAGGED` — its new record would replace
+    /// one that may be another file's lost carrier; a file with only such sets (its first
+    /// sets, reused) has no durable record claiming dirty blocks yet, and gets its carrier in
+    /// the second round.
+    fn carriers(idx: &Index, first_round: bool) -> Vec<u32> {
+        let ok = |id: u32, file: &FileKey| {
             let m = &idx.sets[id as usize];
-            idx.is_mapped(id) && m.flags & F_IN_D != 0 && m.file == *file
+            idx.is_mapped(id)
+                && m.flags & F_IN_D != 0
+                && m.file == *file
+                && !(first_round && m.flags & F_RETAGGED != 0)
         };
-        if (hint as usize) < idx.sets.len() && ok(hint) {
-            return Some(hint);
+        let mut out = Vec::new();
+        let mut rest: HashSet<FileKey> = HashSet::new();
+        for (f, e) in &idx.files {
+            if !e.changed || e.meta.is_none() || e.sets == 0 {
+                continue;
+            }
+            let hint_in_d = (e.hint as usize) < idx.sets.len() && {
+                let m = &idx.sets[e.hint as usize];
+                idx.is_mapped(e.hint) && m.flags & F_IN_D != 0 && m.file == *f
+            };
+            if hint_in_d && ok(e.hint, f) {
+                out.push(e.hint);
+            } else if !(hint_in_d && e.sets == 1) {
+                // (The hint is the file's only set in D: no other to look for.)
+                rest.insert(*f);
+            }
         }
-        (0..idx.sets.len() as u32).find(|&id| ok(id))
+        for id in 0..idx.sets.len() as u32 {
+            if rest.is_empty() {
+                break;
+            }
+            let f = idx.sets[id as usize].file;
+            if rest.contains(&f) && ok(id, &f) {
+                out.push(id);
+                rest.remove(&f);
+            }
+        }
+        out.sort_unstable();
+        out
     }
 
     /// `sync()` under the lock (also `close` and `open`): rule 1 and 2 of the module docs,
@@ -72,29 +110,18 @@ impl FlashTier {
         if parked {
             Self::want_parked_bits(st);
         }
-        let changed: Vec<(FileKey, u32)> = st
-            .idx
-            .files
-            .iter()
-            .filter(|(_, e)| e.changed && e.meta.is_some() && e.sets > 0)
-            .map(|(f, e)| (*f, e.hint))
-            .collect();
-        let mut carriers: Vec<u32> = changed
-            .iter()
-            .filter_map(|(f, hint)| Self::carrier_of(&st.idx, f, *hint))
-            .collect();
-        carriers.sort_unstable();
-        carriers.dedup();
+        if st.idx.carrier_lost {
+            // Rule 2: new carriers durable before a record that may replace a lost one.
+            let first = Self::carriers(&st.idx, true);
+            if !first.is_empty() {
+                self.persist(st, &first)?;
+            }
+        }
+        // The pending records, and carriers of the files still without one.
         let mut ids: Vec<u32> = st.idx.pending.clone();
-        if st.idx.carrier_lost && !carriers.is_empty() {
-            // Rule 2: the new carriers are durable before a lost carrier is overwritten.
-            self.persist(st, &carriers)?;
-            ids = st.idx.pending.clone();
-        } else {
-            for id in carriers {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
+        for id in Self::carriers(&st.idx, false) {
+            if !ids.contains(&id) {
+                ids.push(id);
             }
         }
         if !ids.is_empty() || st.unsynced {

@@ -7,7 +7,7 @@ use crate::format::{
     formatting_marker, is_formatting_marker, newest, Geometry, Record, Superblock, FORMAT_VERSION,
     SB_CLEAN,
 };
-use crate::index::{Index, F_META_DIRTY};
+use crate::index::{Index, F_META_DIRTY, F_RETAGGED};
 use crate::meta::NewestMeta;
 use crate::pagecache::IoChoice;
 use crate::sums::Sums;
@@ -460,6 +460,10 @@ impl FlashTier {
             .retain(|&id| idx.sets[id as usize].flags & F_META_DIRTY != 0);
         // Lowest set numbers are allocated first.
         free.sort_unstable_by(|a, b| b.cmp(a));
+        for &id in &free {
+            // Its newest record may name a backing set and carry that file's meta.
+            idx.sets[id as usize].flags |= F_RETAGGED;
+        }
         idx.free = free;
         let recovered = metas.restore(&mut idx, geo.set_blocks());
         fs.recovered_files = recovered.len() as u64;

@@ -35,7 +35,7 @@ use crate::cleaner::{Cleaner, CleanerConfig, CleanerMode};
 use crate::device::FlashDevice;
 use crate::error::FlashError;
 use crate::format::{Geometry, Record, Superblock};
-use crate::index::{Index, SetId, F_META_DIRTY};
+use crate::index::{Index, SetId, F_META_DIRTY, F_RETAGGED};
 pub use crate::stats::FlashStats;
 use crate::sums::{Checked, Sums};
 use std::io;
@@ -285,6 +285,8 @@ impl FlashTier {
         }
         for (id, bits) in sent {
             st.idx.disk_dirty_is_dirty(id);
+            // The device's newest record of the set is the one just written.
+            st.idx.sets[id as usize].flags &= !F_RETAGGED;
             if st.sums.in_place.committed(id, &bits) {
                 // A later record drops the bits of blocks not stored since (none lingers).
                 again.push(id);
