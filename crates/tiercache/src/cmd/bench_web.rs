@@ -246,7 +246,10 @@ fn run_config(a: &WebBenchArgs, env: &Env, kind: Kind, streams: usize) -> Result
 /// Checks the arguments; the work tree's paths and sizes.
 fn prepare(a: &WebBenchArgs, root: &Path) -> Result<(Env, u64), String> {
     if !(1..=8).contains(&a.backup_streams) {
-        return Err(format!("--backup-streams {}: must be in 1..=8", a.backup_streams));
+        return Err(format!(
+            "--backup-streams {}: must be in 1..=8",
+            a.backup_streams
+        ));
     }
     if !(1..=100).contains(&a.pages) {
         return Err(format!("--pages {}: must be in 1..=100", a.pages));
@@ -255,7 +258,10 @@ fn prepare(a: &WebBenchArgs, root: &Path) -> Result<(Env, u64), String> {
         return Err(format!("--seconds {}: must be in 1..=3600", a.seconds));
     }
     if !(1..=1000).contains(&a.connections) {
-        return Err(format!("--connections {}: must be in 1..=1000", a.connections));
+        return Err(format!(
+            "--connections {}: must be in 1..=1000",
+            a.connections
+        ));
     }
     let size = |flag: &str, v: &str| parse_size(v).map_err(|e| format!("--{flag}: {e}"));
     let page_bytes = size("page-size", &a.page_size)?;
