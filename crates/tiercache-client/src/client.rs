@@ -2,11 +2,14 @@
 //! memory tier and its own pin area.
 //!
 //! Pins: a client holds at most one bit per slot in its pin area; `slots` here counts the
-//! references this process holds per slot, and the bit goes when the last one is dropped.
+//! references this process holds per slot ([`PinCounts`]), and the bit goes when the last one
+//! is dropped. The counts' lock is taken once per `read_blocks` for all its hits (and once for
+//! the daemon's reply), once per reference dropped.
 
+use crate::block::BlockRef;
 use crate::file::ZcFile;
+use crate::pins::PinCounts;
 use crate::wire::{self, Request, Response};
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -72,8 +75,10 @@ pub struct Client {
     sock: Mutex<UnixStream>,
     pub(crate) region: RegionView,
     block: usize,
-    /// References this process holds to each slot (the bit goes with the last).
-    slots: Mutex<HashMap<u32, u32>>,
+    /// References this process holds to each slot (the bit goes with the last). A pin bit is
+    /// set and cleared only under this lock, so a release of the last reference cannot clear
+    /// a bit a concurrent pin of the same slot relies on.
+    slots: Mutex<PinCounts>,
     /// `FORKS` when connected.
     forks: u64,
     pub stats: ClientStats,
@@ -203,12 +208,13 @@ impl Client {
             sock: Mutex::new(sock),
             region,
             block,
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(PinCounts::default()),
             forks: FORKS.load(Relaxed),
             stats: ClientStats::default(),
         })
     }
 
+    #[inline]
     pub fn block_size(&self) -> usize {
         self.block
     }
@@ -287,63 +293,105 @@ impl Client {
         if self.same_process().is_err() {
             return; // the pin area is the parent's
         }
-        let mut slots = lock(&self.slots);
-        if let Some(refs) = slots.get_mut(&slot) {
-            *refs = refs.saturating_sub(1);
-            if *refs == 0 {
-                slots.remove(&slot);
-                self.region.unpin(slot);
-            }
+        let mut counts = lock(&self.slots);
+        if counts.remove(slot) {
+            self.region.unpin(slot);
         }
     }
 
     /// Slots this client holds pinned now.
     pub fn pinned_slots(&self) -> usize {
-        lock(&self.slots).len()
+        lock(&self.slots).held()
     }
 
-    /// The lock-free hit path: the hint table names a slot, its header says it holds `block`
-    /// of `file`, valid, and still does once pinned. No system call.
-    pub(crate) fn try_hit(&self, file: u64, block: u64) -> Option<u32> {
-        self.region
-            .hints(file, block)
-            .find(|&slot| self.pin_slot(file, block, slot, false))
+    /// The lock-free hit path of blocks `first..first + count` of `file`, pushed to `out` in
+    /// order: a slot the hint table names whose header says it holds the block, valid, and
+    /// still does once pinned; `None` where there is none (a miss). No system call; one lock
+    /// of the counts for all. Returns the hits.
+    pub(crate) fn pin_hits<'c>(
+        &'c self,
+        file: u64,
+        first: u64,
+        count: u64,
+        out: &mut Vec<Option<BlockRef<'c>>>,
+    ) -> u64 {
+        let mut hits = 0;
+        let mut counts = lock(&self.slots);
+        for i in 0..count {
+            let block = first.saturating_add(i);
+            let slot = self
+                .region
+                .hints(file, block)
+                .find(|&slot| self.pin_counted(&mut counts, file, block, slot, false));
+            hits += u64::from(slot.is_some());
+            // Nothing is dropped here (a drop would take the lock we hold).
+            out.push(slot.map(|slot| BlockRef::new(self, slot)));
+        }
+        drop(counts);
+        if hits > 0 {
+            self.stats.hits.fetch_add(hits, Relaxed);
+            // Also in the pin area, which the daemon's stats sum.
+            self.region.hits().fetch_add(hits, Relaxed);
+        }
+        hits
     }
 
-    /// Pins `slot` for `block` of `file` (validated in its header) and counts the reference.
-    /// Also for a slot the daemon pinned for us: if it no longer holds the block (retired
-    /// meanwhile) and we hold nothing else of it, the bit the daemon set is cleared here.
-    pub(crate) fn pin_slot(&self, file: u64, block: u64, slot: u32, from_daemon: bool) -> bool {
-        // Under the map's lock: a concurrent release of our last reference to the same slot
-        // cannot clear the bit this pin relies on.
-        let mut slots = lock(&self.slots);
+    /// Takes the slots the daemon pinned for us for blocks `first + lo..` of `file` (one per
+    /// block, `None` where it pinned none): each fills its block's hole in `out` if its header
+    /// still names the block, valid; every other one is let go unless we hold it anyway.
+    pub(crate) fn adopt<'c>(
+        &'c self,
+        file: u64,
+        first: u64,
+        lo: usize,
+        pinned: Vec<Option<u32>>,
+        out: &mut [Option<BlockRef<'c>>],
+    ) {
+        let mut counts = lock(&self.slots);
+        let mut unused = Vec::new();
+        for (j, slot) in pinned.into_iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            let i = lo + j;
+            if out.get(i).is_none_or(Option::is_some) {
+                unused.push(slot);
+            } else if self.pin_counted(
+                &mut counts,
+                file,
+                first.saturating_add(i as u64),
+                slot,
+                true,
+            ) {
+                out[i] = Some(BlockRef::new(self, slot));
+            }
+        }
+        for slot in unused {
+            if counts.get(slot) == 0 {
+                self.region.unpin(slot);
+            }
+        }
+    }
+
+    /// Pins `slot` for `block` of `file` (validated in its header) and counts the reference,
+    /// under the counts' lock (`counts`). Also for a slot the daemon pinned for us: if it no
+    /// longer holds the block (retired meanwhile) and we hold nothing else of it, the bit the
+    /// daemon set is cleared here.
+    fn pin_counted(
+        &self,
+        counts: &mut PinCounts,
+        file: u64,
+        block: u64,
+        slot: u32,
+        from_daemon: bool,
+    ) -> bool {
         if self.region.try_pin(slot, file, block).is_none() {
-            // A bit the daemon set for this reply that we cannot use (the block left the
-            // slot meanwhile) is cleared if nothing of ours relies on it. (On the hint path
-            // `try_pin` already dropped any bit it set itself.)
-            if from_daemon && !slots.contains_key(&slot) {
+            // (On the hint path `try_pin` already dropped any bit it set itself.)
+            if from_daemon && counts.get(slot) == 0 {
                 self.region.unpin(slot);
             }
             return false;
         }
-        *slots.entry(slot).or_default() += 1;
+        counts.add(slot);
         true
-    }
-
-    /// Lets go of slots the daemon pinned for us that we did not use.
-    pub(crate) fn drop_unused(&self, unused: &[u32]) {
-        let held = lock(&self.slots);
-        for &slot in unused {
-            if !held.contains_key(&slot) {
-                self.region.unpin(slot);
-            }
-        }
-    }
-
-    /// Counts a hit (here and in the pin area, which the daemon's stats sum).
-    pub(crate) fn count_hit(&self) {
-        self.stats.hits.fetch_add(1, Relaxed);
-        self.region.hits().fetch_add(1, Relaxed);
     }
 
     /// Start of this client's pin area, the only shared memory it can store into (for tests
@@ -362,8 +410,7 @@ impl Drop for Client {
             return;
         }
         unregister_socket(lock(&self.sock).as_raw_fd());
-        let slots = std::mem::take(&mut *lock(&self.slots));
-        for slot in slots.into_keys() {
+        for slot in lock(&self.slots).take_all() {
             self.region.unpin(slot);
         }
     }

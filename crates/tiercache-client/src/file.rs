@@ -55,43 +55,27 @@ impl<'c> ZcFile<'c> {
             });
         }
         let mut out: Vec<Option<BlockRef<'c>>> = Vec::with_capacity(count as usize);
-        let mut missing = Vec::new();
-        for i in 0..count {
-            match c.try_hit(self.id, first.saturating_add(i)) {
-                Some(slot) => {
-                    c.count_hit();
-                    out.push(Some(BlockRef::new(c, slot)));
-                }
-                None => {
-                    missing.push(i);
-                    out.push(None);
-                }
-            }
-        }
-        if let (Some(&lo), Some(&hi)) = (missing.first(), missing.last()) {
-            c.stats.misses.fetch_add(missing.len() as u64, Relaxed);
+        let hits = c.pin_hits(self.id, first, count, &mut out);
+        if hits < count {
+            let lo = out.iter().position(Option::is_none).unwrap_or(0);
+            let hi = out.iter().rposition(Option::is_none).unwrap_or(lo);
+            c.stats.misses.fetch_add(count - hits, Relaxed);
             self.pin_missing(first, lo, hi, &mut out)?;
-        }
-        let bs = c.block_size() as u64;
-        let size = self.size();
-        let mut blocks = Vec::with_capacity(out.len());
-        for (i, b) in out.into_iter().enumerate() {
-            match b {
-                Some(b) => blocks.push(b),
-                // Past EOF (as the daemon last said): the range ends here.
-                None if (first + i as u64).saturating_mul(bs) >= size => break,
-                None => {
+            // The range ends at the first block still missing if that is past EOF (as the
+            // daemon last said); one missing before EOF fails the call (`out` lets go of the
+            // others).
+            if let Some(i) = out.iter().position(Option::is_none) {
+                let block = first.saturating_add(i as u64);
+                if block.saturating_mul(c.block_size() as u64) < self.size() {
                     return Err(Error::Refused {
-                        message: format!(
-                            "block {} could not be kept in the cache",
-                            first + i as u64
-                        ),
+                        message: format!("block {block} could not be kept in the cache"),
                         errno: libc::EAGAIN,
-                    })
+                    });
                 }
             }
         }
-        Ok(blocks)
+        // In place (an `Option<BlockRef>` is a `BlockRef`'s size): no second allocation.
+        Ok(out.into_iter().map_while(|b| b).collect())
     }
 
     /// Asks the daemon for blocks `first+lo..=first+hi` and fills the holes of `out` with the
@@ -99,32 +83,20 @@ impl<'c> ZcFile<'c> {
     fn pin_missing(
         &self,
         first: u64,
-        lo: u64,
-        hi: u64,
+        lo: usize,
+        hi: usize,
         out: &mut [Option<BlockRef<'c>>],
     ) -> Result<()> {
         let c = self.client;
         let req = Request::Pin {
             handle: self.handle,
-            first: first.saturating_add(lo),
-            count: hi - lo + 1,
+            first: first.saturating_add(lo as u64),
+            count: (hi - lo + 1) as u64,
         };
         match c.call(&req, None, None)? {
             Response::Pinned { slots, size } => {
                 self.size.store(size, Relaxed);
-                let mut unused = Vec::new();
-                for (j, s) in slots.into_iter().enumerate() {
-                    let i = lo as usize + j;
-                    let Some(slot) = s else { continue };
-                    if i >= out.len() || out[i].is_some() {
-                        unused.push(slot);
-                        continue;
-                    }
-                    if c.pin_slot(self.id, first + i as u64, slot, true) {
-                        out[i] = Some(BlockRef::new(c, slot));
-                    }
-                }
-                c.drop_unused(&unused);
+                c.adopt(self.id, first, lo, slots, out);
                 Ok(())
             }
             other => Err(unexpected(&other)),

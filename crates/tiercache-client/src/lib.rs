@@ -21,6 +21,7 @@
 pub mod block;
 pub mod client;
 pub mod file;
+mod pins;
 pub mod wire;
 
 pub use block::{BlockMut, BlockRef, ByteView};

@@ -486,3 +486,55 @@ fn a_client_used_after_fork_refuses_and_leaves_the_parents_pins() {
         "child: {status}"
     );
 }
+
+#[test]
+fn overlapping_references_hold_a_slot_until_the_last_goes() {
+    let m = Mount::new(&["--zero-copy"]);
+    let data = content(64 << 10, 9);
+    std::fs::write(m.mnt.join("f"), &data).unwrap();
+    let c = Client::connect(&m.mnt).unwrap();
+    let f = c.open(m.mnt.join("f")).unwrap();
+    let bs = c.block_size();
+    let daemon_pins = || m.stats()["zerocopy"]["pinned_slots"].as_u64().unwrap();
+    // Blocks 0..8 (read by the daemon), then 4..12: 4..8 are hits on the same slots (a second
+    // reference each), 8..12 misses; then bytes over blocks 3..=6 (a third reference to 4..=6).
+    let a = f.read_blocks(0, 8).unwrap();
+    let b = f.read_blocks(4, 8).unwrap();
+    let v = f.read_bytes(3 * bs as u64 + 10, 3 * bs).unwrap();
+    for i in 0..4 {
+        assert_eq!(a[4 + i].slot(), b[i].slot(), "block {} pinned twice", 4 + i);
+    }
+    assert_eq!((c.pinned_slots(), daemon_pins()), (12, 12));
+    drop(a);
+    assert_eq!(
+        (c.pinned_slots(), daemon_pins()),
+        (9, 9),
+        "3..12 still held"
+    );
+    assert_eq!(bytes(&b[0]), &data[4 * bs..5 * bs]);
+    drop(b);
+    assert_eq!(
+        (c.pinned_slots(), daemon_pins()),
+        (4, 4),
+        "3..=6 still held"
+    );
+    assert_eq!(v.to_vec(), &data[3 * bs + 10..6 * bs + 10]);
+    // Threads pin and let go of the same blocks meanwhile, one lock of the counts per call:
+    // none of their releases takes the pins `v` relies on.
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (f, data) = (&f, &data);
+            s.spawn(move || {
+                for i in 0..2000u64 {
+                    let first = (i * 7 + t) % 12;
+                    let blocks = f.read_blocks(first, 1 + (i + t) % 4).unwrap();
+                    assert_eq!(blocks.len() as u64, 1 + (i + t) % 4);
+                    assert_eq!(blocks[0].byte(0), Some(data[first as usize * bs]));
+                }
+            });
+        }
+    });
+    assert_eq!((c.pinned_slots(), daemon_pins()), (4, 4));
+    drop(v);
+    assert_eq!((c.pinned_slots(), daemon_pins()), (0, 0));
+}
