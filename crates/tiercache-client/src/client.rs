@@ -2,7 +2,7 @@
 //! memory tier and its own pin area.
 //!
 //! Pins: a client holds at most one bit per slot in its pin area; `slots` here counts the
-//! references this process holds per slot ([`PinCounts`]), and the bit goes when the last one
+//! references this process holds per slot (`PinCounts`, `pins.rs`), and the bit goes when the last one
 //! is dropped. The counts' lock is taken once per `read_blocks` for all its hits (and once for
 //! the daemon's reply), once per reference dropped.
 
