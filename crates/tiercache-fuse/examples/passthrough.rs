@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let n = args.next().ok_or(usage)?;
                 opts.threads = n.to_str().ok_or(usage)?.parse()?;
             }
-            Some("--kernel-cache") => opts.kernel_cache = true,
+            Some("--kernel-cache") => opts.kernel_cache = tiercache_fuse::KernelCacheMode::All,
             Some("--allow-other") => opts.allow_other = true,
             _ => return Err(usage.into()),
         }

@@ -7,7 +7,10 @@
 //!
 //! Contract, per call site in the FUSE layer:
 //! * `open` after the backing file was opened (also for `create`); an error
-//!   fails the open and the handle is never used.
+//!   fails the open and the handle is never used. Its [`OpenAdvice`] decides whether the
+//!   kernel page cache may hold the file and whether what it holds is still valid: the
+//!   content version must move whenever the file may have changed other than through this
+//!   mount (see `kcache.rs`).
 //! * `read`/`write`/`flush`/`fsync`/`fallocate` with that handle. Offsets are
 //!   the kernel's; for `O_APPEND` handles the kernel has already resolved the
 //!   offset to the end of file, so the backing file is never opened with
@@ -60,6 +63,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::iopool::IoClass;
+use crate::kcache::OpenAdvice;
 use crate::sys;
 
 /// Backing attributes sampled right after the backing file was opened.
@@ -145,9 +149,11 @@ pub struct FileHandleInfo {
 /// Pluggable data path for regular files. Object safe; see the module docs
 /// for the calling contract.
 pub trait DataPath: Send + Sync + 'static {
-    /// A handle was opened.
-    fn open(&self, _fh: &FileHandleInfo) -> io::Result<()> {
-        Ok(())
+    /// A handle was opened. The advice says whether the kernel should cache the file
+    /// (with [`KernelCacheMode::Priority`](crate::KernelCacheMode)) and its content version
+    /// (see `kcache.rs`); the default: not hot, no version.
+    fn open(&self, _fh: &FileHandleInfo) -> io::Result<OpenAdvice> {
+        Ok(OpenAdvice::default())
     }
     /// Reads up to `size` bytes at `offset` (short only at end of file).
     fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>>;

@@ -36,6 +36,7 @@ use crate::creds::{Caller, CredGuard, Identity};
 use crate::data::{DataPath, FileHandleInfo};
 use crate::inode::{Inode, InodeTable, NodeFd};
 use crate::iopool::IoPool;
+use crate::kcache::{KernelCache, KernelCacheMode};
 use crate::ops_dir::DirHandle;
 use crate::writers::Writers;
 
@@ -52,8 +53,6 @@ pub(crate) fn errno(e: std::io::Error) -> Errno {
 pub(crate) struct FsConfig {
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
-    /// Use the kernel page cache instead of `FOPEN_DIRECT_IO`.
-    pub(crate) kernel_cache: bool,
     /// Handles open for writing from which creates and writable opens wait for pending
     /// releases (`writers.rs`).
     pub(crate) writers_threshold: usize,
@@ -80,6 +79,8 @@ pub(crate) struct TierFs {
     pub(crate) pool: IoPool,
     /// Handles open for writing and their pending releases (backpressure on new ones).
     pub(crate) writers: Arc<Writers>,
+    /// Which opens the kernel may cache, and what it may hold (`kcache.rs`).
+    pub(crate) kcache: Arc<KernelCache>,
     files: Mutex<HashMap<u64, Arc<FileHandleInfo>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     /// Source of file handle numbers (shared by files and directories).
@@ -107,6 +108,7 @@ impl TierFs {
         negotiated: Arc<Negotiated>,
         ident: Identity,
         pool: IoPool,
+        kcache: Arc<KernelCache>,
     ) -> Self {
         let writers = Arc::new(Writers::new(cfg.writers_threshold));
         Self {
@@ -118,6 +120,7 @@ impl TierFs {
             ident,
             pool,
             writers,
+            kcache,
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -182,6 +185,7 @@ impl TierFs {
     /// daemon's rights also when called while acting for a caller (readdirplus).
     pub(crate) fn forget_node(&self, id: u64, n: u64) {
         if self.inodes.forget(id, n) {
+            self.kcache.forget(id);
             self.evict_data(id);
         }
     }
@@ -217,7 +221,9 @@ impl Filesystem for TierFs {
         Self::want(config, InitFlags::FUSE_PARALLEL_DIROPS, "PARALLEL_DIROPS");
         // Not FUSE_HANDLE_KILLPRIV(_V2): the kernel clears set-ID bits on truncate, O_TRUNC,
         // chown and cached writes itself; direct-I/O writes are handled in `write` (killpriv.rs).
-        if self.cfg.kernel_cache {
+        // Cached files: drop their pages when an attribute refresh shows another size or
+        // mtime (a change behind the mount while the file stays open; `kcache.rs`).
+        if self.kcache.mode() != KernelCacheMode::Off {
             Self::want(config, InitFlags::FUSE_AUTO_INVAL_DATA, "AUTO_INVAL_DATA");
         }
         let mmap = Self::want(

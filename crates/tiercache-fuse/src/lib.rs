@@ -19,7 +19,7 @@
 //!
 //! Module map: `mount` (entry points, options, handle), `validate` (pre-mount
 //! checks), `fs` (request dispatch), `creds` (acting with the caller's identity; `callers`: their live groups), `ops_*` (operations by topic), `inode`
-//! (node table), `iopool` (the I/O workers requests that wait are answered from; `iopolicy`: which starts next; `writers`: backpressure on opens for writing), `attr` (stat conversion), `data` (data path trait and the
+//! (node table), `kcache` (which files the kernel page cache may hold, and keeping it fresh), `iopool` (the I/O workers requests that wait are answered from; `iopolicy`: which starts next; `writers`: backpressure on opens for writing), `attr` (stat conversion), `data` (data path trait and the
 //! pass-through), `sys` (syscall wrappers). See `docs/design.md` (section 4) for the
 //! rationale and the known limits.
 
@@ -34,6 +34,7 @@ mod handle;
 mod inode;
 mod iopolicy;
 mod iopool;
+mod kcache;
 mod killpriv;
 mod mount;
 mod ops_dir;
@@ -55,6 +56,9 @@ pub use handle::raise_nofile_limit;
 pub use inode::InodeStats;
 pub use iopolicy::PRIORITY_RUN;
 pub use iopool::{IoClass, IoClassStats, IoStats, IoStatsReader};
+pub use kcache::{
+    BadKernelCacheMode, KernelCacheHandle, KernelCacheMode, KernelCacheStats, OpenAdvice,
+};
 pub use killpriv::clear_setid_for_write;
 pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions, DEFAULT_IO_WORKERS};
 pub use validate::unescape_mountinfo;

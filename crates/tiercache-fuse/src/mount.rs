@@ -23,6 +23,7 @@ use crate::error::FuseError;
 use crate::fs::{FsConfig, Negotiated, TierFs};
 use crate::inode::{InodeStats, InodeTable};
 use crate::iopool::{IoPool, IoStatsReader};
+use crate::kcache::{KernelCache, KernelCacheHandle, KernelCacheMode};
 use crate::sys;
 
 /// Options of one mount. Construct with `MountOptions::default()` and adjust
@@ -37,11 +38,12 @@ pub struct MountOptions {
     /// stay free for hits. Size it for BACKING's concurrency, not the CPUs. 0: everything
     /// runs on the request threads.
     pub io_workers: usize,
-    /// `false` (default): every open file gets `FOPEN_DIRECT_IO`, all I/O goes
-    /// through the data path; shared mmap still works when the kernel accepts
-    /// `FUSE_DIRECT_IO_ALLOW_MMAP`. `true`: use the kernel page cache
-    /// (`FOPEN_KEEP_CACHE`, `FUSE_AUTO_INVAL_DATA`), like libfuse's `kernel_cache`.
-    pub kernel_cache: bool,
+    /// Which files the kernel page cache may hold (`kcache.rs`). `Priority` (default): files
+    /// the data path calls hot; the rest get `FOPEN_DIRECT_IO`, all their I/O goes through
+    /// the data path (shared mmap still works when the kernel accepts
+    /// `FUSE_DIRECT_IO_ALLOW_MMAP`). `All`: every file, like libfuse's `kernel_cache`. `Off`:
+    /// none.
+    pub kernel_cache: KernelCacheMode,
     /// Let users other than the mounting one access the mount (`allow_other`).
     pub allow_other: bool,
     /// Source name shown in `/proc/mounts` (no commas or whitespace).
@@ -70,7 +72,7 @@ impl Default for MountOptions {
             // BACKING with many concurrent clients.
             threads: cpus.clamp(2, 16),
             io_workers: DEFAULT_IO_WORKERS,
-            kernel_cache: false,
+            kernel_cache: KernelCacheMode::Priority,
             allow_other: false,
             fs_name: "tiercache".to_owned(),
             attr_ttl: Duration::from_secs(1),
@@ -111,15 +113,16 @@ impl MountOptions {
     }
 }
 
-/// A mounted session, its canonical mount point, what was negotiated, its inode table and
-/// its I/O pool's figures.
-type NewSession = (
-    Session<TierFs>,
-    PathBuf,
-    Arc<Negotiated>,
-    Arc<InodeTable>,
-    IoStatsReader,
-);
+/// A mounted session and what the handle keeps of it.
+struct NewSession {
+    session: Session<TierFs>,
+    /// Canonical mount point.
+    mountpoint: PathBuf,
+    negotiated: Arc<Negotiated>,
+    inodes: Arc<InodeTable>,
+    io: IoStatsReader,
+    kcache: Arc<KernelCache>,
+}
 
 /// Validates, builds the file system and mounts it (handshake included).
 fn new_session(
@@ -177,13 +180,13 @@ fn new_session(
         source,
     })?;
     let io = pool.stats_reader();
+    let kcache = Arc::new(KernelCache::new(opts.kernel_cache));
     let fs = TierFs::new(
         Arc::clone(&inodes),
         data,
         FsConfig {
             attr_ttl: opts.attr_ttl,
             entry_ttl: opts.entry_ttl,
-            kernel_cache: opts.kernel_cache,
             // A 16th of the open-files limit: with the descriptor cache's quarter, the closed
             // files' half (the data path's) and the callers' 64th, under the limit.
             writers_threshold: usize::try_from(limit / 16)
@@ -193,6 +196,7 @@ fn new_session(
         Arc::clone(&negotiated),
         ident,
         pool,
+        Arc::clone(&kcache),
     );
     let mut config = Config::default();
     config.mount_options = vec![
@@ -211,7 +215,14 @@ fn new_session(
         path: mountpoint.clone(),
         source,
     })?;
-    Ok((session, mountpoint, negotiated, inodes, io))
+    Ok(NewSession {
+        session,
+        mountpoint,
+        negotiated,
+        inodes,
+        io,
+        kcache,
+    })
 }
 
 /// Mounts BACKING on MOUNTPOINT and serves it from background threads.
@@ -224,9 +235,16 @@ pub fn mount(
     opts: MountOptions,
     data: Arc<dyn DataPath>,
 ) -> Result<MountHandle, FuseError> {
-    let (mut session, mountpoint, negotiated, inodes, io) =
-        new_session(backing, mountpoint, &opts, data)?;
+    let NewSession {
+        mut session,
+        mountpoint,
+        negotiated,
+        inodes,
+        io,
+        kcache,
+    } = new_session(backing, mountpoint, &opts, data)?;
     let unmounter = session.unmount_callable();
+    let kcache = KernelCacheHandle::new(kcache, session.notifier());
     let thread = std::thread::Builder::new()
         .name("tiercache-fuse".to_owned())
         .spawn(move || session.run())
@@ -241,6 +259,7 @@ pub fn mount(
         negotiated,
         inodes: InodeStatsReader(inodes),
         io,
+        kcache,
     })
 }
 
@@ -252,9 +271,8 @@ pub fn run(
     opts: MountOptions,
     data: Arc<dyn DataPath>,
 ) -> Result<(), FuseError> {
-    let (session, _mountpoint, _negotiated, _inodes, _io) =
-        new_session(backing, mountpoint, &opts, data)?;
-    session.run().map_err(FuseError::Session)
+    let s = new_session(backing, mountpoint, &opts, data)?;
+    s.session.run().map_err(FuseError::Session)
 }
 
 /// Who still has to take the mount off its mount point.
@@ -285,6 +303,7 @@ pub struct MountHandle {
     negotiated: Arc<Negotiated>,
     inodes: InodeStatsReader,
     io: IoStatsReader,
+    kcache: KernelCacheHandle,
 }
 
 /// Reads the inode table's statistics of a mount; cheap to clone and keep.
@@ -307,6 +326,12 @@ impl MountHandle {
     /// A reader of the I/O workers' figures (queued and running requests per class).
     pub fn io_stats(&self) -> IoStatsReader {
         self.io.clone()
+    }
+
+    /// The kernel page cache of the mount: invalidation of ranges the daemon changed for
+    /// someone else, and its figures.
+    pub fn kernel_cache(&self) -> KernelCacheHandle {
+        self.kcache.clone()
     }
 
     /// Canonical mount point.

@@ -55,17 +55,9 @@ pub(crate) fn backing_flags(flags: i32, regular: bool) -> i32 {
 }
 
 impl TierFs {
-    /// FOPEN flags for a new handle with application flags `flags`.
-    fn fopen_flags(&self, flags: i32) -> FopenFlags {
-        if !self.cfg.kernel_cache || flags & libc::O_DIRECT != 0 {
-            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE
-        }
-    }
-
-    /// Registers an open backing file as a handle and tells the data path.
-    fn new_handle(&self, ino: u64, file: File, flags: i32) -> OpResult<u64> {
+    /// Registers an open backing file as a handle and tells the data path; returns the handle
+    /// and its FOPEN flags (which the kernel cache decides with the data path's advice).
+    fn new_handle(&self, ino: u64, file: File, flags: i32) -> OpResult<(u64, FopenFlags)> {
         let st = sys::fstat(file.as_raw_fd()).map_err(errno)?;
         let fh = self.alloc_fh();
         let info = Arc::new(FileHandleInfo {
@@ -80,18 +72,21 @@ impl TierFs {
                 ino: st.st_ino,
             },
         });
-        self.data.open(&info).map_err(errno)?;
+        let advice = self.data.open(&info).map_err(errno)?;
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             if let Err(e) = self.data.truncate(ino, &info.file, 0) {
                 self.data.release(&info);
                 return Err(errno(e));
             }
         }
+        let fopen = self
+            .kcache
+            .open_flags(ino, flags, advice, info.snapshot.size);
         self.insert_file(info);
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.writers.opened();
         }
-        Ok(fh)
+        Ok((fh, fopen))
     }
 
     /// Opens with `open(bflags)` as the caller `c`. A write-only open (`flags`) that was
@@ -137,8 +132,7 @@ impl TierFs {
         let file = self.open_as_caller(c, flags, bflags, |f| {
             self.inodes.retry("open", || sys::reopen(nfd.raw(), f))
         })?;
-        let fh = self.new_handle(node.id, file, flags)?;
-        Ok((fh, self.fopen_flags(flags)))
+        self.new_handle(node.id, file, flags)
     }
 
     pub(crate) fn op_create(
@@ -199,10 +193,10 @@ impl TierFs {
         };
         let attr = self.register(path_fd)?;
         match self.new_handle(attr.ino.0, file, flags) {
-            Ok(fh) => {
+            Ok((fh, fopen)) => {
                 // the handle may have truncated the file: report fresh attrs
                 let attr = self.op_getattr(attr.ino, Some(FileHandle(fh)))?;
-                Ok((attr, fh, self.fopen_flags(flags)))
+                Ok((attr, fh, fopen))
             }
             Err(e) => {
                 self.forget_node(attr.ino.0, 1);

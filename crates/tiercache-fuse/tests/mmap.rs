@@ -37,6 +37,6 @@ fn shared_mmap_direct_io() {
 #[test]
 fn shared_mmap_kernel_cache() {
     let mut opts = MountOptions::default();
-    opts.kernel_cache = true;
+    opts.kernel_cache = tiercache_fuse::KernelCacheMode::All;
     mmap_roundtrip(opts);
 }

@@ -24,6 +24,6 @@ fn random_ops_direct_io() {
 #[test]
 fn random_ops_kernel_cache() {
     let mut opts = MountOptions::default();
-    opts.kernel_cache = true;
+    opts.kernel_cache = tiercache_fuse::KernelCacheMode::All;
     random_ops(opts, 0x0fed_cba9_8765_4321);
 }

@@ -61,6 +61,6 @@ fn workload_direct_io() {
 #[test]
 fn workload_kernel_cache() {
     let mut opts = MountOptions::default();
-    opts.kernel_cache = true;
+    opts.kernel_cache = tiercache_fuse::KernelCacheMode::All;
     workload(opts);
 }

@@ -419,7 +419,13 @@ impl MemCache {
         class: Class,
         stamp: FileStamp,
     ) -> io::Result<OpenOutcome> {
-        self.inner.open(file, backing, class, stamp)
+        let mut out = self.inner.open(file, backing, class, stamp)?;
+        // Read after the open: a concurrent open that found the file changed may have moved it
+        // already, and the newer version is the one to report (it only drops more).
+        if let Some(f) = self.inner.lock().files.get(&file) {
+            out.content_version = f.version;
+        }
+        Ok(out)
     }
 
     /// A handle of `file` closed: call once per successful [`MemCache::open`]. At the last

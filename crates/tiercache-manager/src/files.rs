@@ -44,6 +44,10 @@ pub struct OpenOutcome {
     pub dropped_blocks: usize,
     /// Dirty blocks kept although the file changed behind the cache's back (logged).
     pub kept_dirty: usize,
+    /// The file's content version after the open (`FileState::version`): it moves when the
+    /// file is found changed behind the cache's back, never for the cache's own changes, so a
+    /// page cache in front of the tier may keep what it read while it holds.
+    pub content_version: u64,
 }
 
 /// Per-file locks, shared by the requests on that file (outside the engine lock).
@@ -422,6 +426,7 @@ impl Inner {
                 reused_blocks: 0,
                 dropped_blocks: dropped,
                 kept_dirty,
+                ..OpenOutcome::default()
             });
         }
     }

@@ -482,6 +482,22 @@ fn random_ops_on_cache_dirprio_kernel_cache() {
     );
 }
 
+/// The default fast path: `a/`'s files are priority files, so the kernel page cache serves
+/// them (cached mode) while `b/`'s stay direct I/O.
+#[test]
+fn random_ops_on_cache_dirprio_priority_files_in_the_kernel_cache() {
+    random_ops_then(
+        &["--partition", "dirprio", "--priority", "a"],
+        None,
+        [0x3141_5926_5358_9793, 0x2718_2818_2845_9045],
+        |m| {
+            let k = &m.stats()["kernel_cache"];
+            assert_eq!(k["mode"], "priority");
+            assert!(k["cached_opens"].as_u64().unwrap() > 0, "{k}");
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // (c): shared mmap
 

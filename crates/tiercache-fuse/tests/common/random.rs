@@ -2,7 +2,9 @@
 //! (`tests/random_ops.rs`) and the cached-mount test of the `tiercache` crate
 //! (`crates/tiercache/tests/posix_on_cache.rs`): the same operations run on a
 //! mounted directory and on a shadow plain directory, compared byte for byte,
-//! while a concurrent reader checks a file that is appended to as it reads.
+//! while a concurrent reader checks a file that is appended to as it reads. The operations
+//! mix pread/pwrite, truncates, appends, renames over open files, fsyncs, reopens and stores
+//! through shared mappings (fsx-style).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -68,6 +70,61 @@ fn read_all(f: &File) -> Vec<u8> {
     let mut buf = vec![0u8; len as usize];
     f.read_exact_at(&mut buf, 0).unwrap();
     buf
+}
+
+/// Through a shared mapping of the mounted file: checks a random range against the shadow
+/// file, stores random bytes there (the shadow gets them by `pwrite`), and syncs the mapping
+/// half the time (else the kernel writes it back when it likes: reads through other handles
+/// must see the bytes either way).
+fn mmap_step(p: &Pair, rng: &mut Rng, step: usize) {
+    use std::os::fd::AsRawFd;
+    let size = p.mnt.metadata().unwrap().len();
+    if size == 0 {
+        return;
+    }
+    let off = rng.below(size);
+    let len = (1 + rng.below(4000)).min(size - off) as usize;
+    let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let sync = rng.below(2) == 0;
+    let map_len = usize::try_from(size).unwrap();
+    // SAFETY: a fresh shared mapping of an open descriptor, of the file's current size; only
+    // this thread touches it and it is unmapped below. The file does not shrink meanwhile
+    // (one thread runs this file's operations).
+    unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            p.mnt.as_raw_fd(),
+            0,
+        );
+        assert_ne!(
+            m,
+            libc::MAP_FAILED,
+            "step {step}: mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        let bytes = std::slice::from_raw_parts_mut(m.cast::<u8>(), map_len);
+        let mut want = vec![0u8; len];
+        p.plain.read_exact_at(&mut want, off).unwrap();
+        let off = off as usize;
+        assert!(
+            bytes[off..off + len] == want[..],
+            "step {step}: mapped bytes differ on {}",
+            p.name
+        );
+        bytes[off..off + len].copy_from_slice(&data);
+        if sync {
+            assert_eq!(
+                libc::msync(m, map_len, libc::MS_SYNC),
+                0,
+                "step {step}: msync"
+            );
+        }
+        assert_eq!(libc::munmap(m, map_len), 0);
+    }
+    p.plain.write_all_at(&data, off).unwrap();
 }
 
 /// What a run left behind, for checks of the backing directory.
@@ -268,6 +325,7 @@ pub fn run(mnt: &Path, plain: &Path, seed: u64) -> Outcome {
                 pat_writer.write_all(&chunk).unwrap();
                 pat_len += chunk.len() as u64;
             }
+            96..=97 => mmap_step(&files[i], &mut rng, step),
             _ => {
                 let a = read_all(&files[i].mnt);
                 let b = read_all(&files[i].plain);

@@ -88,7 +88,12 @@ pub fn stats_cmd(a: StatsArgs) -> Result<(), String> {
                 serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
             );
         } else {
-            print!("{}{}", stats::text(&v), crate::live::io::text(&v));
+            print!(
+                "{}{}{}",
+                stats::text(&v),
+                crate::live::io::text(&v),
+                crate::live::kernel_cache::text(&v)
+            );
         }
         match a.watch {
             Some(w) => {

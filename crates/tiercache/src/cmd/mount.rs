@@ -3,7 +3,8 @@
 
 use super::partition_flags::PartitionFlags;
 use crate::live::config::{
-    self, ConfigFile, MountOptions, RespawnArgs, SizeOrPercent, SizeValue, TierTable,
+    self, ConfigFile, KernelCacheValue, MountOptions, RespawnArgs, SizeOrPercent, SizeValue,
+    TierTable,
 };
 use crate::live::config_flash::{apply_flash_flags, FlashFlags};
 use crate::live::config_remote::{apply_remote_flags, RemoteFlags};
@@ -53,10 +54,12 @@ pub struct MountArgs {
     /// cache) | keep (plain buffered I/O, e.g. for a BACKING on tmpfs) [default: drop].
     #[arg(long, value_name = "keep|drop")]
     pub backing_cache: Option<String>,
-    /// Let the kernel page cache cache file data too (default: direct I/O, no double caching).
-    /// `--kernel-cache=false` turns off a `kernel_cache = true` from the config file.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub kernel_cache: Option<bool>,
+    /// Which files the kernel page cache holds too: priority (files of priority directories:
+    /// their hits cost no round trip to the daemon; everything else is direct I/O, so a scan
+    /// cannot push them out) | all | off (direct I/O only) [default: priority]. A bare
+    /// `--kernel-cache` is `all`; `true`/`false` mean all/off.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "all")]
+    pub kernel_cache: Option<String>,
     /// Allow other users to use the mount (the kernel still checks permissions).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub allow_other: Option<bool>,
@@ -229,7 +232,7 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         policy: args.policy.map(|p| p.to_string()),
         emulate: args.emulate.clone(),
         backing_cache: args.backing_cache.clone(),
-        kernel_cache: args.kernel_cache,
+        kernel_cache: args.kernel_cache.clone().map(KernelCacheValue::Text),
         allow_other: args.allow_other,
         trace_out: args.trace_out.clone(),
         metrics: args.metrics.clone(),
@@ -432,6 +435,12 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             )
         })?,
     };
+    let kernel_cache = match &o.kernel_cache {
+        None => tiercache_fuse::KernelCacheMode::Priority,
+        Some(v) => v
+            .mode()
+            .map_err(|e| format!("{}: {e}", src("kernel-cache", flags.kernel_cache.is_some())))?,
+    };
     let mountpoint = crate::live::control::canonical_mountpoint(&args.mountpoint);
     let mut priority = PriorityDirs::default();
     let whence = if flags.priority.is_some() || args.config.is_none() {
@@ -552,7 +561,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         priority,
         emulate,
         backing_cache,
-        kernel_cache: o.kernel_cache.unwrap_or(false),
+        kernel_cache,
         allow_other: o.allow_other.unwrap_or(false),
         trace_out: o.trace_out,
         metrics: o.metrics,

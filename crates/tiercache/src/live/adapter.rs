@@ -11,11 +11,12 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::SystemTime;
 use tiercache_core::{Class, FileId};
 use tiercache_fuse::{
-    Attempt, BackingStamp, DataPath, FileHandleInfo, IoClass, StatFn, TimesOverride,
+    Attempt, BackingStamp, DataPath, FileHandleInfo, IoClass, KernelCacheHandle, OpenAdvice,
+    StatFn, TimesOverride,
 };
 use tiercache_manager::{FileStamp, MemCache, NoWait};
 
@@ -38,6 +39,9 @@ pub struct CacheDataPath {
     backing_root: PathBuf,
     priority: RwLock<PriorityDirs>,
     known: Mutex<HashMap<u64, Known>>,
+    /// The mount's kernel page cache, once mounted: changes made for zero-copy clients are
+    /// dropped from it.
+    kernel: OnceLock<KernelCacheHandle>,
 }
 
 impl CacheDataPath {
@@ -60,6 +64,21 @@ impl CacheDataPath {
             backing_root,
             priority: RwLock::new(priority),
             known: Mutex::new(HashMap::new()),
+            kernel: OnceLock::new(),
+        }
+    }
+
+    /// The mount's kernel page cache (set once, after mounting).
+    pub fn set_kernel_cache(&self, k: KernelCacheHandle) {
+        let _ = self.kernel.set(k);
+    }
+
+    /// `len` bytes of `ino` at `offset` changed other than through the mount (`len` 0: to the
+    /// end): the kernel must not serve what it cached of them. Not on a FUSE request thread
+    /// (see `KernelCacheHandle::invalidate`).
+    pub fn changed_outside_mount(&self, ino: u64, offset: u64, len: u64) {
+        if let Some(k) = self.kernel.get() {
+            k.invalidate(ino, offset, len);
         }
     }
 
@@ -162,20 +181,25 @@ fn sync_flags(flags: i32) -> Option<bool> {
 }
 
 impl DataPath for CacheDataPath {
-    fn open(&self, fh: &FileHandleInfo) -> io::Result<()> {
+    fn open(&self, fh: &FileHandleInfo) -> io::Result<OpenAdvice> {
         let path = self.relative_path(&fh.file).unwrap_or_default();
         let class = self.class_for(&path);
         // The handle's own descriptor, read-only for a read-only open: the memory tier keeps a
         // writable one it already has, and reopens read-write only if write-back ever needs it
         // (a write-intent open shows in inotify, breaks leases and costs an RPC on NFS).
-        self.mem
+        let out = self
+            .mem
             .open(FileId(fh.ino), Arc::clone(&fh.file), class, open_stamp(fh)?)?;
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         let k = known.entry(fh.ino).or_default();
         k.path = path;
         k.open_handles += 1;
         k.evicted = false;
-        Ok(())
+        // Priority files are hot: the kernel caches them in front of the protected pool.
+        Ok(OpenAdvice {
+            kernel_cache: class == Class::Priority,
+            content: Some(out.content_version),
+        })
     }
 
     fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {

@@ -41,7 +41,8 @@ pub struct MountOptions {
     pub emulate: Option<String>,
     /// `keep` or `drop`: whether BACKING I/O may leave pages in the kernel page cache.
     pub backing_cache: Option<String>,
-    pub kernel_cache: Option<bool>,
+    /// `priority`, `all` or `off` (`true`/`false`: `all`/`off`).
+    pub kernel_cache: Option<KernelCacheValue>,
     pub allow_other: Option<bool>,
     pub trace_out: Option<PathBuf>,
     pub metrics: Option<String>,
@@ -152,6 +153,24 @@ impl SizeValue {
         match self {
             SizeValue::Bytes(b) => Ok(*b),
             SizeValue::Text(t) => parse_size(t),
+        }
+    }
+}
+
+/// `kernel_cache = "priority"` (`"all"`, `"off"`), or a boolean (`true`: all, `false`: off).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum KernelCacheValue {
+    Bool(bool),
+    Text(String),
+}
+
+impl KernelCacheValue {
+    pub fn mode(&self) -> Result<tiercache_fuse::KernelCacheMode, String> {
+        match self {
+            KernelCacheValue::Bool(true) => Ok(tiercache_fuse::KernelCacheMode::All),
+            KernelCacheValue::Bool(false) => Ok(tiercache_fuse::KernelCacheMode::Off),
+            KernelCacheValue::Text(t) => t.parse().map_err(|e| format!("{e}")),
         }
     }
 }

@@ -34,7 +34,8 @@ pub struct Settings {
     pub emulate: Option<DeviceModel>,
     /// `--backing-cache`: whether BACKING I/O leaves pages in the kernel page cache.
     pub backing_cache: BackingCache,
-    pub kernel_cache: bool,
+    /// Which files the kernel page cache holds too.
+    pub kernel_cache: tiercache_fuse::KernelCacheMode,
     pub allow_other: bool,
     pub trace_out: Option<PathBuf>,
     pub metrics: Option<String>,
@@ -69,6 +70,7 @@ struct Live {
     emulation: Option<String>,
     inodes: tiercache_fuse::InodeStatsReader,
     io: tiercache_fuse::IoStatsReader,
+    kernel: tiercache_fuse::KernelCacheHandle,
     remotes: Vec<MountedRemote>,
     flashes: Vec<MountedFlash>,
     zero_copy: Option<Arc<super::zerocopy::ZcCounters>>,
@@ -88,6 +90,7 @@ impl Handler for Live {
                 v["log_file"] = serde_json::json!(self.log);
                 v["inodes"] = stats::inodes_json(&self.inodes.stats());
                 v["io"] = super::io::json(&self.io.stats());
+                v["kernel_cache"] = super::kernel_cache::json(&self.kernel.stats());
                 let (remote, all) = remote::stats_json(&self.remotes, ms.lower.as_ref());
                 v["remote"] = remote;
                 v["flash"] = flash::stats_json(&self.flashes);
@@ -267,6 +270,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     drop(claim);
+    data.set_kernel_cache(handle.kernel_cache());
     // The FUSE connection's number, to abort it (so no write is acknowledged any more) when a
     // forced stop must not leave open files being served.
     let conn = std::fs::metadata(&s.mountpoint)
@@ -282,6 +286,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         emulation: emulation.clone(),
         inodes: handle.inode_stats(),
         io: handle.io_stats(),
+        kernel: handle.kernel_cache(),
         remotes,
         flashes: flashes.clone(),
         zero_copy: zero_copy.as_ref().map(|z| Arc::clone(&z.counters)),
@@ -307,17 +312,19 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
                 + &remote::prometheus(&live.remotes, ms.lower.as_ref())
                 + &flash::prometheus(&live.flashes)
                 + &super::io::prometheus(&live.io.stats())
+                + &super::kernel_cache::prometheus(&live.kernel.stats())
         });
         metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
     }
     log::info!(
-        "mounted {} on {} (memory {} blocks of {} B, partition {}, policy {}){}",
+        "mounted {} on {} (memory {} blocks of {} B, partition {}, policy {}, kernel cache {}){}",
         backing.display(),
         s.mountpoint.display(),
         s.mem.capacity_blocks,
         s.mem.block_size.bytes(),
         s.mem.partition.kind,
         s.mem.policy,
+        s.kernel_cache,
         emulation
             .as_ref()
             .map_or(String::new(), |e| format!(", BACKING behind device {e}"))

@@ -9,6 +9,7 @@ pub mod control;
 pub mod daemon;
 pub mod flash;
 pub mod io;
+pub mod kernel_cache;
 pub mod logging;
 pub mod metrics;
 pub mod mount_lock;

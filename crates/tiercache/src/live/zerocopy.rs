@@ -430,6 +430,10 @@ impl Shared {
                     .peer
                     .clear_setid(&self.data, o)
                     .and_then(|()| self.write_runs(o, offset, &runs, payload));
+                // Also after a failure part-way: some runs may be written. The runs lie in the
+                // block at `offset`; the kernel refreshes the size with the same call.
+                let block = self.region.layout().block;
+                self.data.changed_outside_mount(o.fh.ino, offset, block);
                 match written {
                     Ok(()) => (Response::Written { size: self.size(o) }, false),
                     Err(e) => (
@@ -456,7 +460,13 @@ impl Shared {
                     Some(_) => session.peer.clear_setid(&self.data, o),
                     None => Ok(()),
                 };
-                match cleared.and_then(|()| self.data.mem().sync_extend(FileId(o.fh.ino), grow)) {
+                let synced =
+                    cleared.and_then(|()| self.data.mem().sync_extend(FileId(o.fh.ino), grow));
+                if grow.is_some() {
+                    // The kernel's size (and any page past the old end) is refreshed.
+                    self.data.changed_outside_mount(o.fh.ino, offset, 0);
+                }
+                match synced {
                     Ok(size) => (Response::Synced { size }, false),
                     Err(e) => (
                         refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
