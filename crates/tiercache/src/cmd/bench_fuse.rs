@@ -38,6 +38,8 @@ struct FuseBench {
     file_bytes: u64,
     runtime_secs: u64,
     tiercache_4k_iops: f64,
+    /// The same file in a priority directory: the kernel page cache serves its hits.
+    tiercache_priority_4k_iops: f64,
     bindfs_4k_iops: f64,
     native_4k_iops: f64,
     tiercache_1m_mbps: f64,
@@ -45,6 +47,7 @@ struct FuseBench {
     native_1m_mbps: f64,
     tiercache_vs_bindfs_4k: f64,
     tiercache_vs_bindfs_1m: f64,
+    priority_4k_vs_native: f64,
     cold_hdd_model_4k_iops: f64,
     cold_hdd_model_1m_mbps: f64,
     /// Cold 1 MiB sequential pass through a memory tier of a quarter of the file, real BACKING.
@@ -345,21 +348,25 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     for d in [&backing, &mp_tc, &mp_bind] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    // Steps: write the file, mount, warm 3 targets, 6 fio runs, 2 cold runs, 1 pass larger
-    // than memory.
-    let bar = progress::steps(14, a.json);
+    // Steps: write the files, mount, warm 3 targets, 6 fio runs, the priority file, 2 cold
+    // runs, 1 pass larger than memory.
+    let bar = progress::steps(15, a.json);
     progress::step(&bar, format!("writing a {} MiB test file", size >> 20));
     let data = backing.join("data.bin");
     write_random_file(&data, size)?;
+    // A copy (not a link: the path decides the class) in a priority directory.
+    let hot = backing.join("hot");
+    std::fs::create_dir_all(&hot).map_err(|e| format!("{}: {e}", hot.display()))?;
+    std::fs::copy(&data, hot.join("data.bin")).map_err(|e| format!("{}: {e}", hot.display()))?;
     progress::done(&bar);
     progress::step(&bar, "mounting tiercache and bindfs");
     let mut mounts = Mounts {
         daemons: Vec::new(),
         bindfs: Vec::new(),
     };
-    // Memory holds the whole file plus room: the warm runs measure hits.
-    let memory = size + size / 4 + (16 << 20);
-    let tc = start_tiercache(&backing, &mp_tc, memory, &[])?;
+    // Memory holds both files plus room: the warm runs measure hits.
+    let memory = 2 * size + size / 4 + (16 << 20);
+    let tc = start_tiercache(&backing, &mp_tc, memory, &["--priority", "hot"])?;
     mounts.daemons.push((tc, mp_tc.clone()));
     mounts.start_bindfs(&backing, &mp_bind)?;
     let targets = [
@@ -384,6 +391,11 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         r1.push(fio(t, "read", "1m", a.runtime)?.1);
         progress::done(&bar);
     }
+    progress::step(&bar, "fio 4 KiB random reads, tiercache priority file");
+    let hot_file = mp_tc.join("hot/data.bin");
+    warm(&hot_file)?;
+    let priority4 = fio(&hot_file, "randread", "4k", a.runtime)?.0;
+    progress::done(&bar);
     drop(mounts);
     // Cold: each run on a fresh tiercache mount behind the HDD device MODEL; the sequential run
     // makes one pass, since a timed run would wrap around and re-read what it just cached.
@@ -406,6 +418,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         file_bytes: size,
         runtime_secs: a.runtime,
         tiercache_4k_iops: r4[0],
+        tiercache_priority_4k_iops: priority4,
         bindfs_4k_iops: r4[1],
         native_4k_iops: r4[2],
         tiercache_1m_mbps: r1[0],
@@ -413,6 +426,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         native_1m_mbps: r1[2],
         tiercache_vs_bindfs_4k: r4[0] / r4[1],
         tiercache_vs_bindfs_1m: r1[0] / r1[1],
+        priority_4k_vs_native: priority4 / r4[2],
         cold_hdd_model_4k_iops: cold4,
         cold_hdd_model_1m_mbps: cold1,
         seq_over_memory_mbps: over,
@@ -436,6 +450,10 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
             "tiercache (direct I/O)", r.tiercache_4k_iops, r.tiercache_1m_mbps
         );
         println!(
+            "{:<28} {:>12.0} {:>12}",
+            "tiercache priority file", r.tiercache_priority_4k_iops, "-"
+        );
+        println!(
             "{:<28} {:>12.0} {:>12.0}",
             "bindfs -o direct_io", r.bindfs_4k_iops, r.bindfs_1m_mbps
         );
@@ -446,6 +464,10 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         println!(
             "{:<28} {:>12.2} {:>12.2}",
             "tiercache / bindfs", r.tiercache_vs_bindfs_4k, r.tiercache_vs_bindfs_1m
+        );
+        println!(
+            "{:<28} {:>12.2} {:>12}",
+            "priority file / native", r.priority_4k_vs_native, "-"
         );
         println!(
             "{:<28} {:>12.0} {:>12.0}",
