@@ -72,6 +72,27 @@ fn priority_hits_are_served_by_the_kernel_and_normal_ones_by_the_daemon() {
 }
 
 #[test]
+fn a_bad_mode_mounts_nothing_and_names_the_flag_or_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    support::fails_naming(
+        &["mount", s(&b), s(&mnt), "--kernel-cache", "sometimes"],
+        "--kernel-cache",
+        "priority, all or off",
+    );
+    let cfg = dir.path().join("tc.toml");
+    std::fs::write(&cfg, "kernel_cache = \"sometimes\"\n").unwrap();
+    support::fails_naming(
+        &["mount", s(&b), s(&mnt), "--config", s(&cfg)],
+        "kernel_cache",
+        "priority, all or off",
+    );
+    assert!(!support::mounted(&mnt));
+}
+
+#[test]
 fn off_mode_sends_every_read_to_the_daemon() {
     let m = hot_mount(&["--kernel-cache", "off"]);
     let data = content(64 << 10, 2);
