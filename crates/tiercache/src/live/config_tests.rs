@@ -245,7 +245,10 @@ fn tier_flags_parse_and_name_themselves() {
 fn kernel_cache_takes_a_mode_or_a_boolean() {
     use tiercache_fuse::KernelCacheMode;
     let mode = |text: &str| parse(text).unwrap().kernel_cache.unwrap().mode();
-    assert_eq!(mode("kernel_cache = \"priority\"\n"), Ok(KernelCacheMode::Priority));
+    assert_eq!(
+        mode("kernel_cache = \"priority\"\n"),
+        Ok(KernelCacheMode::Priority)
+    );
     assert_eq!(mode("kernel_cache = \"off\"\n"), Ok(KernelCacheMode::Off));
     assert_eq!(mode("kernel_cache = true\n"), Ok(KernelCacheMode::All));
     assert_eq!(mode("kernel_cache = false\n"), Ok(KernelCacheMode::Off));
