@@ -97,3 +97,34 @@ pub fn prometheus(s: &KernelCacheStats) -> String {
     );
     o
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn keys_line_and_metrics() {
+        let mut s = KernelCacheStats::default();
+        s.mode = "priority";
+        s.files = 3;
+        s.bytes_at_most = 3 << 20;
+        s.cached_opens = 40;
+        s.stale_drops = 2;
+        s.invalidations = 5;
+        let v = json!({ "kernel_cache": json(&s) });
+        assert_eq!(v["kernel_cache"]["mode"], "priority");
+        assert_eq!(v["kernel_cache"]["bytes_at_most"], 3 << 20);
+        assert_eq!(
+            text(&v),
+            "kernel cache: priority (3 files, at most 3.0 MiB; 40 cached opens, 2 dropped as \
+             stale, 5 invalidations)\n"
+        );
+        let p = prometheus(&s);
+        assert!(p.contains("tiercache_kernel_cache_mode{mode=\"priority\"} 1"));
+        assert!(p.contains("tiercache_kernel_cache_files 3"));
+        assert!(p.contains("tiercache_kernel_cache_stale_drops_total 2"));
+        assert!(p.contains("tiercache_kernel_cache_invalidations_total 5"));
+        assert_eq!(text(&json!({})), "");
+    }
+}
