@@ -87,6 +87,8 @@ pub(crate) struct Inner {
     pub closed_fds: std::sync::atomic::AtomicUsize,
     /// One thread at a time runs `bound_closed_fds` from `release`.
     pub closed_fd_gate: Mutex<()>,
+    /// When the last background sync round began, in ms since `start` (see `sync_batch`).
+    pub last_sync_ms: AtomicU64,
     /// The tiers below memory, if any.
     pub lower: Option<Arc<Lower>>,
 }
@@ -338,6 +340,7 @@ impl MemCache {
             flush_ctl: Mutex::new(FlushCtl::default()),
             closed_fds: std::sync::atomic::AtomicUsize::new(0),
             closed_fd_gate: Mutex::new(()),
+            last_sync_ms: AtomicU64::new(0),
             lower: lower.clone(),
             backing_mount: std::sync::OnceLock::new(),
             flush_cv: Condvar::new(),
