@@ -89,6 +89,9 @@ pub(crate) struct Inner {
     pub closed_fd_gate: Mutex<()>,
     /// When the last background sync round began, in ms since `start` (see `sync_batch`).
     pub last_sync_ms: AtomicU64,
+    /// `closed_fd_budget()` as of the last flusher round (a `release` reads it: no
+    /// `getrlimit` per close).
+    pub fd_budget: std::sync::atomic::AtomicUsize,
     /// The tiers below memory, if any.
     pub lower: Option<Arc<Lower>>,
 }
@@ -341,6 +344,7 @@ impl MemCache {
             closed_fds: std::sync::atomic::AtomicUsize::new(0),
             closed_fd_gate: Mutex::new(()),
             last_sync_ms: AtomicU64::new(0),
+            fd_budget: std::sync::atomic::AtomicUsize::new(closed_fd_budget()),
             lower: lower.clone(),
             backing_mount: std::sync::OnceLock::new(),
             flush_cv: Condvar::new(),

@@ -129,6 +129,9 @@ pub(crate) struct FileState {
     pub error_log: ErrorLog,
     /// Data was written to BACKING since the last sync.
     pub needs_sync: bool,
+    /// BACKING's device of the file (`st_dev`), once a write-back saw it: the file system a
+    /// batched sync covers it with (see `sync_batch`).
+    pub dev: Option<u64>,
     /// Logical modification time while cached writes are not all on BACKING: the time of the
     /// last write, or of a later truncate or explicit `set_times` (see `times`).
     pub mtime: Option<SystemTime>,
@@ -185,6 +188,7 @@ impl FileState {
             error: None,
             error_log: ErrorLog::default(),
             needs_sync: false,
+            dev: None,
             mtime: None,
             wb_ctime: None,
             ra: ReadAhead::default(),

@@ -375,32 +375,33 @@ impl Inner {
         } else {
             self.writable_backing(file, &fd, mode)
         };
-        // From the first pwrite on, BACKING's ctime is ours, not the application's: readers see
-        // the ctime as it is now until the write-back is done and mapped (see `times`).
-        let hide_ctime = (!rest.is_empty() || (mtime.is_some() && to_backing))
-            && match fd.metadata() {
-                Ok(m) => {
-                    let mut eng = self.lock();
-                    let pending = eng.files.get(&file).and_then(|f| f.mtime);
-                    let logical = eng.ctimes.resolve(file, ctime_of(&m), None, pending);
-                    match eng.files.get_mut(&file) {
-                        Some(f) => {
-                            f.wb_ctime = Some(logical);
-                            true
-                        }
-                        None => false,
-                    }
+        // One fstat before our writes serves both below. From the first pwrite on, BACKING's
+        // ctime is ours, not the application's: readers see the ctime as it is now until the
+        // write-back is done and mapped (see `times`). BACKING's stamp before our writes: ours
+        // is recorded after them only if this is the one recorded (see `versions`).
+        let touches = !rest.is_empty() || (mtime.is_some() && to_backing);
+        let meta_before = match touches.then(|| fd.metadata()) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                log::warn!("file {}: fstat before write-back failed: {e}", file.0);
+                None
+            }
+            None => None,
+        };
+        let hide_ctime = meta_before.as_ref().is_some_and(|m| {
+            let mut eng = self.lock();
+            let pending = eng.files.get(&file).and_then(|f| f.mtime);
+            let logical = eng.ctimes.resolve(file, ctime_of(m), None, pending);
+            match eng.files.get_mut(&file) {
+                Some(f) => {
+                    f.wb_ctime = Some(logical);
+                    f.dev = Some(std::os::unix::fs::MetadataExt::dev(m));
+                    true
                 }
-                Err(e) => {
-                    log::warn!("file {}: fstat before write-back failed: {e}", file.0);
-                    false
-                }
-            };
-        // BACKING's stamp before our writes: ours is recorded after them only if this is the
-        // one recorded (see `versions`).
-        let before = (!rest.is_empty() || (mtime.is_some() && to_backing))
-            .then(|| FileStamp::of_file(&fd).ok())
-            .flatten();
+                None => false,
+            }
+        });
+        let before = meta_before.as_ref().map(FileStamp::from_metadata);
         let ((copied, err, wrote_end), fd) = match wfd {
             Ok(wfd) => (self.write_runs(file, &wfd, size, &rest), wfd),
             Err(e) => ((Vec::new(), Some(e), 0), fd),

@@ -38,6 +38,8 @@ pub(crate) const SYNC_PERIOD: Duration = Duration::from_secs(1);
 /// A file whose written-back data waits for a sync.
 struct Pending {
     file: FileId,
+    /// BACKING's device, when a write-back saw it.
+    dev: Option<u64>,
     shared: Arc<FileShared>,
     generation: u64,
     fd: Arc<File>,
@@ -72,6 +74,7 @@ impl Inner {
                 .filter_map(|(id, f)| {
                     Some(Pending {
                         file: *id,
+                        dev: f.dev,
                         shared: Arc::clone(&f.shared),
                         generation: f.generation,
                         fd: f.backing.clone()?,
@@ -88,7 +91,7 @@ impl Inner {
         // by id, so each group is in inode order.
         let mut groups: BTreeMap<Option<u64>, Vec<Pending>> = BTreeMap::new();
         for p in pending {
-            let dev = p.fd.metadata().ok().map(|m| m.dev());
+            let dev = p.dev.or_else(|| p.fd.metadata().ok().map(|m| m.dev()));
             groups.entry(dev).or_default().push(p);
         }
         let mut first: Option<io::Error> = None;
@@ -180,6 +183,7 @@ impl Inner {
     /// Publishes the exact count for `release`.
     pub(crate) fn bound_closed_fds(&self) {
         let budget = crate::cache::closed_fd_budget();
+        self.fd_budget.store(budget, Ordering::Relaxed);
         let held = |inner: &Self| -> Vec<(FileId, Option<Instant>)> {
             inner
                 .lock()
@@ -214,7 +218,7 @@ impl Inner {
     /// thread itself writes back and syncs the oldest such files (one thread at a time; the
     /// others wait for it and look again), as a writer over the dirty limit helps write back.
     pub(crate) fn help_bound_closed_fds(&self) {
-        let budget = crate::cache::closed_fd_budget();
+        let budget = self.fd_budget.load(Ordering::Relaxed);
         let n = self.closed_fds.fetch_add(1, Ordering::Relaxed);
         if n < budget / 2 || (n < budget && !self.sync_due()) {
             return;
