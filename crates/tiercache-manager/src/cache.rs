@@ -87,6 +87,11 @@ pub(crate) struct Inner {
     pub closed_fds: std::sync::atomic::AtomicUsize,
     /// One thread at a time runs `bound_closed_fds` from `release`.
     pub closed_fd_gate: Mutex<()>,
+    /// When the last background sync round began, in ms since `start` (see `sync_batch`).
+    pub last_sync_ms: AtomicU64,
+    /// `closed_fd_budget()` as of the last flusher round (a `release` reads it: no
+    /// `getrlimit` per close).
+    pub fd_budget: std::sync::atomic::AtomicUsize,
     /// The tiers below memory, if any.
     pub lower: Option<Arc<Lower>>,
 }
@@ -338,6 +343,8 @@ impl MemCache {
             flush_ctl: Mutex::new(FlushCtl::default()),
             closed_fds: std::sync::atomic::AtomicUsize::new(0),
             closed_fd_gate: Mutex::new(()),
+            last_sync_ms: AtomicU64::new(0),
+            fd_budget: std::sync::atomic::AtomicUsize::new(closed_fd_budget()),
             lower: lower.clone(),
             backing_mount: std::sync::OnceLock::new(),
             flush_cv: Condvar::new(),

@@ -386,7 +386,8 @@ impl Engine {
             return None;
         }
         let fd = f.backing.take();
-        if f.blocks.is_empty() {
+        // A write-back error not reported yet keeps the state (for the next fsync or close).
+        if f.blocks.is_empty() && f.error.is_none() {
             if let Some(f) = self.files.remove(&id) {
                 self.keep_version(id, &f);
             }

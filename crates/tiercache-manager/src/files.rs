@@ -2,8 +2,9 @@
 //! `set_class`, `invalidate`, sizes and generations (`forget` has its own module).
 //!
 //! Invariants:
-//! - a file has a state while it is open, has cached blocks, or has dirty blocks; its backing
-//!   handle is kept while it is open, dirty or not yet synced (the flusher needs an fd);
+//! - a file has a state while it is open, has cached blocks, has dirty blocks, or has a
+//!   write-back error not yet reported; its backing handle is kept while it is open, dirty or
+//!   not yet synced (the flusher needs an fd; see `sync_batch`);
 //! - the backing handle is the most capable one seen (read-write before read-only): a later
 //!   read-only open never replaces a writable handle that pending write-back needs;
 //! - `backing_size ≤ size`; `size` is the logical size readers see (EOF), `backing_size` what
@@ -132,6 +133,9 @@ pub(crate) struct FileState {
     pub error_log: ErrorLog,
     /// Data was written to BACKING since the last sync.
     pub needs_sync: bool,
+    /// BACKING's device of the file (`st_dev`), once a write-back saw it: the file system a
+    /// batched sync covers it with (see `sync_batch`).
+    pub dev: Option<u64>,
     /// Logical modification time while cached writes are not all on BACKING: the time of the
     /// last write, or of a later truncate or explicit `set_times` (see `times`).
     pub mtime: Option<SystemTime>,
@@ -188,6 +192,7 @@ impl FileState {
             error: None,
             error_log: ErrorLog::default(),
             needs_sync: false,
+            dev: None,
             mtime: None,
             wb_ctime: None,
             ra: ReadAhead::default(),
@@ -503,21 +508,6 @@ impl Inner {
         }
         if holds {
             self.help_bound_closed_fds();
-        }
-    }
-
-    /// Counts one more closed file holding its descriptor; past half the budget, the closing
-    /// thread itself writes back and syncs the oldest such files (one thread at a time; the
-    /// others wait for it and look again), as a writer over the dirty limit helps write back.
-    fn help_bound_closed_fds(&self) {
-        use std::sync::atomic::Ordering;
-        let budget = crate::cache::closed_fd_budget();
-        if self.closed_fds.fetch_add(1, Ordering::Relaxed) < budget / 2 {
-            return;
-        }
-        let _one = crate::cache::lock(&self.closed_fd_gate);
-        if self.closed_fds.load(Ordering::Relaxed) >= budget / 2 {
-            self.bound_closed_fds();
         }
     }
 

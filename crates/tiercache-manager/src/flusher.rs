@@ -22,9 +22,10 @@
 //! again.
 //!
 //! Background policy: every `flush_interval` (or when kicked because dirty blocks passed the
-//! background limit) the flusher writes back, oldest-dirtied file first, every file dirty for
-//! longer than `dirty_expire`, and further files while dirty blocks exceed
-//! `dirty_background_ratio`. A file is written back as a whole (all its dirty blocks).
+//! background limit) the flusher writes back, in inode order, every file dirty for longer than
+//! `dirty_expire`, and further files, oldest-dirtied first, while dirty blocks exceed
+//! `dirty_background_ratio`. A file is written back as a whole (all its dirty blocks). No
+//! write-back but `fsync`'s is followed by a sync of its file: see `sync_batch`.
 
 use crate::cache::{lock, Inner};
 use crate::error::{unknown_file, StoredError};
@@ -51,8 +52,10 @@ pub(crate) enum Why {
     Background,
     /// A writer over the dirty limit: remember errors (they may not be its file's).
     Throttle,
-    /// `fsync`/`flush_all`: wait, return errors, then sync (`true` = data only).
+    /// `fsync`: wait, return errors, then sync the file (`true` = data only).
     Sync(bool),
+    /// `flush_all`: as `Sync`, but the sync is one `syncfs` for all files, afterwards.
+    FlushAll,
     /// `forget` (the caller holds the `io` lock): return errors, no sync. Errors are not
     /// remembered for a later `fsync`/`flush`: nobody has the file open, and its data stays
     /// dirty and is retried (a later `fsync` of it reports a failure that persists).
@@ -89,7 +92,7 @@ impl Inner {
     fn flush_tick(&self) {
         let now = Instant::now();
         let wb_total = Counters::get(&self.counters.writeback_blocks);
-        let mut candidates: Vec<(FileId, Option<Instant>)> = {
+        let candidates: Vec<(FileId, Option<Instant>)> = {
             let mut eng = self.lock();
             let current = *eng.tier.stats();
             eng.windows.roll(now, &current);
@@ -101,13 +104,19 @@ impl Inner {
                 .map(|(id, f)| (*id, f.dirtied_at))
                 .collect()
         };
-        candidates.sort_by_key(|&(_, at)| at);
-        for (file, at) in candidates {
-            let expired =
-                at.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.dirty_expire);
-            let over = self.lock().dirty_blocks > self.dirty_bg_limit;
-            if !expired && !over {
-                break; // sorted oldest first: nothing later is due either
+        // Expired files go in inode order (files of one directory are mostly neighbours on
+        // BACKING, and so are their inodes): a disk's elevator sees a mostly sequential stream.
+        // Then, while dirty blocks exceed the background ratio, the oldest-dirtied others.
+        let (mut expired, mut others): (Vec<_>, Vec<_>) =
+            candidates.into_iter().partition(|&(_, at)| {
+                at.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.dirty_expire)
+            });
+        expired.sort_unstable_by_key(|&(id, _)| id.0);
+        let n_expired = expired.len();
+        others.sort_by_key(|&(id, at)| (at, id.0));
+        for (i, (file, _)) in expired.into_iter().chain(others).enumerate() {
+            if i >= n_expired && self.lock().dirty_blocks <= self.dirty_bg_limit {
+                break; // the others are sorted oldest first: none is due
             }
             if lock(&self.flush_ctl).stop {
                 return;
@@ -115,19 +124,10 @@ impl Inner {
             // Errors are logged and remembered by flush_file.
             let _ = self.flush_file(file, Why::Background);
         }
-        // Closed files that are clean but not synced yet: sync them so their handle can go.
-        let closed: Vec<FileId> = self
-            .lock()
-            .files
-            .iter()
-            .filter(|(_, f)| f.handles == 0 && f.dirty.is_empty() && f.needs_sync)
-            .map(|(id, _)| *id)
-            .collect();
-        for file in closed {
-            if lock(&self.flush_ctl).stop {
-                return;
-            }
-            let _ = self.flush_file(file, Why::Sync(true));
+        // Closed files written back: one sync round (at most one per period) makes their data
+        // durable and lets their descriptors go. Errors are remembered by their files.
+        if self.sync_due() {
+            let _ = self.sync_written(crate::sync_batch::Scope::Closed);
         }
         if self.lower.is_some() {
             self.clean_lower_round();
@@ -135,75 +135,6 @@ impl Inner {
         self.bound_closed_fds();
         // What this round wrote leaves no pages behind (an uncached BACKING device).
         self.device.settle();
-    }
-
-    /// Keeps the closed files that hold a backing descriptor under the budget: past half of
-    /// it, the oldest-dirtied are written back now and made durable by one `syncfs` of BACKING
-    /// (not one `fsync` each: a `tar x` closes thousands of files a second), which lets their
-    /// descriptors go, down to an eighth of the budget. If the `syncfs` fails they keep their
-    /// descriptors and are synced one by one later. Publishes the exact count for `release`.
-    pub(crate) fn bound_closed_fds(&self) {
-        use std::sync::atomic::Ordering;
-        let budget = crate::cache::closed_fd_budget();
-        let held = |inner: &Self| -> Vec<(FileId, Option<Instant>)> {
-            inner
-                .lock()
-                .files
-                .iter()
-                .filter(|(_, f)| f.handles == 0 && f.backing.is_some())
-                .map(|(id, f)| (*id, f.dirtied_at))
-                .collect()
-        };
-        let mut files = held(self);
-        if files.len() > budget / 2 {
-            files.sort_by_key(|&(_, at)| at);
-            let excess = files.len() - budget / 8;
-            let mut written: Vec<(FileId, u64)> = Vec::with_capacity(excess);
-            let mut any_fd: Option<Arc<File>> = None;
-            for &(file, _) in files.iter().take(excess) {
-                if lock(&self.flush_ctl).stop {
-                    break;
-                }
-                if self.flush_file(file, Why::Background).is_err() {
-                    continue;
-                }
-                let eng = self.lock();
-                if let Some(f) = eng.files.get(&file) {
-                    if f.handles == 0 && f.dirty.is_empty() {
-                        written.push((file, f.generation));
-                        if any_fd.is_none() {
-                            any_fd.clone_from(&f.backing);
-                        }
-                    }
-                }
-            }
-            if let Some(fd) = any_fd {
-                match self.dev_sync_fs(&fd) {
-                    Ok(()) => {
-                        let closed: Vec<Option<Arc<File>>> = {
-                            let mut eng = self.lock();
-                            written
-                                .iter()
-                                .map(|&(file, gen)| {
-                                    let f = eng.files.get_mut(&file)?;
-                                    // untouched since its write-back, which syncfs covered
-                                    if f.handles == 0 && f.dirty.is_empty() && f.generation == gen {
-                                        f.needs_sync = false;
-                                    }
-                                    eng.gc_file(file)
-                                })
-                                .collect()
-                        };
-                        drop(closed);
-                    }
-                    Err(e) => {
-                        log::warn!("syncfs of BACKING failed ({e}); syncing files one by one")
-                    }
-                }
-            }
-            files = held(self);
-        }
-        self.closed_fds.store(files.len(), Ordering::Relaxed);
     }
 
     /// Lets a writer help write back while dirty blocks exceed the dirty ratio. Holds no lock
@@ -274,7 +205,7 @@ impl Inner {
                 .files
                 .get_mut(&file)
                 .and_then(|f| f.error.take());
-            if let Err(e) = self.flush_file(file, Why::Sync(false)) {
+            if let Err(e) = self.flush_file(file, Why::FlushAll) {
                 first.get_or_insert(e);
             }
             if let Some(e) = remembered {
@@ -301,7 +232,7 @@ impl Inner {
                     first.get_or_insert(e);
                 }
             }
-            if let Err(e) = self.flush_locked(file, Why::Sync(false)) {
+            if let Err(e) = self.flush_locked(file, Why::FlushAll) {
                 first.get_or_insert(e);
             }
             let fd = self.lock().gc_file(file);
@@ -313,6 +244,11 @@ impl Inner {
                     first.get_or_insert(io::Error::other(e.to_string()));
                 }
             }
+        }
+        // Everything written back, made durable: one syncfs per file system of BACKING
+        // (a file whose own sync fails after a failed syncfs remembers it too).
+        if let Err(e) = self.sync_written(crate::sync_batch::Scope::All) {
+            first.get_or_insert(e);
         }
         self.device.settle();
         first.map_or(Ok(()), Err)
@@ -336,7 +272,7 @@ impl Inner {
     pub(crate) fn flush_locked(&self, file: FileId, why: Why) -> io::Result<usize> {
         // `forget` writes to BACKING too: what it leaves may be dropped with the inode's id.
         // `forget` writes to BACKING whatever the tier below: the state may go right after.
-        let to_durable = matches!(why, Why::Sync(_) | Why::Forget);
+        let to_durable = matches!(why, Why::Sync(_) | Why::FlushAll | Why::Forget);
         let below = match why {
             Why::Forget => None,
             _ => self.dirty_tier_for(to_durable),
@@ -439,32 +375,33 @@ impl Inner {
         } else {
             self.writable_backing(file, &fd, mode)
         };
-        // From the first pwrite on, BACKING's ctime is ours, not the application's: readers see
-        // the ctime as it is now until the write-back is done and mapped (see `times`).
-        let hide_ctime = (!rest.is_empty() || (mtime.is_some() && to_backing))
-            && match fd.metadata() {
-                Ok(m) => {
-                    let mut eng = self.lock();
-                    let pending = eng.files.get(&file).and_then(|f| f.mtime);
-                    let logical = eng.ctimes.resolve(file, ctime_of(&m), None, pending);
-                    match eng.files.get_mut(&file) {
-                        Some(f) => {
-                            f.wb_ctime = Some(logical);
-                            true
-                        }
-                        None => false,
-                    }
+        // One fstat before our writes serves both below. From the first pwrite on, BACKING's
+        // ctime is ours, not the application's: readers see the ctime as it is now until the
+        // write-back is done and mapped (see `times`). BACKING's stamp before our writes: ours
+        // is recorded after them only if this is the one recorded (see `versions`).
+        let touches = !rest.is_empty() || (mtime.is_some() && to_backing);
+        let meta_before = match touches.then(|| fd.metadata()) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                log::warn!("file {}: fstat before write-back failed: {e}", file.0);
+                None
+            }
+            None => None,
+        };
+        let hide_ctime = meta_before.as_ref().is_some_and(|m| {
+            let mut eng = self.lock();
+            let pending = eng.files.get(&file).and_then(|f| f.mtime);
+            let logical = eng.ctimes.resolve(file, ctime_of(m), None, pending);
+            match eng.files.get_mut(&file) {
+                Some(f) => {
+                    f.wb_ctime = Some(logical);
+                    f.dev = Some(std::os::unix::fs::MetadataExt::dev(m));
+                    true
                 }
-                Err(e) => {
-                    log::warn!("file {}: fstat before write-back failed: {e}", file.0);
-                    false
-                }
-            };
-        // BACKING's stamp before our writes: ours is recorded after them only if this is the
-        // one recorded (see `versions`).
-        let before = (!rest.is_empty() || (mtime.is_some() && to_backing))
-            .then(|| FileStamp::of_file(&fd).ok())
-            .flatten();
+                None => false,
+            }
+        });
+        let before = meta_before.as_ref().map(FileStamp::from_metadata);
         let ((copied, err, wrote_end), fd) = match wfd {
             Ok(wfd) => (self.write_runs(file, &wfd, size, &rest), wfd),
             Err(e) => ((Vec::new(), Some(e), 0), fd),
@@ -582,11 +519,11 @@ impl Inner {
                 file.0
             );
         }
+        if let (Why::Sync(_) | Why::FlushAll, Some(t)) = (why, &below) {
+            // A persistent tier below holds them now: make that durable.
+            t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+        }
         if let Why::Sync(datasync) = why {
-            if let Some(t) = &below {
-                // A persistent tier below holds them now: make that durable.
-                t.sync().map_err(|e| io::Error::other(e.to_string()))?;
-            }
             if let Some(f) = self.lock().files.get_mut(&file) {
                 f.needs_sync = false;
             }
@@ -717,7 +654,7 @@ impl Inner {
 }
 
 /// The tail of a rate-limited error line: how many failures were not logged before it.
-fn unlogged_note(unlogged: u64) -> String {
+pub(crate) fn unlogged_note(unlogged: u64) -> String {
     match unlogged {
         0 => String::new(),
         n => format!("; {n} more failures since the last report"),

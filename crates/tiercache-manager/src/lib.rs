@@ -67,6 +67,7 @@ mod read;
 mod recover;
 mod stamp;
 mod stats;
+mod sync_batch;
 mod times;
 mod trace;
 mod versions;

@@ -28,6 +28,10 @@ pub struct FaultyBacking {
     writes: AtomicU64,
     /// `set_len` fails with EIO (a truncate BACKING refuses).
     fail_set_len: AtomicBool,
+    /// `sync` and `sync_fs` fail with EIO though writes succeed (BACKING's own write-back of
+    /// its page cache failed).
+    fail_syncs: AtomicBool,
+    failed_syncs: AtomicU64,
 }
 
 impl FaultyBacking {
@@ -43,12 +47,24 @@ impl FaultyBacking {
             failed_reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             fail_set_len: AtomicBool::new(false),
+            fail_syncs: AtomicBool::new(false),
+            failed_syncs: AtomicU64::new(0),
         }
     }
 
     /// From now on `set_len` fails with EIO (until `heal`).
     pub fn fail_set_len(&self) {
         self.fail_set_len.store(true, SeqCst);
+    }
+
+    /// From now on `sync` and `sync_fs` fail with EIO while writes succeed (until `heal`).
+    pub fn fail_syncs(&self) {
+        self.fail_syncs.store(true, SeqCst);
+    }
+
+    /// Syncs (`sync` and `sync_fs`) failed so far.
+    pub fn failed_syncs(&self) -> u64 {
+        self.failed_syncs.load(SeqCst)
     }
 
     /// After `n` more successful writes, writes (and syncs) fail with EIO.
@@ -71,6 +87,7 @@ impl FaultyBacking {
     /// Stops injecting faults.
     pub fn heal(&self) {
         self.fail_set_len.store(false, SeqCst);
+        self.fail_syncs.store(false, SeqCst);
         self.writes_left.store(UNLIMITED, SeqCst);
         self.reads_left.store(UNLIMITED, SeqCst);
         self.drop_writes.store(false, SeqCst);
@@ -140,6 +157,10 @@ impl BackingIo for FaultyBacking {
     }
 
     fn sync(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
+        if self.fail_syncs.load(SeqCst) {
+            self.failed_syncs.fetch_add(1, SeqCst);
+            return Err(eio());
+        }
         if self.writes_faulted() && !self.drop_writes.load(SeqCst) {
             return Err(eio());
         }
@@ -162,6 +183,13 @@ impl BackingIo for FaultyBacking {
     }
 
     fn sync_fs(&self, fd: &File) -> io::Result<()> {
+        if self.fail_syncs.load(SeqCst) {
+            self.failed_syncs.fetch_add(1, SeqCst);
+            return Err(eio());
+        }
+        if self.writes_faulted() && !self.drop_writes.load(SeqCst) {
+            return Err(eio());
+        }
         self.inner.sync_fs(fd)
     }
 

@@ -3,7 +3,9 @@
 //! bindfs, each cold (page, dentry and inode caches dropped, a fresh mount) and warm (the
 //! median of three walks right after). `--as UID:GID` walks as that caller (its file-system uid
 //! and gid, no supplementary groups, on the walking thread only): a root caller skips the
-//! mount's per-caller credential switch, so this is how its cost shows.
+//! mount's per-caller credential switch, so this is how its cost shows. The write side (`tar x`
+//! and `rm -rf` of a tree of small files, and `tar x` with the HDD model) is in
+//! `bench_meta_write`; `--side` picks what runs.
 
 use crate::cmd::bench_fuse::{need, start_tiercache, Mounts};
 use crate::cmd::progress;
@@ -30,6 +32,26 @@ pub struct MetaBenchArgs {
     /// Walk as this caller (`UID:GID`, no supplementary groups) instead of root.
     #[arg(long = "as", value_name = "UID:GID", value_parser = parse_caller)]
     pub caller: Option<(u32, u32)>,
+    /// What to measure: `read` (the walks), `write` (`tar x`, `rm -rf`) or `both`.
+    #[arg(long, value_enum, default_value_t = Side::Both)]
+    pub side: Side,
+    /// Files in the tree `tar x` writes.
+    #[arg(long, default_value_t = 50_000)]
+    pub write_files: usize,
+    /// Directories they are spread over.
+    #[arg(long, default_value_t = 100)]
+    pub write_dirs: usize,
+    /// Files in the tree `tar x` writes through the HDD model (0: skip that run).
+    #[arg(long, default_value_t = 5_000)]
+    pub hdd_files: usize,
+}
+
+/// Which side of the benchmark runs.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Read,
+    Write,
+    Both,
 }
 
 /// `UID:GID`, both numeric.
@@ -46,7 +68,7 @@ struct Walk {
 }
 
 #[derive(Serialize, Debug)]
-struct MetaBench {
+struct ReadSide {
     files: usize,
     dirs: usize,
     /// `UID:GID` of `--as`, `None` for root.
@@ -56,6 +78,14 @@ struct MetaBench {
     native_walk_secs: Walk,
     tiercache_vs_bindfs_warm: f64,
     tiercache_vs_bindfs_cold: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct MetaBench {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    read: Option<ReadSide>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    write: Option<crate::cmd::bench_meta_write::WriteSide>,
 }
 
 /// Lists and stats every entry below `root`; returns how many entries were seen.
@@ -177,9 +207,58 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
     if a.dirs == 0 || a.files < a.dirs {
         return Err("--dirs must be positive and at most --files".into());
     }
+    if a.write_dirs == 0 || a.write_files < a.write_dirs {
+        return Err("--write-dirs must be positive and at most --write-files".into());
+    }
+    need("tar", "tar")?;
     let root = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tiercache-bench-meta-{}", std::process::id()))
     });
+    let read = match a.side {
+        Side::Write => None,
+        Side::Read | Side::Both => Some(read_side(&a, &root)?),
+    };
+    let write = match a.side {
+        Side::Read => None,
+        Side::Write | Side::Both => {
+            let work = root.join("write");
+            std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+            let bar = progress::steps(5, a.json);
+            let step = |what: String| {
+                progress::done(&bar);
+                progress::step(&bar, what);
+            };
+            let w = crate::cmd::bench_meta_write::run(
+                &work,
+                a.write_dirs,
+                a.write_files,
+                a.hdd_files,
+                &step,
+            );
+            progress::finish(bar);
+            Some(w?)
+        }
+    };
+    let _ = std::fs::remove_dir_all(&root);
+    let r = MetaBench { read, write };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    if let Some(r) = &r.read {
+        print_read(r);
+    }
+    if let Some(w) = &r.write {
+        crate::cmd::bench_meta_write::print(w);
+    }
+    Ok(())
+}
+
+/// Walks the tree natively, through tiercache and through bindfs.
+fn read_side(a: &MetaBenchArgs, root: &Path) -> Result<ReadSide, String> {
     let (backing, mp_tc, mp_bind) = (
         root.join("backing"),
         root.join("tiercache"),
@@ -227,8 +306,8 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
     drop(mounts);
     progress::done(&bar);
     progress::finish(bar);
-    let _ = std::fs::remove_dir_all(&root);
-    let r = MetaBench {
+    let _ = std::fs::remove_dir_all(&backing);
+    Ok(ReadSide {
         files: a.files,
         dirs: a.dirs,
         walked_as: a.caller.map(|(u, g)| format!("{u}:{g}")),
@@ -237,14 +316,10 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
         tiercache_walk_secs: tiercache,
         bindfs_walk_secs: bindfs,
         native_walk_secs: native,
-    };
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
-        );
-        return Ok(());
-    }
+    })
+}
+
+fn print_read(r: &ReadSide) {
     println!(
         "walk of {} files in {} directories (list + stat every entry{}), seconds:",
         r.files,
@@ -265,5 +340,4 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
         "tiercache speed / bindfs: {:.2}x warm, {:.2}x cold",
         r.tiercache_vs_bindfs_warm, r.tiercache_vs_bindfs_cold
     );
-    Ok(())
 }
