@@ -16,7 +16,7 @@ echo "== benchmark smoke runs"
 cargo bench -p tiercache-core --bench replay -- --test
 ./target/release/tiercache bench sim --requests 1000000
 ./target/release/tiercache bench fuse --file-size 32M --runtime 1
-./target/release/tiercache bench meta --files 2000 --dirs 20
+./target/release/tiercache bench meta --files 2000 --dirs 20 --write-files 2000 --write-dirs 20 --hdd-files 200
 ./target/release/tiercache bench remote --memory 256K --seq-size 4M --servers 1,2
 ./target/release/tiercache bench flash --cache 16M --rand-writes 12 --rand-reads 32 --wait-ms 300
 ./target/release/tiercache bench zerocopy --seconds 0.2
