@@ -186,7 +186,8 @@ impl Req<'_> {
 
     /// The next reply, error replies included.
     fn any_reply(&mut self) -> Result<Reply, RemoteError> {
-        let limit = self.client.max_value + proto::MAX_LINE + 4;
+        // Saturating: a bound near `usize::MAX` must not wrap to a tiny buffer limit.
+        let limit = self.client.max_value.saturating_add(proto::MAX_LINE + 4);
         loop {
             let parsed = proto::parse_reply(
                 &self.conn.buf[self.conn.start..self.conn.end],

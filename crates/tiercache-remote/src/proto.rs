@@ -146,7 +146,10 @@ pub fn parse_reply(buf: &[u8], max_value: usize) -> Result<Option<(Reply, usize)
                 return Err(format!("VA of {len} bytes, at most {max_value} expected"));
             }
             let opaque = parse_flags(tokens)?;
-            let need = used + len + 2;
+            // Checked: under a bound near `usize::MAX` the sum would wrap (and slicing panic).
+            let Some(need) = used.checked_add(len).and_then(|n| n.checked_add(2)) else {
+                return Err(format!("VA of {len} bytes: longer than any buffer"));
+            };
             if buf.len() < need {
                 return Ok(None);
             }
