@@ -43,6 +43,11 @@ pub trait FlashDevice: Send + Sync + fmt::Debug {
     /// tier's lock): a device may let go of what it keeps of past I/O once it is quiet
     /// ([`FileDevice`]: the cache file's pages). Default: nothing.
     fn settle(&self) {}
+    /// Bytes `0..end` are the tier's superblock, records and checksum tables, which every
+    /// store reads and rewrites a part of: a device that lets go of what it keeps of past I/O
+    /// keeps those while busy, and lets go of them only once quiet ([`FileDevice`]: their
+    /// pages). Default: nothing.
+    fn keep_hot(&self, _end: u64) {}
 }
 
 fn bounds(len: u64, off: u64, n: usize) -> io::Result<()> {
@@ -304,6 +309,15 @@ impl FileDevice {
         (v, start)
     }
 
+    /// `RWF_DONTCACHE` for I/O at `off`, but in the hot head (which the busy drops spare too).
+    fn dontcache(&self, off: u64) -> libc::c_int {
+        if self.behind.is_hot(off) {
+            0
+        } else {
+            libc::RWF_DONTCACHE
+        }
+    }
+
     /// Whether `buf` can go to the kernel as it is (direct I/O needs aligned memory; offsets
     /// and lengths are multiples of the sector size by the trait's contract).
     fn is_aligned(&self, buf: &[u8]) -> bool {
@@ -336,7 +350,7 @@ impl FlashDevice for FileDevice {
                 Ok(())
             }
             IoMode::Dontcache => {
-                pagecache::read_exact_flags(&self.file, buf, off, libc::RWF_DONTCACHE)?;
+                pagecache::read_exact_flags(&self.file, buf, off, self.dontcache(off))?;
                 // Read-ahead pages never read stay (they drop when read).
                 self.behind.note(&self.file, buf.len());
                 Ok(())
@@ -359,7 +373,7 @@ impl FlashDevice for FileDevice {
                 self.file.write_all_at(&v[s..s + buf.len()], off)
             }
             IoMode::Dontcache => {
-                pagecache::write_all_flags(&self.file, buf, off, libc::RWF_DONTCACHE)?;
+                pagecache::write_all_flags(&self.file, buf, off, self.dontcache(off))?;
                 // What the kernel keeps of overwrites (their write-out completing in
                 // interrupt context) goes with the periodic drop.
                 self.behind.note(&self.file, buf.len());
@@ -376,11 +390,11 @@ impl FlashDevice for FileDevice {
 
     /// `fdatasync` in every mode (with O_DIRECT too: it flushes the device's volatile cache
     /// and commits extent changes); then, but for `direct` and `buffered`, the file's pages
-    /// (all clean now) are dropped.
+    /// (all clean now) are dropped, but the hot head's ([`FlashDevice::keep_hot`]).
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()?;
         if matches!(self.io, IoMode::Dontcache | IoMode::Fadvise) {
-            self.behind.drop_now(&self.file);
+            self.behind.synced(&self.file);
         }
         Ok(())
     }
@@ -397,6 +411,10 @@ impl FlashDevice for FileDevice {
         if matches!(self.io, IoMode::Dontcache | IoMode::Fadvise) {
             self.behind.settle(&self.file);
         }
+    }
+
+    fn keep_hot(&self, end: u64) {
+        self.behind.keep_hot(end);
     }
 }
 

@@ -304,6 +304,10 @@ impl FlashDevice for FaultyDevice {
     fn settle(&self) {
         self.inner.settle();
     }
+
+    fn keep_hot(&self, end: u64) {
+        self.inner.keep_hot(end);
+    }
 }
 
 #[cfg(test)]

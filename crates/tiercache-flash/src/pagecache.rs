@@ -5,15 +5,18 @@
 //! data the memory tier holds or chose to let go, taking RAM from every other program on the
 //! machine (paper 000's harm). So by default the cache file leaves (almost) nothing there:
 //!
-//! - [`IoMode::Fadvise`]: plain `pread`/`pwrite`, and `posix_fadvise(POSIX_FADV_DONTNEED)` on
-//!   the whole file after every [`DROP_EVERY`] bytes of I/O, after every sync, and on the
-//!   tier's ticks once the file is quiet ([`DropBehind`]). The kernel's write-back and
-//!   read-ahead keep working; what is cached at any moment is bounded by about [`DROP_EVERY`]
-//!   plus one read-ahead window (dirty pages are not dropped, their write-out is started; the
-//!   quiet drops take them once clean). Works wherever `posix_fadvise` does (files and block
-//!   devices).
+//! - [`IoMode::Fadvise`]: plain `pread`/`pwrite`, and `posix_fadvise(POSIX_FADV_DONTNEED)`
+//!   after every [`DROP_EVERY`] bytes of I/O and after every sync on the file but its head
+//!   (the tier's superblock, records and checksum tables, which every store reads and
+//!   rewrites a part of), and on the whole file on the tier's ticks once the file is quiet
+//!   ([`DropBehind`]). The kernel's write-back and read-ahead keep working; what is cached at
+//!   any moment is bounded by about [`DROP_EVERY`] plus one read-ahead window plus the head's
+//!   pages touched since the file was last quiet (dirty pages are not dropped, their write-out
+//!   is started; the quiet drops take them once clean). Works wherever `posix_fadvise` does
+//!   (files and block devices).
 //! - [`IoMode::Dontcache`]: `preadv2`/`pwritev2` with `RWF_DONTCACHE` (Linux 6.14+, file
-//!   systems that support it): each I/O drops its pages itself — except, on the kernels
+//!   systems that support it) but for the head (plain I/O, dropped as with `fadvise`): each
+//!   I/O drops its pages itself — except, on the kernels
 //!   measured, pages whose write-out completes in interrupt context (overwrites of written
 //!   blocks) and read-ahead pages never read, which the same drops as above catch. Each write
 //!   starts its own write-out at once (the kernel cannot gather a 4 KiB write with its
@@ -390,8 +393,14 @@ fn in_memory_fs(file: &File) -> io::Result<Option<&'static str>> {
 /// `POSIX_FADV_DONTNEED` on the whole file: starts the write-out of its dirty pages and drops
 /// its clean ones.
 pub(crate) fn drop_cached(file: &File) -> io::Result<()> {
+    drop_cached_from(file, 0)
+}
+
+/// [`drop_cached`] from byte `from` to the end of the file.
+fn drop_cached_from(file: &File, from: u64) -> io::Result<()> {
+    let from = off_t(from)?;
     // SAFETY: posix_fadvise on a descriptor `file` owns; no memory is involved.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), from, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
@@ -480,55 +489,97 @@ pub(crate) fn write_all_flags(
 const REDROPS: u32 = 50;
 
 /// Counts the bytes that may have left pages behind and drops the file's clean pages every
-/// [`DROP_EVERY`] of them, and once the file is quiet (no I/O between two [`Self::settle`]
-/// calls), again on [`REDROPS`] quiet calls after that: so nothing stays behind once the
-/// file has been quiet a while.
+/// [`DROP_EVERY`] of them and after every sync ("busy" drops), and once the file is quiet (no
+/// I/O between two [`Self::settle`] calls), again on [`REDROPS`] quiet calls after that: so
+/// nothing stays behind once the file has been quiet a while.
+///
+/// The busy drops spare the file's head, bytes `0..hot` ([`Self::keep_hot`]: the tier's
+/// superblock, records and checksum tables, 2 KiB per 1 MiB set): every store reads and
+/// rewrites a set's checksum table and record, each a part of a page, so a dropped page there
+/// costs a synchronous disk read (a read-modify-write for a write) in the request path, and
+/// dropping it after every sync made a burst of random writes read the same pages again and
+/// again. Only the quiet drops take the head: while busy the file holds at most its head
+/// plus what the busy drops bound; once quiet, nothing.
 #[derive(Debug, Default)]
 pub(crate) struct DropBehind {
+    /// Bytes of I/O since the last drop.
     since: AtomicU64,
-    /// `since` at the last `settle`.
+    /// I/O calls and syncs so far (never reset): unchanged between two `settle` calls = quiet.
+    ops: AtomicU64,
+    /// `ops` at the last `settle`.
     seen: AtomicU64,
     /// Quiet `settle` calls left that drop again.
     redrops: AtomicU32,
+    /// End of the head the busy drops spare (0: none).
+    hot: AtomicU64,
 }
 
 impl DropBehind {
+    /// Bytes `0..end` are spared by the busy drops (taken by the quiet ones).
+    pub fn keep_hot(&self, end: u64) {
+        self.hot.store(end, Ordering::Relaxed);
+    }
+
+    /// Whether `off` is in the head the busy drops spare.
+    pub fn is_hot(&self, off: u64) -> bool {
+        off < self.hot.load(Ordering::Relaxed)
+    }
+
     /// `n` more bytes of I/O on `file`.
     pub fn note(&self, file: &File, n: usize) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
         let before = self.since.fetch_add(n as u64, Ordering::Relaxed);
         if before + n as u64 >= DROP_EVERY {
-            self.drop_now(file);
+            self.drop_busy(file);
         }
     }
 
-    /// Called now and then: drops the file's pages when there was I/O since the last drop but
-    /// none since the last call (so an active stream's read-ahead is not dropped under it);
-    /// with no I/O since the last drop, drops again while [`REDROPS`] last.
+    /// After a sync: the file's clean pages (all of them now) but the head go.
+    pub fn synced(&self, file: &File) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.drop_busy(file);
+    }
+
+    /// Called now and then: drops all of the file's pages, head included, when there was I/O
+    /// since the last drop but none since the last call (so an active stream's read-ahead is
+    /// not dropped under it); with no I/O since the last drop, drops again while [`REDROPS`]
+    /// last.
     pub fn settle(&self, file: &File) {
-        let since = self.since.load(Ordering::Relaxed);
-        if since > 0 {
-            if self.seen.swap(since, Ordering::Relaxed) == since {
-                self.drop_now(file);
-            }
+        let ops = self.ops.load(Ordering::Relaxed);
+        if self.seen.swap(ops, Ordering::Relaxed) != ops {
+            return; // not quiet
+        }
+        if self.since.load(Ordering::Relaxed) > 0 {
+            self.drop_now(file);
         } else if self
             .redrops
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
         {
-            Self::drop_cached_logged(file);
+            Self::drop_logged(file, 0);
         }
     }
 
-    /// Drops the file's clean pages now (after a sync: all of them).
+    /// Drops all of the file's clean pages now, head included.
     pub fn drop_now(&self, file: &File) {
-        self.since.store(0, Ordering::Relaxed);
-        self.seen.store(0, Ordering::Relaxed);
-        self.redrops.store(REDROPS, Ordering::Relaxed);
-        Self::drop_cached_logged(file);
+        self.rearm();
+        Self::drop_logged(file, 0);
     }
 
-    fn drop_cached_logged(file: &File) {
-        if let Err(e) = drop_cached(file) {
+    /// Drops the file's clean pages but the head's.
+    fn drop_busy(&self, file: &File) {
+        self.rearm();
+        Self::drop_logged(file, self.hot.load(Ordering::Relaxed));
+    }
+
+    /// A drop is under way: count afresh, and drop again on the next quiet calls.
+    fn rearm(&self) {
+        self.since.store(0, Ordering::Relaxed);
+        self.redrops.store(REDROPS, Ordering::Relaxed);
+    }
+
+    fn drop_logged(file: &File, from: u64) {
+        if let Err(e) = drop_cached_from(file, from) {
             // The advice worked when the file was opened; losing it costs page cache only.
             log::debug!("posix_fadvise(DONTNEED) on the flash cache: {e}");
         }

@@ -317,6 +317,8 @@ impl FlashTier {
         recovered: Vec<RecoveredFile>,
     ) -> Self {
         cfg.cleaner.free_floor = Self::floor_for(cfg.cleaner.free_floor, geo.sets);
+        // Superblock, records and checksum tables: read and rewritten by every store.
+        dev.keep_hot(geo.data_off);
         Self {
             origin: Instant::now(),
             info: info(&cfg, &geo),

@@ -1,0 +1,114 @@
+//! Bug (issue 17, `bench flash` `rand_write` slower): the page-cache drop after every device
+//! sync took the cache file's head too — superblock, set records and checksum tables, which
+//! every store reads and rewrites a part of — so after each sync of a burst every store read
+//! its set's checksum table and record page from the disk again, under the tier's lock.
+//!
+//! With the modes that drop pages (`fadvise`, `dontcache`), a sync now drops the data blocks'
+//! pages but leaves the head's; once the tier's ticks find the file quiet, nothing is left,
+//! head included.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use tiercache_flash::{FileDevice, FlashDevice, FlashTier, IoChoice, IoMode};
+use tiercache_tier::DataTier;
+
+const LEN: u64 = 64 << 20;
+/// Sets written to (block 0 of each of these files' first set).
+const FILES: u64 = 16;
+
+/// Which of the pages of `path` in `range` are in the page cache (`mincore` over a read-only
+/// mapping, which reads nothing).
+fn resident(path: &Path, range: std::ops::Range<u64>) -> Vec<bool> {
+    let f = File::open(path).unwrap();
+    let page = 4096u64;
+    let (start, end) = (range.start / page * page, range.end.div_ceil(page) * page);
+    let len = (end - start) as usize;
+    // SAFETY: a new read-only shared mapping of an open file; no existing memory is touched,
+    // and it is only handed to mincore, never dereferenced.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            start as libc::off_t,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    let mut v = vec![0u8; len / page as usize];
+    // SAFETY: `map` starts a mapping of `len` bytes; `v` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
+    // SAFETY: unmaps exactly the mapping made above.
+    unsafe { libc::munmap(map, len) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    v.iter().map(|&b| b & 1 != 0).collect()
+}
+
+fn count(v: &[bool]) -> usize {
+    v.iter().filter(|&&b| b).count()
+}
+
+fn run(mode: IoMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flash.cache");
+    let dev = FileDevice::open(&path, Some(LEN), IoChoice::Only(mode)).unwrap_or_else(|e| {
+        panic!(
+            "{mode}: {e} (this test needs the cache file on a disk file system with \
+             RWF_DONTCACHE: Linux 6.14 or later, e.g. ext4 or xfs)"
+        )
+    });
+    let d: Arc<dyn FlashDevice> = Arc::new(dev);
+    let t = FlashTier::create(d, config()).unwrap();
+    let geo = t.geometry();
+    let head = 0..geo.data_off;
+    let blocks = geo.data_off..LEN;
+    // A burst: dirty stores in many sets, a sync, and more stores in the same sets.
+    for f in 1..=FILES {
+        write(&t, &key(f, 0), 1);
+    }
+    t.sync().unwrap();
+    let after_sync = resident(&path, head.clone());
+    assert!(
+        count(&resident(&path, blocks.clone())) == 0,
+        "{mode}: the sync drops the data blocks' pages"
+    );
+    // Every set written has its record and checksum table in a page that stays.
+    let first_sets = count(&after_sync);
+    assert!(
+        first_sets >= 2,
+        "{mode}: {first_sets} pages of the head cached after the sync (records and tables of \
+         {FILES} sets were just written: they must stay cached while the file is busy)"
+    );
+    for f in 1..=FILES {
+        write(&t, &key(f, 1), 2);
+    }
+    t.sync().unwrap();
+    assert!(
+        count(&resident(&path, head.clone())) >= first_sets,
+        "{mode}: the second sync dropped the head's pages"
+    );
+    // Quiet: two ticks without I/O, and nothing is left, head included.
+    t.on_tick();
+    t.on_tick();
+    let quiet = count(&resident(&path, 0..LEN));
+    assert_eq!(quiet, 0, "{mode}: {quiet} pages cached once quiet");
+    // The bytes are right.
+    for f in 1..=FILES {
+        let (_, got) = read(&t, &key(f, 1));
+        assert!(got == common::data(&key(f, 1), 2, 4096), "{mode}: file {f}");
+    }
+    t.close().unwrap();
+}
+
+#[test]
+fn a_sync_keeps_the_head_cached_and_quiet_ticks_drop_it() {
+    run(IoMode::Fadvise);
+    run(IoMode::Dontcache);
+}
