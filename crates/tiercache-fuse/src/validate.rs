@@ -42,7 +42,7 @@ pub(crate) fn validate(backing: &Path, mountpoint: &Path) -> Result<(PathBuf, Pa
             mountpoint: m,
         });
     }
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
+    let info = std::fs::read("/proc/self/mountinfo")
         .map_err(|e| io_err(Path::new("/proc/self/mountinfo"), e))?;
     if mount_points(&info).any(|p| p == m) {
         return Err(FuseError::AlreadyMounted(m));
@@ -54,17 +54,18 @@ pub(crate) fn validate(backing: &Path, mountpoint: &Path) -> Result<(PathBuf, Pa
     Ok((b, m))
 }
 
-/// Mount points listed in a mountinfo text (field 5, octal escapes decoded).
-pub(crate) fn mount_points(info: &str) -> impl Iterator<Item = PathBuf> + '_ {
-    info.lines()
-        .filter_map(|line| line.split(' ').nth(4))
+/// Mount points listed in mountinfo (field 5, octal escapes decoded). Bytes: names that are
+/// not UTF-8 are written as they are.
+pub(crate) fn mount_points(info: &[u8]) -> impl Iterator<Item = PathBuf> + '_ {
+    info.split(|&c| c == b'\n')
+        .filter_map(|line| line.split(|&c| c == b' ').nth(4))
         .map(|f| PathBuf::from(std::ffi::OsString::from_vec(unescape_mountinfo(f))))
 }
 
 /// Decodes the `\ooo` escapes mountinfo uses for space, tab, newline, `\` in one field
 /// (an escape above `\377` is kept as text).
-pub fn unescape_mountinfo(field: &str) -> Vec<u8> {
-    let b = field.as_bytes();
+pub fn unescape_mountinfo(field: impl AsRef<[u8]>) -> Vec<u8> {
+    let b = field.as_ref();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -96,7 +97,7 @@ mod tests {
         let info = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
                     40 22 0:5 / /mnt/a\\040b rw,nosuid - fuse x rw\n\
                     41 22 0:6 / /x\\134y\\ rw - tmpfs t rw\n";
-        let v: Vec<_> = mount_points(info).collect();
+        let v: Vec<_> = mount_points(info.as_bytes()).collect();
         assert_eq!(
             v,
             vec![
@@ -105,5 +106,21 @@ mod tests {
                 PathBuf::from("/x\\y\\")
             ]
         );
+    }
+
+    /// A mount point whose name is not UTF-8 (the kernel writes it as it is) used to make
+    /// every mount fail: mountinfo was read as text.
+    #[test]
+    fn a_mount_point_that_is_not_utf8_hides_no_other() {
+        let info = b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                     40 22 0:5 / /mnt/\xff\xfe rw - tmpfs t rw\n\
+                     41 22 0:6 / /srv/fast rw - fuse x rw\n";
+        let v: Vec<_> = mount_points(info).collect();
+        assert_eq!(v.len(), 3);
+        assert_eq!(
+            v[1].as_os_str().as_encoded_bytes(),
+            b"/mnt/\xff\xfe".as_slice()
+        );
+        assert_eq!(v[2], PathBuf::from("/srv/fast"));
     }
 }

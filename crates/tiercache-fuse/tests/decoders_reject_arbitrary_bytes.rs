@@ -40,6 +40,6 @@ proptest! {
     fn kernel_escaped_names_round_trip(name in prop::collection::vec(
         prop_oneof![0x20u8..0x7f, Just(b'\t'), Just(b'\n'), Just(b'\\')], 0..100)
     ) {
-        prop_assert_eq!(unescape_mountinfo(&kernel_escape(&name)), name);
+        prop_assert_eq!(unescape_mountinfo(kernel_escape(&name)), name);
     }
 }

@@ -206,6 +206,8 @@ fn read_all(p: &Path) {
 }
 
 /// Small memory tier; priority files read repeatedly while a larger normal tree is scanned.
+/// The daemon's pools are what is measured, so the kernel page cache must not serve the
+/// priority files' hits (`--kernel-cache off`).
 fn priority_hit_ratio(partition: &str) -> f64 {
     let m = Mount::new(&[
         "--memory",
@@ -214,6 +216,8 @@ fn priority_hit_ratio(partition: &str) -> f64 {
         partition,
         "--priority",
         "hot",
+        "--kernel-cache",
+        "off",
     ]);
     std::fs::create_dir_all(m.backing.join("hot")).unwrap();
     std::fs::create_dir_all(m.backing.join("bulk")).unwrap();

@@ -116,15 +116,18 @@ fn fuse_owner(super_opts: &str) -> Option<u32> {
 }
 
 /// Parses mountinfo text: `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - TYPE SOURCE
-/// SUPEROPTS`. Malformed lines are skipped.
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
-    let path = |f: &str| PathBuf::from(OsString::from_vec(tiercache_fuse::unescape_mountinfo(f)));
+/// SUPEROPTS`. Malformed lines are skipped. Bytes, not text: the kernel writes names as they
+/// are (only space, tab, newline and `\\` escaped), and one name that is not UTF-8 must not
+/// hide the other mounts.
+pub fn parse_mountinfo(text: impl AsRef<[u8]>) -> Vec<MountEntry> {
+    let path = |f: &[u8]| PathBuf::from(OsString::from_vec(tiercache_fuse::unescape_mountinfo(f)));
     let text_of =
-        |f: &str| String::from_utf8_lossy(&tiercache_fuse::unescape_mountinfo(f)).into_owned();
-    text.lines()
+        |f: &[u8]| String::from_utf8_lossy(&tiercache_fuse::unescape_mountinfo(f)).into_owned();
+    text.as_ref()
+        .split(|&c| c == b'\n')
         .filter_map(|l| {
-            let fields: Vec<&str> = l.split(' ').collect();
-            let dash = fields.iter().position(|f| *f == "-")?;
+            let fields: Vec<&[u8]> = l.split(|&c| c == b' ').collect();
+            let dash = fields.iter().position(|f| *f == b"-")?;
             if dash < 5 {
                 return None;
             }
@@ -132,10 +135,10 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             let owner = fields
                 .get(dash + 3)
                 .filter(|_| fs_type == "fuse" || fs_type.starts_with("fuse."))
-                .and_then(|o| fuse_owner(o));
+                .and_then(|o| fuse_owner(std::str::from_utf8(o).ok()?));
             Some(MountEntry {
-                id: fields.first()?.parse().ok()?,
-                dev: fields.get(2)?.to_string(),
+                id: std::str::from_utf8(fields.first()?).ok()?.parse().ok()?,
+                dev: String::from_utf8_lossy(fields.get(2)?).into_owned(),
                 root: path(fields.get(3)?),
                 mount_point: path(fields.get(4)?),
                 fs_type,
@@ -148,8 +151,8 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
 
 /// The mounts of this process's namespace, in mount order (empty if mountinfo is unreadable).
 pub fn mounts() -> Vec<MountEntry> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| parse_mountinfo(&t))
+    std::fs::read("/proc/self/mountinfo")
+        .map(parse_mountinfo)
         .unwrap_or_default()
 }
 
@@ -171,6 +174,22 @@ pub fn fs_location(all: &[MountEntry], path: &Path) -> Option<(String, PathBuf)>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One mount point that is not UTF-8 used to make `mounts()` return nothing at all (the
+    /// whole of mountinfo was read as text), weakening the one-mount-per-BACKING check.
+    #[test]
+    fn a_mount_point_that_is_not_utf8_hides_no_other() {
+        let text: &[u8] = b"36 35 98:0 / /mnt/\xff rw - ext4 /dev/sda1 rw\n\
+                            40 35 0:50 / /srv/fast rw - fuse tiercache rw,user_id=0\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m[0].mount_point.as_os_str().as_encoded_bytes(),
+            b"/mnt/\xff"
+        );
+        assert!(m[1].is_tiercache());
+        assert_eq!(m[1].fuse_owner, Some(0));
+    }
 
     #[test]
     fn parses_type_source_root_and_escapes() {
@@ -211,7 +230,7 @@ mod tests {
     #[test]
     fn a_fuse_mounts_owner_is_its_one_user_id() {
         let line = |ty: &str, opts: &str| {
-            parse_mountinfo(&format!("7 1 0:9 / /m rw - {ty} tiercache:/b {opts}\n"))[0].fuse_owner
+            parse_mountinfo(format!("7 1 0:9 / /m rw - {ty} tiercache:/b {opts}\n"))[0].fuse_owner
         };
         assert_eq!(line("fuse", "rw,user_id=0,group_id=0"), Some(0));
         assert_eq!(
