@@ -5,57 +5,14 @@
 #![allow(clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::Write;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use tiercache_client::wire::{self, Request, Response, MAX_FRAME};
 
-/// Counts the largest single allocation of the calling thread (see [`largest_alloc`]).
-struct Tracking;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|c| c.set(c.get().max(size)));
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; `note` neither allocates nor unwinds
-// (a const-initialised thread local without destructor).
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: the caller's contract for `alloc`, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: the caller's contract for `realloc`, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract for `dealloc`, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Tracking = Tracking;
-
-/// `f`'s result and the largest single allocation it made on this thread.
-fn largest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|c| c.set(0));
-    let out = f();
-    (out, LARGEST.with(Cell::get))
-}
+#[path = "../../tiercache-fuse/tests/common/largest_alloc.rs"]
+mod largest_alloc;
+use largest_alloc::largest_alloc;
 
 /// A frame body is at most [`MAX_FRAME`] bytes; decoding one may take a few times that (a
 /// JSON list grows by doubling), never what a length field asks beyond it.

@@ -8,8 +8,6 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener};
 use std::time::Duration;
@@ -18,50 +16,9 @@ use tiercache_remote::proto::{parse_line, parse_reply, Reply, MAX_LINE};
 use tiercache_remote::{RemoteError, ServerClient};
 use tiercache_tier::{DataTier, Lookup};
 
-/// Counts the largest single allocation of the calling thread (see [`largest_alloc`]).
-struct Tracking;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|c| c.set(c.get().max(size)));
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; `note` neither allocates nor unwinds
-// (a const-initialised thread local without destructor).
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: the caller's contract for `alloc`, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: the caller's contract for `realloc`, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract for `dealloc`, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Tracking = Tracking;
-
-/// `f`'s result and the largest single allocation it made on this thread.
-fn largest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|c| c.set(0));
-    let out = f();
-    (out, LARGEST.with(Cell::get))
-}
+#[path = "../../tiercache-fuse/tests/common/largest_alloc.rs"]
+mod largest_alloc;
+use largest_alloc::largest_alloc;
 
 /// A reply as memcached sends it (the parser's input; the crate has no reply encoder).
 fn to_wire(r: &Reply) -> Vec<u8> {
