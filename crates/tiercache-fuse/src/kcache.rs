@@ -27,7 +27,7 @@
 //! then. Every open of a regular file is recorded, direct ones too: a shared mmap of a
 //! direct-I/O file also fills the page cache.
 
-use std::collections::HashMap;
+use std::collections::{hash_map, HashMap};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,25 +167,23 @@ impl KernelCache {
                 KernelCacheMode::Priority => advice.kernel_cache,
                 KernelCacheMode::All => true,
             };
-        let fresh = {
-            let mut nodes = self.lock();
-            let prev = nodes.insert(
-                ino,
-                Entry {
-                    content: advice.content,
-                    cached,
-                    size,
-                },
-            );
-            match prev {
-                // Never opened since the kernel looked it up: it holds no page of it.
-                None => true,
-                Some(p) => {
-                    if let Some(e) = nodes.get_mut(&ino) {
-                        e.cached |= p.cached;
-                    }
-                    p.content == advice.content
-                }
+        let entry = Entry {
+            content: advice.content,
+            cached,
+            size,
+        };
+        let fresh = match self.lock().entry(ino) {
+            // Never opened since the kernel looked it up: it holds no page of it.
+            hash_map::Entry::Vacant(v) => {
+                v.insert(entry);
+                true
+            }
+            hash_map::Entry::Occupied(mut o) => {
+                let prev = o.insert(Entry {
+                    cached: cached || o.get().cached,
+                    ..entry
+                });
+                prev.content == advice.content
             }
         };
         if cached {

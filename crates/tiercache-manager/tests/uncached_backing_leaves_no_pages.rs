@@ -41,8 +41,9 @@ fn disk_dir() -> tempfile::TempDir {
 
 fn on_tmpfs(p: &Path) -> bool {
     let f = std::fs::File::open(p).unwrap();
-    // SAFETY: all-zero is a valid `statfs`; `st` is a valid out pointer, `f` an open descriptor.
+    // SAFETY: all-zero is a valid `statfs` (plain integers).
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out pointer and `f` an open descriptor.
     assert_eq!(unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) }, 0);
     #[allow(clippy::useless_conversion)]
     let magic = i64::from(st.f_type);

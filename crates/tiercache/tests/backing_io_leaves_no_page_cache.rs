@@ -34,8 +34,9 @@ struct Dirs {
 fn disk_dirs() -> Dirs {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let f = std::fs::File::open(dir.path()).unwrap();
-    // SAFETY: all-zero is a valid `statfs`; `st` is a valid out pointer, `f` an open descriptor.
+    // SAFETY: all-zero is a valid `statfs` (plain integers).
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out pointer and `f` an open descriptor.
     assert_eq!(unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) }, 0);
     #[allow(clippy::useless_conversion)]
     let magic = i64::from(st.f_type);

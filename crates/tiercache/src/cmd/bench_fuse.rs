@@ -439,48 +439,53 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
             serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
         );
     } else {
-        println!(
-            "warm reads of a {} MiB file, fio psync, 1 job, {} s per run",
-            size >> 20,
-            a.runtime
-        );
-        println!("{:<28} {:>12} {:>12}", "", "4 KiB IOPS", "1 MiB MB/s");
-        println!(
-            "{:<28} {:>12.0} {:>12.0}",
-            "tiercache (direct I/O)", r.tiercache_4k_iops, r.tiercache_1m_mbps
-        );
-        println!(
-            "{:<28} {:>12.0} {:>12}",
-            "tiercache priority file", r.tiercache_priority_4k_iops, "-"
-        );
-        println!(
-            "{:<28} {:>12.0} {:>12.0}",
-            "bindfs -o direct_io", r.bindfs_4k_iops, r.bindfs_1m_mbps
-        );
-        println!(
-            "{:<28} {:>12.0} {:>12.0}",
-            "native (page cache)", r.native_4k_iops, r.native_1m_mbps
-        );
-        println!(
-            "{:<28} {:>12.2} {:>12.2}",
-            "tiercache / bindfs", r.tiercache_vs_bindfs_4k, r.tiercache_vs_bindfs_1m
-        );
-        println!(
-            "{:<28} {:>12.2} {:>12}",
-            "priority file / native", r.priority_4k_vs_native, "-"
-        );
-        println!(
-            "{:<28} {:>12.0} {:>12.0}",
-            "cold, HDD device MODEL", r.cold_hdd_model_4k_iops, r.cold_hdd_model_1m_mbps
-        );
-        println!(
-            "cold 1 MiB pass, memory tier {} MiB (a quarter of the file), real BACKING: \
-             tiercache {:.0} MB/s, native {:.0} MB/s; BACKING's file left {:.1} MiB in the page cache",
-            (size / 4) >> 20,
-            r.seq_over_memory_mbps,
-            r.seq_over_memory_native_mbps,
-            r.seq_over_memory_backing_cached_mib
-        );
+        print_table(&r, size, a.runtime);
     }
     Ok(())
+}
+
+/// The human-readable form of `r`.
+fn print_table(r: &FuseBench, size: u64, runtime: u64) {
+    println!(
+        "warm reads of a {} MiB file, fio psync, 1 job, {} s per run",
+        size >> 20,
+        runtime
+    );
+    println!("{:<28} {:>12} {:>12}", "", "4 KiB IOPS", "1 MiB MB/s");
+    println!(
+        "{:<28} {:>12.0} {:>12.0}",
+        "tiercache (direct I/O)", r.tiercache_4k_iops, r.tiercache_1m_mbps
+    );
+    println!(
+        "{:<28} {:>12.0} {:>12}",
+        "tiercache priority file", r.tiercache_priority_4k_iops, "-"
+    );
+    println!(
+        "{:<28} {:>12.0} {:>12.0}",
+        "bindfs -o direct_io", r.bindfs_4k_iops, r.bindfs_1m_mbps
+    );
+    println!(
+        "{:<28} {:>12.0} {:>12.0}",
+        "native (page cache)", r.native_4k_iops, r.native_1m_mbps
+    );
+    println!(
+        "{:<28} {:>12.2} {:>12.2}",
+        "tiercache / bindfs", r.tiercache_vs_bindfs_4k, r.tiercache_vs_bindfs_1m
+    );
+    println!(
+        "{:<28} {:>12.2} {:>12}",
+        "priority file / native", r.priority_4k_vs_native, "-"
+    );
+    println!(
+        "{:<28} {:>12.0} {:>12.0}",
+        "cold, HDD device MODEL", r.cold_hdd_model_4k_iops, r.cold_hdd_model_1m_mbps
+    );
+    println!(
+        "cold 1 MiB pass, memory tier {} MiB (a quarter of the file), real BACKING: \
+         tiercache {:.0} MB/s, native {:.0} MB/s; BACKING's file left {:.1} MiB in the page cache",
+        (size / 4) >> 20,
+        r.seq_over_memory_mbps,
+        r.seq_over_memory_native_mbps,
+        r.seq_over_memory_backing_cached_mib
+    );
 }
