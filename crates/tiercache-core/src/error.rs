@@ -13,6 +13,24 @@ pub enum CoreError {
     Retry { tier: String },
 }
 
+/// A structural invariant that does not hold, found by a `check_invariants` (tests and debug
+/// checks); says which.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invariant broken: {0}")]
+pub struct InvariantViolation(pub String);
+
+impl From<String> for InvariantViolation {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for InvariantViolation {
+    fn from(s: &str) -> Self {
+        Self(s.to_string())
+    }
+}
+
 impl CoreError {
     pub fn config(param: &'static str, reason: impl Into<String>) -> Self {
         CoreError::InvalidConfig {

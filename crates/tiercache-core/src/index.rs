@@ -14,7 +14,7 @@
 //! the first in [`Inserted::evicted`] and the rest through [`TierIndex::next_evicted`].
 
 use crate::class::Class;
-use crate::error::CoreError;
+use crate::error::{CoreError, InvariantViolation};
 use crate::ids::{BlockKey, SlotId};
 use crate::partition::Partitioner;
 use crate::policy::PolicyKind;
@@ -57,7 +57,7 @@ pub trait TierIndex: Send + fmt::Debug {
     fn resident(&self) -> Box<dyn Iterator<Item = (BlockKey, SlotId)> + '_>;
     fn stats(&self) -> &TierStats;
     fn stats_mut(&mut self) -> &mut TierStats;
-    fn check_invariants(&self) -> Result<(), String>;
+    fn check_invariants(&self) -> Result<(), InvariantViolation>;
     /// The partitioner splitting the index into pools (`none` for an index without pools).
     fn partitioner(&self) -> &dyn Partitioner;
     /// The partitioner's protected-pool target, if any.
@@ -145,7 +145,7 @@ impl TierIndex for Tier {
     fn stats_mut(&mut self) -> &mut TierStats {
         Tier::stats_mut(self)
     }
-    fn check_invariants(&self) -> Result<(), String> {
+    fn check_invariants(&self) -> Result<(), InvariantViolation> {
         Tier::check_invariants(self)
     }
     fn partitioner(&self) -> &dyn Partitioner {

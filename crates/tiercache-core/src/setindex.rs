@@ -27,7 +27,7 @@
 //! [`Tier`]: crate::tier::Tier
 
 use crate::class::{Class, PoolId};
-use crate::error::CoreError;
+use crate::error::{CoreError, InvariantViolation};
 use crate::ids::{BlockKey, SlotId};
 use crate::index::TierIndex;
 use crate::keymap::KeyMap;
@@ -471,19 +471,19 @@ impl TierIndex for SetIndex {
     fn stats_mut(&mut self) -> &mut TierStats {
         &mut self.stats
     }
-    fn check_invariants(&self) -> Result<(), String> {
+    fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let mapped = self.sets - self.free.len();
         if self.map.len() != mapped || self.order.len() != mapped {
-            return Err(format!(
+            return Err(InvariantViolation::from(format!(
                 "{mapped} sets mapped, map holds {}, LRU {}",
                 self.map.len(),
                 self.order.len()
-            ));
+            )));
         }
         let mut is_free = vec![false; self.sets];
         for &s in &self.free {
             if std::mem::replace(&mut is_free[s as usize], true) {
-                return Err(format!("set {s} is free twice"));
+                return Err(InvariantViolation::from(format!("set {s} is free twice")));
             }
         }
         let mut blocks = 0usize;
@@ -495,21 +495,36 @@ impl TierIndex for SetIndex {
                 .sum();
             blocks += n;
             if r.clone().any(|i| self.dirty[i] & !self.valid[i] != 0) {
-                return Err(format!("set {set}: a dirty bit without its valid bit"));
+                return Err(InvariantViolation::from(format!(
+                    "set {set}: a dirty bit without its valid bit"
+                )));
             }
             match (is_free[set as usize], n) {
                 (true, 0) => {}
-                (true, _) => return Err(format!("free set {set} holds {n} blocks")),
-                (false, 0) => return Err(format!("mapped set {set} holds no block")),
+                (true, _) => {
+                    return Err(InvariantViolation::from(format!(
+                        "free set {set} holds {n} blocks"
+                    )))
+                }
+                (false, 0) => {
+                    return Err(InvariantViolation::from(format!(
+                        "mapped set {set} holds no block"
+                    )))
+                }
                 (false, _) => {
                     if self.find_set(&self.tags[set as usize]) != Some(set) {
-                        return Err(format!("set {set}: its tag does not find it"));
+                        return Err(InvariantViolation::from(format!(
+                            "set {set}: its tag does not find it"
+                        )));
                     }
                 }
             }
         }
         if blocks != self.len {
-            return Err(format!("{blocks} valid bits, len {}", self.len));
+            return Err(InvariantViolation::from(format!(
+                "{blocks} valid bits, len {}",
+                self.len
+            )));
         }
         Ok(())
     }

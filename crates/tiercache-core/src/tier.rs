@@ -7,7 +7,7 @@
 //! - nothing allocates after construction: the map and every policy are sized for `capacity`.
 
 use crate::class::{Class, PoolId};
-use crate::error::CoreError;
+use crate::error::{CoreError, InvariantViolation};
 use crate::ids::{BlockKey, SlotId};
 use crate::keymap::{prefetch_ptr, Fp, KeyMap};
 use crate::partition::{new_partitioner, PartitionConfig, PartitionKind, Partitioner, PoolSizes};
@@ -564,44 +564,47 @@ impl Tier {
     }
 
     /// Checks the structural invariants; used by tests and debug assertions.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let sizes = self.pool_sizes();
         if self.map.len() != self.len() || sizes.protected + sizes.normal != self.len() {
-            return Err(format!(
+            return Err(InvariantViolation::from(format!(
                 "map {} / slots {} / pools {}+{} disagree",
                 self.map.len(),
                 self.len(),
                 sizes.protected,
                 sizes.normal
-            ));
+            )));
         }
         if self.len() > self.capacity {
-            return Err("over capacity".into());
+            return Err(InvariantViolation::from("over capacity"));
         }
         if self.resident().count() != self.len() {
-            return Err(format!(
+            return Err(InvariantViolation::from(format!(
                 "{} slots in use, {} blocks resident",
                 self.resident().count(),
                 self.len()
-            ));
+            )));
         }
         for (k, s) in self.resident() {
             if self.find(&k) != Some(s) {
-                return Err(format!(
+                return Err(InvariantViolation::from(format!(
                     "slot {} holds {k:?}, map says {:?}",
                     s.0,
                     self.find(&k)
-                ));
+                )));
             }
             let m = self.slots[s.index()].meta;
             if self.pools[m.pool.index()].is_empty() {
-                return Err(format!("{k:?}: in pool {:?}, which is empty", m.pool));
+                return Err(InvariantViolation::from(format!(
+                    "{k:?}: in pool {:?}, which is empty",
+                    m.pool
+                )));
             }
             if m.pool != self.partitioner.pool_of(m.class) {
-                return Err(format!(
+                return Err(InvariantViolation::from(format!(
                     "{k:?} is in pool {:?} but its class maps elsewhere",
                     m.pool
-                ));
+                )));
             }
         }
         Ok(())

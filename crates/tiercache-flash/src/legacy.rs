@@ -172,6 +172,9 @@ impl DataTier for LegacyTier {
         Ok(Admit::Rejected)
     }
     fn invalidate(&self, _: &TierKey) {}
+    fn try_invalidate(&self, _: &TierKey) -> bool {
+        true // holds no clean copies
+    }
     fn discard(&self, key: &TierKey) {
         self.lock().remove(key);
     }

@@ -39,7 +39,7 @@ use crate::index::{Index, SetId, F_META_DIRTY, F_RETAGGED};
 pub use crate::stats::FlashStats;
 use crate::sums::{Checked, Sums};
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 use tiercache_core::Class;
 use tiercache_tier::{
@@ -483,6 +483,26 @@ impl DataTier for FlashTier {
                 self.drop_block(&mut st, id, b);
             }
         }
+    }
+
+    /// Only with the state lock free (it is held across device I/O), and not for a block
+    /// whose drop would have to be persisted (a record on the device still says dirty).
+    fn try_invalidate(&self, key: &TierKey) -> bool {
+        let (si, b) = self.locate(key);
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        if let Some(id) = st.idx.find(&key.file, si) {
+            if st.idx.is_valid(id, b) && !st.idx.is_dirty(id, b) {
+                if st.idx.is_disk_dirty(id, b) {
+                    return false;
+                }
+                self.drop_block(&mut st, id, b);
+            }
+        }
+        true
     }
 
     fn discard(&self, key: &TierKey) {

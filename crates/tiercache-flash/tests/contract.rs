@@ -111,6 +111,30 @@ fn cleaning_marks_clean_unless_written_again_since_read_dirty() {
 }
 
 #[test]
+fn try_invalidate_does_what_invalidate_does_and_never_waits_for_the_tiers_lock() {
+    let t = tier(4);
+    let (c, d, e) = (key(1, 0), key(1, 1), key(1, 2));
+    fill(&t, &c, 1);
+    write(&t, &d, 1);
+    assert!(t.try_invalidate(&c));
+    assert!(t.try_invalidate(&d));
+    assert!(!t.contains(&c));
+    assert!(t.contains(&d), "a dirty copy stays");
+    fill(&t, &c, 2);
+    // `current` is asked under the tier's lock (held across device I/O): no wait, no change.
+    let inside = std::cell::Cell::new(None);
+    let r = t
+        .fill(&e, V, Class::Normal, &data(&e, 1, 4096), &|| {
+            inside.set(Some(t.try_invalidate(&c)));
+            true
+        })
+        .unwrap();
+    assert_eq!(r, Admit::Stored);
+    assert_eq!(inside.get(), Some(false));
+    assert!(t.contains(&c));
+}
+
+#[test]
 fn invalidate_file_drops_blocks_from_the_given_one_on_dirty_too() {
     let t = tier(4);
     for b in [0, 5, 255, 256, 300] {

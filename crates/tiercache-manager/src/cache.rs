@@ -681,7 +681,7 @@ impl MemCache {
     }
 
     /// Checks the engine's invariants; meaningful only while no request is running (tests).
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), tiercache_core::InvariantViolation> {
         self.inner.lock().check()
     }
 }

@@ -22,7 +22,7 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::tier::{Evicted, Tier};
-use tiercache_core::{BlockKey, Class, CoreError, FileId, SlotId};
+use tiercache_core::{BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
 use tiercache_memtier::arena::{Arena, SlotState, ORD};
 use tiercache_memtier::shm::Region;
 use tiercache_tier::TierKey;
@@ -403,7 +403,7 @@ impl Engine {
     }
 
     /// Checks the engine's own invariants on top of the tier's.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvariantViolation> {
         self.tier.check_invariants()?;
         let mut dirty = 0usize;
         let mut blocks = 0usize;
@@ -414,30 +414,48 @@ impl Engine {
                     block: tiercache_core::BlockIndex(b),
                 };
                 let Some(slot) = self.tier.peek(&key) else {
-                    return Err(format!("file {} block {b} indexed but not cached", id.0));
+                    return Err(InvariantViolation::from(format!(
+                        "file {} block {b} indexed but not cached",
+                        id.0
+                    )));
                 };
                 let m = self.tier.meta(slot);
                 if m.dirty != f.dirty.contains(&b) {
-                    return Err(format!("file {} block {b}: dirty flags disagree", id.0));
+                    return Err(InvariantViolation::from(format!(
+                        "file {} block {b}: dirty flags disagree",
+                        id.0
+                    )));
                 }
                 if m.pins != 0 {
-                    return Err(format!("file {} block {b}: {} pins left", id.0, m.pins));
+                    return Err(InvariantViolation::from(format!(
+                        "file {} block {b}: {} pins left",
+                        id.0, m.pins
+                    )));
                 }
             }
             if !f.dirty.is_subset(&f.blocks) {
-                return Err(format!("file {}: dirty blocks not cached", id.0));
+                return Err(InvariantViolation::from(format!(
+                    "file {}: dirty blocks not cached",
+                    id.0
+                )));
             }
             dirty += f.dirty.len();
             blocks += f.blocks.len();
         }
         if dirty != self.dirty_blocks {
-            return Err(format!("dirty count {} != {dirty}", self.dirty_blocks));
+            return Err(InvariantViolation::from(format!(
+                "dirty count {} != {dirty}",
+                self.dirty_blocks
+            )));
         }
         if blocks != self.tier.len() {
-            return Err(format!("indexed {blocks} != resident {}", self.tier.len()));
+            return Err(InvariantViolation::from(format!(
+                "indexed {blocks} != resident {}",
+                self.tier.len()
+            )));
         }
         if !self.wt_inflight.is_empty() {
-            return Err("write-throughs left in flight".into());
+            return Err(InvariantViolation::from("write-throughs left in flight"));
         }
         Ok(())
     }

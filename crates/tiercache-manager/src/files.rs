@@ -62,6 +62,10 @@ pub(crate) struct FileShared {
     /// behind our back): a lower-tier store whose bytes were read at another value is undone
     /// (see `lower`).
     pub change: AtomicU64,
+    /// Writes served without waiting (`Inner::try_write`) between their plan and their
+    /// finish: they invalidate the tiers below once, at the plan, so while any is under way
+    /// no lower-tier store of this file is current (see `lower_transit::Guard`).
+    pub no_wait_writes: AtomicU64,
     /// Held while blocks only in the tier below are cleaned or patched in place there (a
     /// write-through of such a block); taken after `io` or `op`, before the engine lock.
     pub below: Mutex<()>,

@@ -408,6 +408,21 @@ impl Lower {
         self.invalidate_from(0, key);
     }
 
+    /// [`Lower::invalidate`] without waiting for a tier's I/O (`DataTier::try_invalidate`),
+    /// same order; `false` when some tier could not at once (the tiers above it are done).
+    pub fn try_invalidate(&self, key: TierKey) -> bool {
+        lock(&self.transit).demoting.remove(&key);
+        for (k, lt) in self.tiers.iter().enumerate() {
+            if !lt.tier.try_invalidate(&key) {
+                return false;
+            }
+            if self.spills[k] {
+                lock(&self.transit).demoting.remove(&key);
+            }
+        }
+        true
+    }
+
     /// The clean copy of `key` in the dirty tier (cleaned while memory holds newer bytes)
     /// must go, and whatever the tier spilled of it on the way.
     pub fn invalidate_from_dirty_tier(&self, key: TierKey) {

@@ -261,7 +261,9 @@ impl Lower {
     /// Whether `job`'s bytes may still be stored (see [`Guard`]).
     fn current(&self, job: &Job) -> bool {
         match &job.guard {
-            Guard::Change { file, at } => file.change.load(SeqCst) == *at,
+            Guard::Change { file, at } => {
+                file.change.load(SeqCst) == *at && file.no_wait_writes.load(SeqCst) == 0
+            }
             Guard::Entry => lock(&self.transit)
                 .demoting
                 .get(&job.key)

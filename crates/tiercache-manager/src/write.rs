@@ -51,6 +51,9 @@ struct WritePlan {
     version: u64,
     /// The blocks of the range whose newest bytes are only in the tier below (see `lower_wb`).
     lower_dirty: Vec<u64>,
+    /// A no-wait write that invalidated the tiers below at its plan, counted in
+    /// `FileShared::no_wait_writes` until its finish (see [`Inner::try_write`]).
+    invalidated_below: bool,
 }
 
 /// What step (2) achieved.
@@ -117,10 +120,17 @@ impl Inner {
     }
 
     /// [`Inner::write`] if it needs no I/O and no wait: below the dirty limit (no throttling),
-    /// every block resident and valid or written whole (or past BACKING's end, so no
-    /// read-modify-write), a slot for each, no block only in a lower tier, and no lower tiers
-    /// (invalidating their copies may wait for their own I/O). Otherwise nothing is written
-    /// and the answer is to wait, in the file's class.
+    /// every block resident and valid or written whole (or past BACKING's end and not only in
+    /// a lower tier, so no read-modify-write), a slot for each, and the clean copies
+    /// below dropped at once (`DataTier::try_invalidate`: not while a tier's lock is held
+    /// across its I/O). Otherwise nothing is written and the answer is to wait, in the file's
+    /// class.
+    ///
+    /// Below-memory copies are dropped once, at the plan, not again at the finish as a
+    /// waiting write does: from before the plan's change bump until after the finish's,
+    /// `FileShared::no_wait_writes` makes every lower-tier store of the file void, so none
+    /// can bring old bytes back meanwhile (a store made before the bump is dropped by the
+    /// invalidation, which takes each tier's lock after it).
     pub(crate) fn try_write(&self, file: FileId, offset: u64, data: &[u8]) -> NoWait<usize> {
         if data.is_empty() {
             return NoWait::Done(Ok(0));
@@ -132,9 +142,6 @@ impl Inner {
             return NoWait::Done(Err(io::Error::from_raw_os_error(libc::EFBIG)));
         };
         let class = || self.class_of(file).unwrap_or(Class::Normal);
-        if self.lower.is_some() {
-            return NoWait::Wait(class());
-        }
         let shared = match self.shared(file) {
             Ok(s) => s,
             Err(e) => return NoWait::Done(Err(e)),
@@ -160,7 +167,7 @@ impl Inner {
         end: u64,
     ) -> bool {
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
-        if eng.dirty_blocks > self.dirty_limit || f.lower_dirty.range(b0..=b1).next().is_some() {
+        if eng.dirty_blocks > self.dirty_limit {
             return false;
         }
         let bs = self.bs as u64;
@@ -168,7 +175,10 @@ impl Inner {
             let key = Self::key(file, block);
             let bstart = block << self.shift;
             let partial = offset > bstart || end < bstart + bs;
-            let needs_old = partial && bstart < f.backing_size;
+            // A block whose newest bytes are only below is read from there unless written whole
+            // (then memory takes it dirty, as a waiting write does; the copy below stays until
+            // write-back reaches it).
+            let needs_old = partial && (bstart < f.backing_size || f.lower_dirty.contains(&block));
             match eng.tier.peek(&key) {
                 Some(slot) => {
                     !needs_old || self.arena.try_state(slot).is_some_and(|st| st.holds(key))
@@ -200,6 +210,11 @@ impl Inner {
         let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         f.generation += 1;
+        // Counted before the change bump (see `try_write`).
+        let invalidated_below = no_wait && self.lower.is_some() && f.fkey.is_some();
+        if invalidated_below {
+            f.shared.no_wait_writes.fetch_add(1, Ordering::SeqCst);
+        }
         f.shared.change.fetch_add(1, Ordering::SeqCst);
         let (mode, size, backing_size, class, fkey, version) = (
             f.backing_mode,
@@ -225,14 +240,8 @@ impl Inner {
                 None => match eng.insert_fresh(&self.arena, key, class) {
                     Some(slot) => WPlan::Cached(slot),
                     None if no_wait => {
-                        // Every slot pinned or dirty: give back what was planned (the blocks
-                        // looked up are counted again by the waiting write).
-                        for &(block, step) in &steps {
-                            if let WPlan::Cached(slot) = step {
-                                eng.unpin(slot);
-                                eng.reap(&self.arena, Self::key(file, block), slot);
-                            }
-                        }
+                        // Every slot pinned or dirty.
+                        self.give_back(&mut eng, file, &steps, shared, invalidated_below);
                         return Ok(Err(class));
                     }
                     None => {
@@ -242,6 +251,10 @@ impl Inner {
                 },
             };
             steps.push((block, plan));
+        }
+        if invalidated_below && !self.invalidate_below_now(fkey, b0..=b1) {
+            self.give_back(&mut eng, file, &steps, shared, true);
+            return Ok(Err(class));
         }
         Ok(Ok(WritePlan {
             fd,
@@ -253,7 +266,44 @@ impl Inner {
             fkey,
             version,
             lower_dirty,
+            invalidated_below,
         }))
+    }
+
+    /// A no-wait plan that cannot go on gives back its slots (the blocks looked up are counted
+    /// again by the waiting write). The change bump stays: it only voids stores below.
+    fn give_back(
+        &self,
+        eng: &mut crate::engine::Engine,
+        file: FileId,
+        steps: &[(u64, WPlan)],
+        shared: &FileShared,
+        invalidated_below: bool,
+    ) {
+        for &(block, step) in steps {
+            if let WPlan::Cached(slot) = step {
+                eng.unpin(slot);
+                eng.reap(&self.arena, Self::key(file, block), slot);
+            }
+        }
+        if invalidated_below {
+            shared.no_wait_writes.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Drops the clean copies below memory of `blocks` of `fkey` without waiting; `false` if
+    /// some tier could not at once (some copies may be gone: harmless, they were stale).
+    fn invalidate_below_now(
+        &self,
+        fkey: Option<FileKey>,
+        blocks: std::ops::RangeInclusive<u64>,
+    ) -> bool {
+        match (&self.lower, fkey) {
+            (Some(lower), Some(fk)) => blocks
+                .into_iter()
+                .all(|block| lower.try_invalidate(TierKey::new(fk, block))),
+            _ => true,
+        }
     }
 
     /// Step (2). Returns what was done and the error that stopped it, if any.
@@ -488,7 +538,11 @@ impl Inner {
     fn finish_write(&self, file: FileId, plan: &WritePlan, offset: u64, done: &Done) {
         let now = Instant::now();
         let wall = SystemTime::now();
-        if let (Some(lower), Some(fk)) = (&self.lower, plan.fkey) {
+        if plan.invalidated_below {
+            // Dropped at the plan; stores below are void until this bump (see `try_write`).
+            plan.shared.change.fetch_add(1, Ordering::SeqCst);
+            plan.shared.no_wait_writes.fetch_sub(1, Ordering::SeqCst);
+        } else if let (Some(lower), Some(fk)) = (&self.lower, plan.fkey) {
             // Copies below memory of the blocks written are stale (dirty ones there stay until
             // the newer bytes reach them by write-back).
             plan.shared.change.fetch_add(1, Ordering::SeqCst);

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tiercache_core::index::TierIndex;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
-use tiercache_core::{BlockIndex, BlockKey, Class, FileId, SlotId};
+use tiercache_core::{BlockIndex, BlockKey, Class, FileId, InvariantViolation, SlotId};
 use tiercache_tier::{
     Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, TierError, TierInfo, TierKey,
     TierKind, TierSnapshot,
@@ -277,24 +277,24 @@ impl MemoryTier {
     }
 
     /// Checks the tier's own invariants (tests).
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let st = self.state();
         st.index.check_invariants()?;
         let held: usize = st.files.values().map(|(_, b)| b.len()).sum();
         if held != st.index.len() {
-            return Err(format!(
+            return Err(InvariantViolation::from(format!(
                 "{held} blocks indexed by file, {} held",
                 st.index.len()
-            ));
+            )));
         }
         let dirty = (0..st.slots.len())
             .filter(|&i| st.slots[i].seq != 0)
             .count();
         if dirty != st.dirty.len() {
-            return Err(format!(
+            return Err(InvariantViolation::from(format!(
                 "{dirty} dirty slots, {} in the dirty list",
                 st.dirty.len()
-            ));
+            )));
         }
         Ok(())
     }
@@ -477,6 +477,12 @@ impl DataTier for MemoryTier {
                 st.remove(bkey, slot);
             }
         }
+    }
+
+    /// RAM only: the state lock is never held across I/O.
+    fn try_invalidate(&self, key: &TierKey) -> bool {
+        self.invalidate(key);
+        true
     }
 
     fn discard(&self, key: &TierKey) {

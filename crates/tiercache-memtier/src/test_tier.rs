@@ -12,7 +12,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tiercache_core::policy::PolicyKind;
-use tiercache_core::Class;
+use tiercache_core::{Class, InvariantViolation};
 use tiercache_tier::{
     Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, TierError, TierInfo, TierKey, TierKind,
     TierSnapshot,
@@ -54,6 +54,7 @@ pub struct TestTier {
     write_latency: Duration,
     fail_reads: AtomicBool,
     fail_writes: AtomicBool,
+    busy: AtomicBool,
 }
 
 impl TestTier {
@@ -71,6 +72,7 @@ impl TestTier {
             write_latency: cfg.write_latency,
             fail_reads: AtomicBool::new(false),
             fail_writes: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
         })
     }
 
@@ -83,8 +85,14 @@ impl TestTier {
         self.fail_writes.store(on, Ordering::Relaxed);
     }
 
+    /// From now on `try_invalidate` answers "not now" (`true`), as a tier whose lock is held
+    /// across its own I/O may, or does the invalidation again (`false`).
+    pub fn busy(&self, on: bool) {
+        self.busy.store(on, Ordering::Relaxed);
+    }
+
     /// Checks the tier's own invariants (tests).
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         self.inner.check_invariants()
     }
 
@@ -208,6 +216,11 @@ impl DataTier for TestTier {
 
     fn invalidate(&self, key: &TierKey) {
         self.inner.invalidate(key);
+    }
+
+    /// Invalidation sleeps no modelled latency (as `invalidate`); see [`TestTier::busy`].
+    fn try_invalidate(&self, key: &TierKey) -> bool {
+        !self.busy.load(Ordering::Relaxed) && self.inner.try_invalidate(key)
     }
 
     fn discard(&self, key: &TierKey) {

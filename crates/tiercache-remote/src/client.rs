@@ -160,11 +160,16 @@ impl Req<'_> {
         }
     }
 
-    fn protocol(&self, why: impl Into<String>) -> RemoteError {
+    fn protocol(&self, source: proto::ProtoError) -> RemoteError {
         RemoteError::Protocol {
             server: self.client.name.clone(),
-            why: why.into(),
+            source,
         }
+    }
+
+    /// A well-formed reply that does not answer what was asked.
+    fn unexpected(&self, what: String) -> RemoteError {
+        self.protocol(proto::ProtoError::Unexpected(what))
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<(), RemoteError> {
@@ -311,7 +316,7 @@ impl ServerClient {
         } else {
             Err(RemoteError::Protocol {
                 server: self.name.clone(),
-                why: format!("invalid key {key:?}"),
+                source: proto::ProtoError::InvalidKey(key.to_string()),
             })
         }
     }
@@ -326,7 +331,7 @@ impl ServerClient {
             match r.reply()? {
                 Reply::Value { data, opaque: None } => Ok(Some(data)),
                 Reply::Miss { opaque: None } => Ok(None),
-                other => Err(r.protocol(format!("unexpected reply to mg: {other:?}"))),
+                other => Err(r.unexpected(format!("reply to mg: {other:?}"))),
             }
         })
     }
@@ -341,7 +346,7 @@ impl ServerClient {
             match r.reply()? {
                 Reply::Done { opaque: None } => Ok(true),
                 Reply::NotStored { opaque: None } => Ok(false),
-                other => Err(r.protocol(format!("unexpected reply to ms: {other:?}"))),
+                other => Err(r.unexpected(format!("reply to ms: {other:?}"))),
             }
         })
     }
@@ -356,7 +361,7 @@ impl ServerClient {
             match r.reply()? {
                 Reply::Done { opaque: None } => Ok(true),
                 Reply::NotFound { opaque: None } => Ok(false),
-                other => Err(r.protocol(format!("unexpected reply to md: {other:?}"))),
+                other => Err(r.unexpected(format!("reply to md: {other:?}"))),
             }
         })
     }
@@ -384,7 +389,8 @@ impl ServerClient {
             let bytes: usize = items.iter().map(|(k, v)| k.len() + v.len() + 32).sum();
             let mut out = Vec::with_capacity(bytes + 4);
             for (i, (k, v)) in items.iter().enumerate() {
-                let token = u32::try_from(i).map_err(|_| r.protocol("batch too large"))?;
+                let token =
+                    u32::try_from(i).map_err(|_| r.unexpected("batch: too large".to_string()))?;
                 proto::encode_set(&mut out, k, v, true, Some(token));
             }
             proto::encode_noop(&mut out);
@@ -408,9 +414,7 @@ impl ServerClient {
                         log::debug!("memcached {}: item not stored: {msg}", self.name);
                         seen.push(None);
                     }
-                    other => {
-                        return Err(r.protocol(format!("unexpected reply in ms batch: {other:?}")))
-                    }
+                    other => return Err(r.unexpected(format!("reply in ms batch: {other:?}"))),
                 }
             }
             for (n, _) in seen.iter().enumerate().filter(|(_, t)| t.is_none()) {
@@ -442,9 +446,7 @@ impl ServerClient {
                     Reply::NoOp => return Ok(()),
                     // memcached 1.6 still reports NF for a quiet md; HD may come too.
                     Reply::NotFound { opaque: None } | Reply::Done { opaque: None } => {}
-                    other => {
-                        return Err(r.protocol(format!("unexpected reply in md batch: {other:?}")))
-                    }
+                    other => return Err(r.unexpected(format!("reply in md batch: {other:?}"))),
                 }
             }
         })
@@ -456,7 +458,7 @@ impl ServerClient {
             r.send(b"mn\r\n")?;
             match r.reply()? {
                 Reply::NoOp => Ok(()),
-                other => Err(r.protocol(format!("unexpected reply to mn: {other:?}"))),
+                other => Err(r.unexpected(format!("reply to mn: {other:?}"))),
             }
         })
     }
@@ -467,7 +469,7 @@ impl ServerClient {
             r.send(b"version\r\n")?;
             match r.reply()? {
                 Reply::Version(v) => Ok(v),
-                other => Err(r.protocol(format!("unexpected reply to version: {other:?}"))),
+                other => Err(r.unexpected(format!("reply to version: {other:?}"))),
             }
         })
     }
@@ -489,12 +491,12 @@ impl ServerClient {
                     (Some("STAT"), Some("maxbytes")) => &mut found.maxbytes,
                     (Some("STAT"), Some("item_size_max")) => &mut found.item_size_max,
                     (Some("STAT"), Some(_)) => continue,
-                    _ => return Err(r.protocol(format!("unexpected stats line {line:?}"))),
+                    _ => return Err(r.unexpected(format!("stats line {line:?}"))),
                 };
                 let v = t.next().unwrap_or("");
                 *slot = Some(
                     v.parse::<u64>()
-                        .map_err(|_| r.protocol(format!("bad stats value in {line:?}")))?,
+                        .map_err(|_| r.unexpected(format!("stats value in {line:?}")))?,
                 );
             }
         })
@@ -515,14 +517,14 @@ impl ServerClient {
                     (Some("STAT"), Some("limit_maxbytes"), Some(v)) => {
                         found = Some(
                             v.parse::<u64>()
-                                .map_err(|_| r.protocol(format!("bad limit_maxbytes {v:?}")))?,
+                                .map_err(|_| r.unexpected(format!("limit_maxbytes {v:?}")))?,
                         );
                     }
                     (Some("STAT"), Some(_), _) => {}
-                    _ => return Err(r.protocol(format!("unexpected stats line {line:?}"))),
+                    _ => return Err(r.unexpected(format!("stats line {line:?}"))),
                 }
             }
-            found.ok_or_else(|| r.protocol("stats without limit_maxbytes"))
+            found.ok_or_else(|| r.unexpected("stats without limit_maxbytes".to_string()))
         })
     }
 }

@@ -27,8 +27,12 @@ pub enum RemoteError {
         source: io::Error,
     },
     /// The server sent something the protocol does not allow here (the connection is dropped).
-    #[error("memcached {server}: protocol error: {why}")]
-    Protocol { server: String, why: String },
+    #[error("memcached {server}: protocol error: {source}")]
+    Protocol {
+        server: String,
+        #[source]
+        source: crate::proto::ProtoError,
+    },
     /// The server answered `SERVER_ERROR`, `CLIENT_ERROR` or `ERROR`.
     #[error("memcached {server}: {msg}")]
     Server { server: String, msg: String },

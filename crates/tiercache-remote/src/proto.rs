@@ -97,6 +97,37 @@ fn push_flags(line: &mut String, quiet: bool, opaque: Option<u32>) {
     line.push_str("\r\n");
 }
 
+/// A reply the meta protocol does not allow (the connection that sent it is dropped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtoError {
+    #[error("reply line longer than {MAX_LINE} bytes")]
+    LineTooLong,
+    /// The line's first bytes, lossily decoded.
+    #[error("reply line with non-printable bytes: {0:?}")]
+    NonPrintable(String),
+    #[error("VA without a length")]
+    NoLength,
+    #[error("VA with a bad length {0:?}")]
+    BadLength(String),
+    #[error("VA of {len} bytes, at most {max} expected")]
+    ValueTooLong { len: usize, max: usize },
+    #[error("VA of {0} bytes: longer than any buffer")]
+    ValueUnbounded(usize),
+    #[error("value not followed by \\r\\n")]
+    ValueUnterminated,
+    #[error("bad meta flag {0:?}")]
+    BadFlag(String),
+    #[error("bad opaque token {0:?}")]
+    BadOpaque(String),
+    /// A key the protocol cannot carry (too long, spaces or control bytes); never sent.
+    #[error("invalid key {0:?}")]
+    InvalidKey(String),
+    /// A well-formed reply or line that does not answer what was asked; says what it was.
+    #[error("unexpected {0}")]
+    Unexpected(String),
+}
+
 /// Position of the first `\r\n` in `buf`, if any.
 fn find_crlf(buf: &[u8]) -> Option<usize> {
     buf.windows(2).position(|w| w == b"\r\n")
@@ -104,29 +135,29 @@ fn find_crlf(buf: &[u8]) -> Option<usize> {
 
 /// Reads one line (without `\r\n`) from the front of `buf`: `Ok(None)` when more bytes are
 /// needed; an error for an over-long line or one with bytes that are not printable ASCII.
-pub fn parse_line(buf: &[u8]) -> Result<Option<(&str, usize)>, String> {
+pub fn parse_line(buf: &[u8]) -> Result<Option<(&str, usize)>, ProtoError> {
     let window = &buf[..buf.len().min(MAX_LINE + 2)];
     let Some(pos) = find_crlf(window) else {
         if buf.len() >= MAX_LINE + 2 {
-            return Err(format!("reply line longer than {MAX_LINE} bytes"));
+            return Err(ProtoError::LineTooLong);
         }
         return Ok(None);
     };
     let line = &buf[..pos];
     if !line.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
-        return Err(format!(
-            "reply line with non-printable bytes: {:?}",
-            String::from_utf8_lossy(&line[..line.len().min(64)])
+        return Err(ProtoError::NonPrintable(
+            String::from_utf8_lossy(&line[..line.len().min(64)]).into_owned(),
         ));
     }
     // Printable ASCII is UTF-8.
-    let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+    let text = std::str::from_utf8(line)
+        .map_err(|_| ProtoError::NonPrintable(String::from_utf8_lossy(line).into_owned()))?;
     Ok(Some((text, pos + 2)))
 }
 
 /// Parses one reply from the front of `buf`. `Ok(None)`: incomplete, read more. On success
 /// returns the reply and how many bytes it took. `max_value` bounds a `VA` length.
-pub fn parse_reply(buf: &[u8], max_value: usize) -> Result<Option<(Reply, usize)>, String> {
+pub fn parse_reply(buf: &[u8], max_value: usize) -> Result<Option<(Reply, usize)>, ProtoError> {
     let Some((line, used)) = parse_line(buf)? else {
         return Ok(None);
     };
@@ -135,26 +166,28 @@ pub fn parse_reply(buf: &[u8], max_value: usize) -> Result<Option<(Reply, usize)
     let rest_after = |prefix: &str| line.get(prefix.len()..).unwrap_or("").trim().to_string();
     let reply = match code {
         "VA" => {
-            let len_tok = tokens.next().ok_or("VA without a length")?;
+            let len_tok = tokens.next().ok_or(ProtoError::NoLength)?;
+            let bad_length = || ProtoError::BadLength(len_tok.to_string());
             if !len_tok.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("VA with a bad length {len_tok:?}"));
+                return Err(bad_length());
             }
-            let len: usize = len_tok
-                .parse()
-                .map_err(|_| format!("VA with a bad length {len_tok:?}"))?;
+            let len: usize = len_tok.parse().map_err(|_| bad_length())?;
             if len > max_value {
-                return Err(format!("VA of {len} bytes, at most {max_value} expected"));
+                return Err(ProtoError::ValueTooLong {
+                    len,
+                    max: max_value,
+                });
             }
             let opaque = parse_flags(tokens)?;
             // Checked: under a bound near `usize::MAX` the sum would wrap (and slicing panic).
             let Some(need) = used.checked_add(len).and_then(|n| n.checked_add(2)) else {
-                return Err(format!("VA of {len} bytes: longer than any buffer"));
+                return Err(ProtoError::ValueUnbounded(len));
             };
             if buf.len() < need {
                 return Ok(None);
             }
             if &buf[used + len..need] != b"\r\n" {
-                return Err("value not followed by \\r\\n".to_string());
+                return Err(ProtoError::ValueUnterminated);
             }
             let data = buf[used..used + len].to_vec();
             return Ok(Some((Reply::Value { data, opaque }, need)));
@@ -180,29 +213,29 @@ pub fn parse_reply(buf: &[u8], max_value: usize) -> Result<Option<(Reply, usize)
         "CLIENT_ERROR" => Reply::ClientError(rest_after("CLIENT_ERROR")),
         "ERROR" => Reply::Error,
         _ => {
-            return Err(format!(
-                "unexpected reply {:?}",
+            return Err(ProtoError::Unexpected(format!(
+                "reply {:?}",
                 &line[..line.len().min(64)]
-            ))
+            )))
         }
     };
     Ok(Some((reply, used)))
 }
 
 /// Meta flags after the code: each a letter and an optional token; returns the `O` token.
-fn parse_flags<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Option<u32>, String> {
+fn parse_flags<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Option<u32>, ProtoError> {
     let mut opaque = None;
     for t in tokens {
         let mut chars = t.chars();
         let flag = chars.next().unwrap_or(' ');
         if !flag.is_ascii_alphabetic() {
-            return Err(format!("bad meta flag {t:?}"));
+            return Err(ProtoError::BadFlag(t.to_string()));
         }
         if flag == 'O' {
             let v: u32 = chars
                 .as_str()
                 .parse()
-                .map_err(|_| format!("bad opaque token {t:?}"))?;
+                .map_err(|_| ProtoError::BadOpaque(t.to_string()))?;
             opaque = Some(v);
         }
     }

@@ -600,6 +600,12 @@ impl DataTier for RemoteTier {
         self.drop_key(key);
     }
 
+    /// The index lock is never held across network I/O, and the delete is queued.
+    fn try_invalidate(&self, key: &TierKey) -> bool {
+        self.drop_key(key);
+        true
+    }
+
     fn discard(&self, key: &TierKey) {
         self.drop_key(key);
     }

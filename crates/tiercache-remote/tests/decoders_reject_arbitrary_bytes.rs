@@ -100,7 +100,7 @@ fn max_value() -> impl Strategy<Value = usize> {
 fn parse_all(mut buf: &[u8], max_value: usize) -> Result<Vec<Reply>, String> {
     let mut out = Vec::new();
     while !buf.is_empty() {
-        match parse_reply(buf, max_value)? {
+        match parse_reply(buf, max_value).map_err(|e| e.to_string())? {
             None => break,
             Some((r, n)) => {
                 assert!(n > 0 && n <= buf.len(), "took {n} of {} bytes", buf.len());

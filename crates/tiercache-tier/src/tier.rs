@@ -284,6 +284,14 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// Drops a clean copy (a write above made it stale). A dirty copy stays: it may hold data
     /// acknowledged by `fsync`, and the newer bytes above reach this tier by write-back.
     fn invalidate(&self, key: &TierKey);
+    /// [`DataTier::invalidate`] if it needs no I/O and no wait for a lock that is held across
+    /// I/O, for a write served on the request thread: `true` when done (no clean copy of
+    /// `key` is left), `false` when that cannot be done at once (then the caller uses
+    /// `invalidate` from a thread that may wait; nothing need have changed). Default: `false`.
+    fn try_invalidate(&self, key: &TierKey) -> bool {
+        let _ = key;
+        false
+    }
     /// Drops the block even if it is dirty: newer bytes of it reached BACKING another way.
     fn discard(&self, key: &TierKey);
     /// For the cleaner: copies a *dirty* copy of the block with `version` into `buf` and

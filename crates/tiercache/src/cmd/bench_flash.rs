@@ -166,6 +166,9 @@ struct Detail {
     /// Set records the tier wrote, and device syncs, during the workload.
     record_writes: u64,
     device_syncs: u64,
+    /// Requests the I/O workers ran (`stats` `io.*.completed`): reads and writes that could not
+    /// be answered on the FUSE request thread, plus every `fsync` and writer's `release`.
+    worker_requests: u64,
     /// Bytes of the cache file (`raw`: of its file) in the page cache when it ended.
     page_cache_bytes: u64,
 }
@@ -210,6 +213,7 @@ struct Counters {
     seeks: u64,
     records: u64,
     syncs: u64,
+    worker_requests: u64,
 }
 
 impl Counters {
@@ -233,6 +237,8 @@ impl Counters {
             seeks: u(&v["device_model"]["seeks"]),
             records: u(&f["record_writes"]),
             syncs: u(&f["device_syncs"]),
+            worker_requests: u(&v["io"]["normal"]["completed"])
+                + u(&v["io"]["priority"]["completed"]),
         }
     }
 
@@ -253,6 +259,7 @@ impl Counters {
             flash_hits: after.flash_hits.saturating_sub(self.flash_hits),
             record_writes: after.records.saturating_sub(self.records),
             device_syncs: after.syncs.saturating_sub(self.syncs),
+            worker_requests: after.worker_requests.saturating_sub(self.worker_requests),
             page_cache_bytes,
         }
     }

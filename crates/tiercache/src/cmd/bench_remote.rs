@@ -88,7 +88,8 @@ impl Servers {
     fn start(n: usize) -> Result<Servers, String> {
         let procs = (0..n)
             .map(|_| LocalMemcached::start_with(256))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
         Ok(Servers { procs })
     }
 
