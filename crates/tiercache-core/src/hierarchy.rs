@@ -71,7 +71,7 @@ impl Hierarchy {
                 "a hierarchy needs at least one tier, each with a placement",
             ));
         }
-        let planner = Planner::new(placement).map_err(|e| CoreError::config("tier", e))?;
+        let planner = Planner::new(placement)?;
         let total: usize = tiers.iter().map(|t| t.capacity()).sum();
         let set_evicting = tiers
             .iter()

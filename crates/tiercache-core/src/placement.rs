@@ -10,6 +10,7 @@
 //! - `pinned`: paper 004's remedy: only blocks of a fixed index range
 //!   `[first, first + capacity)` are admitted, into free slots, and never evicted.
 
+use crate::error::CoreError;
 use std::fmt;
 use std::str::FromStr;
 
@@ -113,11 +114,14 @@ pub struct Planner {
 impl Planner {
     /// `placement[0]` is forced to inclusive (the top tier takes every miss). At most
     /// [`MAX_TIERS`] tiers.
-    pub fn new(placement: &[Placement]) -> Result<Self, String> {
+    pub fn new(placement: &[Placement]) -> Result<Self, CoreError> {
         if placement.is_empty() || placement.len() > MAX_TIERS {
-            return Err(format!(
-                "a tier stack has 1 to {MAX_TIERS} tiers, not {}",
-                placement.len()
+            return Err(CoreError::config(
+                "tier",
+                format!(
+                    "a tier stack has 1 to {MAX_TIERS} tiers, not {}",
+                    placement.len()
+                ),
             ));
         }
         let mut placement = placement.to_vec();

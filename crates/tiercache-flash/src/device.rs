@@ -75,31 +75,46 @@ pub struct FileDevice {
     behind: DropBehind,
 }
 
+/// Why a cache file or device is refused ([`check_private`]); each says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotPrivate {
+    #[error("not a regular file or a block device")]
+    NotFileOrDevice,
+    #[error(
+        "owned by uid {uid}, neither this daemon's user (uid {euid}) nor root; the cache holds \
+         copies of every user's data: `chown {euid} {at}` (and `chmod 600 {at}`) if it is \
+         yours, else give another path"
+    )]
+    Owner { uid: u32, euid: u32, at: String },
+    #[error(
+        "mode {mode:04o} gives other users access to the cache, which holds copies of every \
+         user's data: `chmod 600 {at}`"
+    )]
+    Mode { mode: u32, at: String },
+}
+
 /// Refuses a cache file or device other users could read or write: it must be a regular file
 /// or a block device, owned by this process's effective user or root, with no group or other
-/// permission bit. `Err` is one line saying what to fix.
-pub fn check_private(meta: &Metadata, path: &Path) -> Result<(), String> {
-    let at = path.display();
+/// permission bit.
+pub fn check_private(meta: &Metadata, path: &Path) -> Result<(), NotPrivate> {
+    let at = || path.display().to_string();
     let kind = meta.file_type();
     if !kind.is_file() && !kind.is_block_device() {
-        return Err("not a regular file or a block device".into());
+        return Err(NotPrivate::NotFileOrDevice);
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if meta.uid() != euid && meta.uid() != 0 {
-        return Err(format!(
-            "owned by uid {}, neither this daemon's user (uid {euid}) nor root; the cache holds \
-             copies of every user's data: `chown {euid} {at}` (and `chmod 600 {at}`) if it is \
-             yours, else give another path",
-            meta.uid()
-        ));
+        return Err(NotPrivate::Owner {
+            uid: meta.uid(),
+            euid,
+            at: at(),
+        });
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
-        return Err(format!(
-            "mode {mode:04o} gives other users access to the cache, which holds copies of every \
-             user's data: `chmod 600 {at}`"
-        ));
+        return Err(NotPrivate::Mode { mode, at: at() });
     }
     Ok(())
 }
@@ -138,7 +153,7 @@ fn open_nofollow(path: &Path, write: bool, create: bool) -> io::Result<(File, bo
     }
 }
 
-fn refused(why: String) -> io::Error {
+fn refused(why: NotPrivate) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, why)
 }
 

@@ -298,26 +298,29 @@ impl Superblock {
     }
 
     /// `Err` names why the bytes are not a valid superblock of this format.
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
+    pub fn decode(b: &[u8]) -> Result<Self, BadSuperblock> {
         Self::decode_version(b, FORMAT_VERSION)
     }
 
     /// As [`Superblock::decode`], for format `want`. The checksum tables' place is not
     /// stored: it follows from the other fields (0 when they overflow; the reader compares
     /// the whole geometry with one recomputed from the device length anyway).
-    pub fn decode_version(b: &[u8], want: u32) -> Result<Self, String> {
+    pub fn decode_version(b: &[u8], want: u32) -> Result<Self, BadSuperblock> {
         if b.len() < SB_BYTES {
-            return Err("short".into());
+            return Err(BadSuperblock::Short);
         }
         if &b[0..8] != SB_MAGIC {
-            return Err("bad magic".into());
+            return Err(BadSuperblock::Magic);
         }
         if crc32c::crc32c(&b[..72]) != u32_at(b, 72) {
-            return Err("bad checksum".into());
+            return Err(BadSuperblock::Checksum);
         }
         let version = u32_at(b, 8);
         if version != want {
-            return Err(format!("format version {version}, expected {want}"));
+            return Err(BadSuperblock::Version {
+                found: version,
+                want,
+            });
         }
         let (set_shift, sector, sets) = (b[25], u32_at(b, 28), u32_at(b, 32));
         let (rec_size, meta_off) = (u32_at(b, 36), u64_at(b, 40));
@@ -351,6 +354,20 @@ impl Superblock {
             instance: u64_at(b, 64),
         })
     }
+}
+
+/// Why bytes are not a valid superblock ([`Superblock::decode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadSuperblock {
+    #[error("short")]
+    Short,
+    #[error("bad magic")]
+    Magic,
+    #[error("bad checksum")]
+    Checksum,
+    #[error("format version {found}, expected {want}")]
+    Version { found: u32, want: u32 },
 }
 
 /// One set's metadata record as stored.

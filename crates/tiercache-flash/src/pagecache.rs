@@ -104,18 +104,21 @@ pub enum IoChoice {
     Only(IoMode),
 }
 
+/// A name that is no [`IoChoice`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown I/O mode `{0}` (expected auto|fadvise|dontcache|direct|buffered)")]
+pub struct BadIoMode(pub String);
+
 impl std::str::FromStr for IoChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BadIoMode;
+    fn from_str(s: &str) -> Result<Self, BadIoMode> {
         if s == "auto" {
             return Ok(IoChoice::Auto);
         }
         ALL.into_iter()
             .find(|m| m.name() == s)
             .map(IoChoice::Only)
-            .ok_or_else(|| {
-                format!("unknown I/O mode `{s}` (expected auto|fadvise|dontcache|direct|buffered)")
-            })
+            .ok_or_else(|| BadIoMode(s.to_string()))
     }
 }
 

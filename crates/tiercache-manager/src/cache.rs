@@ -324,10 +324,7 @@ impl MemCache {
         let lower = if lower.is_empty() {
             None
         } else {
-            let l = Lower::new(lower, bs).map_err(|e| MemError::InvalidConfig {
-                param: "tier",
-                reason: e,
-            })?;
+            let l = Lower::new(lower, bs)?;
             Some(Arc::new(l))
         };
         engine.lower = lower.clone();

@@ -28,6 +28,7 @@
 //! call back into the manager except through the `current` and `spill` callbacks it hands them.
 
 use crate::cache::lock;
+use crate::error::MemError;
 use crate::files::FileShared;
 use crate::lower_bypass::{Bypass, MeasuredCosts};
 use crate::lower_transit::Transit;
@@ -154,14 +155,17 @@ pub(crate) struct Lower {
 }
 
 impl Lower {
-    pub fn new(tiers: Vec<LowerTier>, bs: usize) -> Result<Self, String> {
+    pub fn new(tiers: Vec<LowerTier>, bs: usize) -> Result<Self, MemError> {
         let mut placement = vec![Placement::Inclusive];
         for t in &tiers {
             let info = t.tier.info();
             if info.block_size != bs {
-                return Err(format!(
-                    "tier {}: block size {} differs from the memory tier's {bs}",
-                    info.name, info.block_size
+                return Err(MemError::config(
+                    "tier",
+                    format!(
+                        "tier {}: block size {} differs from the memory tier's {bs}",
+                        info.name, info.block_size
+                    ),
                 ));
             }
             placement.push(t.placement);
@@ -173,11 +177,14 @@ impl Lower {
             let hands_down =
                 above.tier.can_spill() && !matches!(above.placement, Placement::Pinned { .. });
             if below.placement == Placement::Exclusive && !hands_down {
-                return Err(format!(
-                    "tier {}: exclusive below tier {}, which does not hand down what it evicts \
-                     (it would never receive a block); make it inclusive",
-                    below.tier.info().name,
-                    above.tier.info().name
+                return Err(MemError::config(
+                    "tier",
+                    format!(
+                        "tier {}: exclusive below tier {}, which does not hand down what it \
+                         evicts (it would never receive a block); make it inclusive",
+                        below.tier.info().name,
+                        above.tier.info().name
+                    ),
                 ));
             }
         }

@@ -9,8 +9,34 @@ use crate::timeseries::WindowRow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
+
+/// Why a plot was not written; `Display` starts with the PNG's path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlotError {
+    #[error("{}: nothing to plot (fewer requests than one window)", path.display())]
+    Empty { path: PathBuf },
+    /// Drawing or writing the PNG failed (plotters' error, as text: its type is generic over
+    /// the backend).
+    #[error("{}: plot failed: {why}", path.display())]
+    Draw { path: PathBuf, why: String },
+}
+
+/// A drawing step that failed, before the path is known to the error.
+#[derive(Debug)]
+struct DrawFailed(String);
+
+impl std::fmt::Display for DrawFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn failed(e: impl std::fmt::Display) -> DrawFailed {
+    DrawFailed(e.to_string())
+}
 
 static FONT: Once = Once::new();
 
@@ -49,20 +75,20 @@ pub fn segments<T: Copy>(points: &[(u64, Option<T>)]) -> Vec<Vec<(u64, T)>> {
 fn legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     entries: &[(String, RGBAColor)],
-) -> Result<(), String> {
+) -> Result<(), DrawFailed> {
     for (i, (name, color)) in entries.iter().enumerate() {
         let y = 60 + 26 * i as i32;
         area.draw(&PathElement::new(
             vec![(8, y), (34, y)],
             color.stroke_width(3),
         ))
-        .map_err(|e| e.to_string())?;
+        .map_err(failed)?;
         area.draw(&Text::new(
             name.clone(),
             (42, y - 8),
             ("sans-serif", 15).into_font(),
         ))
-        .map_err(|e| e.to_string())?;
+        .map_err(failed)?;
     }
     Ok(())
 }
@@ -72,7 +98,7 @@ fn draw_gapped<DB: DrawingBackend, Y>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordu64, Y>>,
     points: &[(u64, Option<Y::ValueType>)],
     color: RGBAColor,
-) -> Result<(), String>
+) -> Result<(), DrawFailed>
 where
     Y: plotters::coord::ranged1d::Ranged,
     Y::ValueType: Copy + 'static,
@@ -81,11 +107,11 @@ where
         if seg.len() == 1 {
             chart
                 .draw_series(seg.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| e.to_string())?;
+                .map_err(failed)?;
         } else {
             chart
                 .draw_series(LineSeries::new(seg, color.stroke_width(2)))
-                .map_err(|e| e.to_string())?;
+                .map_err(failed)?;
         }
     }
     Ok(())
@@ -97,14 +123,16 @@ pub fn plot_png(
     title: &str,
     tier_names: &[String],
     rows: &[WindowRow],
-) -> Result<(), String> {
+) -> Result<(), PlotError> {
     ensure_font();
-    let err = |e: &dyn std::fmt::Display| format!("{}: plot failed: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    };
     if rows.is_empty() {
-        return Err(format!(
-            "{}: nothing to plot (fewer requests than one window)",
-            path.display()
-        ));
+        return Err(PlotError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     // A partitioned top tier has a target in every window; an unpartitioned one (`none`) has
     // no protected pool to show.

@@ -52,9 +52,27 @@ impl fmt::Display for StreamSpec {
     }
 }
 
+/// A workload spec or stream set that cannot be generated; says what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkloadError {
+    /// A `--workload` spec that does not parse (`why` names the part).
+    #[error("workload `{spec}`: {why}")]
+    Spec { spec: String, why: String },
+    #[error("no --workload or --trace given")]
+    NoStreams,
+    /// A distribution its parameters do not define.
+    #[error("{kind} stream: {why}")]
+    Distribution { kind: &'static str, why: String },
+}
+
 impl FromStr for StreamSpec {
-    type Err = String;
+    type Err = WorkloadError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: String| WorkloadError::Spec {
+            spec: s.to_string(),
+            why,
+        };
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
         let mut blocks = 10_000u64;
         let mut class = Class::Normal;
@@ -65,44 +83,47 @@ impl FromStr for StreamSpec {
         for kv in rest.split(',').filter(|p| !p.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
-                .ok_or_else(|| format!("workload `{s}`: `{kv}` is not key=value"))?;
-            let num = |what: &str| -> Result<f64, String> {
+                .ok_or_else(|| bad(format!("`{kv}` is not key=value")))?;
+            let num = |what: &str| -> Result<f64, WorkloadError> {
                 v.parse::<f64>()
                     .ok()
                     .filter(|x| x.is_finite() && *x > 0.0)
-                    .ok_or_else(|| {
-                        format!("workload `{s}`: {what} `{v}` must be a positive number")
-                    })
+                    .ok_or_else(|| bad(format!("{what} `{v}` must be a positive number")))
             };
             match k {
                 "blocks" => {
-                    blocks = v.parse().ok().filter(|&b| b > 0).ok_or_else(|| {
-                        format!("workload `{s}`: blocks `{v}` must be a positive integer")
-                    })?
+                    blocks =
+                        v.parse().ok().filter(|&b| b > 0).ok_or_else(|| {
+                            bad(format!("blocks `{v}` must be a positive integer"))
+                        })?
                 }
-                "class" => class = v.parse().map_err(|e| format!("workload `{s}`: {e}"))?,
+                "class" => class = v.parse::<Class>().map_err(|e| bad(e.to_string()))?,
                 "weight" => weight = num("weight")?,
                 "file" => {
-                    file =
-                        Some(v.parse().map_err(|_| {
-                            format!("workload `{s}`: file `{v}` must be an integer")
-                        })?)
+                    file = Some(
+                        v.parse()
+                            .map_err(|_| bad(format!("file `{v}` must be an integer")))?,
+                    )
                 }
                 "alpha" => alpha = Some(num("alpha")?),
                 "mean" => mean = Some(num("mean")?),
-                _ => return Err(format!("workload `{s}`: unknown key `{k}`")),
+                _ => return Err(bad(format!("unknown key `{k}`"))),
             }
         }
         let pattern = match kind {
             "uniform" => Pattern::Uniform,
-            "zipf" => Pattern::Zipf { alpha: alpha.unwrap_or(1.0) },
-            "exponential" => Pattern::Exponential { mean: mean.unwrap_or(blocks as f64 / 5.0) },
+            "zipf" => Pattern::Zipf {
+                alpha: alpha.unwrap_or(1.0),
+            },
+            "exponential" => Pattern::Exponential {
+                mean: mean.unwrap_or(blocks as f64 / 5.0),
+            },
             "loop" => Pattern::Loop,
             "scan" => Pattern::Scan,
             _ => {
-                return Err(format!(
-                    "workload `{s}`: unknown kind `{kind}` (expected uniform|zipf|exponential|loop|scan)"
-                ))
+                return Err(bad(format!(
+                    "unknown kind `{kind}` (expected uniform|zipf|exponential|loop|scan)"
+                )))
             }
         };
         let misplaced = match (alpha, mean, pattern) {
@@ -111,7 +132,7 @@ impl FromStr for StreamSpec {
             _ => None,
         };
         if let Some(k) = misplaced {
-            return Err(format!("workload `{s}`: `{k}` does not apply to {kind}"));
+            return Err(bad(format!("`{k}` does not apply to {kind}")));
         }
         Ok(StreamSpec {
             pattern,
@@ -123,6 +144,13 @@ impl FromStr for StreamSpec {
     }
 }
 
+fn dist(kind: &'static str, e: impl std::fmt::Display) -> WorkloadError {
+    WorkloadError::Distribution {
+        kind,
+        why: e.to_string(),
+    }
+}
+
 enum Sampler {
     Uniform,
     Zipf(Zipf<f64>),
@@ -131,9 +159,13 @@ enum Sampler {
 }
 
 /// Generates the interleaved request stream of several specs, deterministically from a seed.
-pub fn generate(specs: &[StreamSpec], requests: usize, seed: u64) -> Result<Vec<Access>, String> {
+pub fn generate(
+    specs: &[StreamSpec],
+    requests: usize,
+    seed: u64,
+) -> Result<Vec<Access>, WorkloadError> {
     if specs.is_empty() {
-        return Err("no --workload or --trace given".into());
+        return Err(WorkloadError::NoStreams);
     }
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut samplers = Vec::with_capacity(specs.len());
@@ -141,10 +173,10 @@ pub fn generate(specs: &[StreamSpec], requests: usize, seed: u64) -> Result<Vec<
         samplers.push(match s.pattern {
             Pattern::Uniform => Sampler::Uniform,
             Pattern::Zipf { alpha } => {
-                Sampler::Zipf(Zipf::new(s.blocks, alpha).map_err(|e| format!("zipf stream: {e}"))?)
+                Sampler::Zipf(Zipf::new(s.blocks, alpha).map_err(|e| dist("zipf", e))?)
             }
             Pattern::Exponential { mean } => {
-                Sampler::Exp(Exp::new(1.0 / mean).map_err(|e| format!("exponential stream: {e}"))?)
+                Sampler::Exp(Exp::new(1.0 / mean).map_err(|e| dist("exponential", e))?)
             }
             Pattern::Loop | Pattern::Scan => Sampler::Seq { next: 0 },
         });
@@ -221,7 +253,7 @@ mod tests {
         ] {
             let e = bad.parse::<StreamSpec>().unwrap_err();
             assert!(
-                e.contains(bad.split(':').next().unwrap_or(bad)),
+                e.to_string().contains(bad.split(':').next().unwrap_or(bad)),
                 "{bad}: {e}"
             );
         }

@@ -114,10 +114,10 @@ pub(super) fn read(path: &Path, opts: &TraceOptions) -> Result<Vec<Access>, Trac
                 fail(format!("column {} ({name}): {msg}", i + 1))
             };
             match role {
-                Role::Id => id = parse_u64(field).map_err(column_err)?,
-                Role::File => file = parse_u64(field).map_err(column_err)?,
+                Role::Id => id = parse_u64(field).map_err(|e| column_err(e.to_string()))?,
+                Role::File => file = parse_u64(field).map_err(|e| column_err(e.to_string()))?,
                 Role::Time | Role::Size => {
-                    parse_u64(field).map_err(column_err)?;
+                    parse_u64(field).map_err(|e| column_err(e.to_string()))?;
                 }
                 Role::Op => {
                     write = WRITE_OPS

@@ -279,21 +279,32 @@ pub(crate) fn field_count(line: &[u8]) -> usize {
     line.iter().filter(|&&b| b == b',').count() + 1
 }
 
+/// Why a field is not an unsigned decimal integer.
+#[derive(Debug, Error)]
+pub(crate) enum BadNumber {
+    #[error("empty value")]
+    Empty,
+    #[error("invalid digit {0}")]
+    Digit(String),
+    #[error("number too large {0}")]
+    TooLarge(String),
+}
+
 /// Parses an unsigned decimal integer (already trimmed).
-pub(crate) fn parse_u64(field: &[u8]) -> Result<u64, String> {
+pub(crate) fn parse_u64(field: &[u8]) -> Result<u64, BadNumber> {
     if field.is_empty() {
-        return Err("empty value".to_string());
+        return Err(BadNumber::Empty);
     }
     let mut value: u64 = 0;
     for &b in field {
         let digit = b.wrapping_sub(b'0');
         if digit > 9 {
-            return Err(format!("invalid digit {}", quote(field)));
+            return Err(BadNumber::Digit(quote(field)));
         }
         value = value
             .checked_mul(10)
             .and_then(|v| v.checked_add(u64::from(digit)))
-            .ok_or_else(|| format!("number too large {}", quote(field)))?;
+            .ok_or_else(|| BadNumber::TooLarge(quote(field)))?;
     }
     Ok(value)
 }

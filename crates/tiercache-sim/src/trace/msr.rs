@@ -73,7 +73,8 @@ pub(super) fn read(path: &Path, opts: &TraceOptions) -> Result<Vec<Access>, Trac
         let [timestamp, host, disk, kind, offset, size, response] = fields;
         let column_err =
             |i: usize, msg: String| fail(format!("column {} ({}): {msg}", i + 1, COLUMNS[i]));
-        let number = |i: usize, field: &[u8]| parse_u64(field).map_err(|m| column_err(i, m));
+        let number =
+            |i: usize, field: &[u8]| parse_u64(field).map_err(|m| column_err(i, m.to_string()));
         number(0, timestamp)?;
         if host.is_empty() {
             return Err(column_err(1, "empty value".to_string()));

@@ -86,9 +86,10 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
         format!("zipf:blocks={},alpha=0.9,weight=3", universe / 2),
     ]
     .iter()
-    .map(|s| s.parse())
-    .collect::<Result<_, _>>()?;
-    let requests = generate(&specs, a.requests, 7)?;
+    .map(|s| s.parse::<StreamSpec>())
+    .collect::<Result<_, _>>()
+    .map_err(|e| e.to_string())?;
+    let requests = generate(&specs, a.requests, 7).map_err(|e| e.to_string())?;
     let tier = |name: &str, blocks: usize, placement: &str| -> Result<TierSpec, String> {
         format!("{name}:{blocks}:lru:{placement}").parse()
     };

@@ -59,7 +59,7 @@ fn check(a: &CheckArgs) -> Result<(), String> {
     if let Err(why) = dev
         .metadata()
         .map_err(|e| e.to_string())
-        .and_then(|m| check_private(&m, &a.path))
+        .and_then(|m| check_private(&m, &a.path).map_err(|e| e.to_string()))
     {
         eprintln!("warning: {at}: a mount would refuse it: {why}");
     }
