@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tiercache_core::index::TierIndex;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
-use tiercache_core::{BlockIndex, BlockKey, Class, FileId, InvariantViolation, SlotId};
+use tiercache_core::{BlockIndex, BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
 use tiercache_tier::{
     Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, TierError, TierInfo, TierKey,
     TierKind, TierSnapshot,
@@ -78,17 +78,16 @@ pub struct MemoryTier {
 }
 
 impl MemoryTier {
-    pub fn new(cfg: &MemoryTierConfig) -> Result<Self, String> {
+    pub fn new(cfg: &MemoryTierConfig) -> Result<Self, CoreError> {
         Self::with_kind(cfg, TierKind::Memory)
     }
 
     /// As `new`, reporting `kind` (the test tier is this tier under another name).
-    pub(crate) fn with_kind(cfg: &MemoryTierConfig, kind: TierKind) -> Result<Self, String> {
+    pub(crate) fn with_kind(cfg: &MemoryTierConfig, kind: TierKind) -> Result<Self, CoreError> {
+        let bad =
+            |why: String| CoreError::config("tier", format!("{kind} tier {}: {why}", cfg.name));
         if cfg.block_size == 0 || cfg.capacity_blocks == 0 {
-            return Err(format!(
-                "{kind} tier {}: capacity and block size must be positive",
-                cfg.name
-            ));
+            return Err(bad("capacity and block size must be positive".into()));
         }
         let index: Box<dyn TierIndex> = Box::new(
             Tier::new(&TierConfig::new(
@@ -96,10 +95,10 @@ impl MemoryTier {
                 cfg.capacity_blocks,
                 cfg.policy,
             ))
-            .map_err(|e| format!("{kind} tier {}: {e}", cfg.name))?,
+            .map_err(|e| bad(e.to_string()))?,
         );
-        let arena = Arena::new(cfg.capacity_blocks, cfg.block_size)
-            .map_err(|e| format!("{kind} tier {}: {e}", cfg.name))?;
+        let arena =
+            Arena::new(cfg.capacity_blocks, cfg.block_size).map_err(|e| bad(e.to_string()))?;
         let info = TierInfo {
             name: cfg.name.clone(),
             kind,

@@ -58,7 +58,7 @@ pub struct TestTier {
 }
 
 impl TestTier {
-    pub fn new(cfg: TestTierConfig) -> Result<Self, String> {
+    pub fn new(cfg: TestTierConfig) -> Result<Self, tiercache_core::CoreError> {
         let mc = MemoryTierConfig {
             name: cfg.name,
             capacity_blocks: cfg.capacity_blocks,

@@ -695,7 +695,7 @@ fn build_lower_tiers(
                     cfg.read_latency = spec.read_latency;
                     cfg.write_latency = spec.write_latency;
                     cfg.accepts_dirty = spec.accepts_dirty;
-                    Arc::new(tiercache_memtier::TestTier::new(cfg)?)
+                    Arc::new(tiercache_memtier::TestTier::new(cfg).map_err(|e| e.to_string())?)
                 }
                 LowerTierKind::Remote => {
                     let r = spec
