@@ -230,6 +230,12 @@ pub trait DataPath: Send + Sync + 'static {
     }
     /// The handle is closed; no further calls will use it.
     fn release(&self, _fh: &FileHandleInfo) {}
+    /// `release` if that needs no I/O and no wait: done, and `true`. Otherwise nothing is
+    /// done, `false`, and `release` follows on an I/O worker. The default always leaves it
+    /// to `release`.
+    fn try_release(&self, _fh: &FileHandleInfo) -> bool {
+        false
+    }
     /// The kernel forgot node `ino`; its id may be reused for another file.
     fn evict(&self, _ino: u64) {}
     /// `evict` if that needs no I/O and no wait (nothing is cached for `ino`, say): done, and
@@ -247,6 +253,10 @@ pub struct PassThrough;
 impl DataPath for PassThrough {
     fn try_evict(&self, _ino: u64) -> bool {
         true // nothing cached
+    }
+
+    fn try_release(&self, _fh: &FileHandleInfo) -> bool {
+        true // nothing to let go
     }
 
     fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {

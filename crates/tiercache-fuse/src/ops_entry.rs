@@ -232,7 +232,7 @@ impl TierFs {
     /// `parent_sgid` tells whether the group was inherited from the parent. Nothing to do
     /// when the object was created as the caller.
     pub(crate) fn chown_new(&self, c: Caller, fd: RawFd, parent_sgid: bool) -> OpResult<()> {
-        if self.euid != 0 || self.ident.per_caller() {
+        if !self.chowns_new() {
             return Ok(()); // created as the caller, or an unprivileged daemon
         }
         let gid = if parent_sgid { u32::MAX } else { c.gid };
@@ -248,15 +248,24 @@ impl TierFs {
         Ok(())
     }
 
-    /// Parent directory node plus whether it is set-gid.
+    /// Parent directory node plus whether it is set-gid, which only [`TierFs::chown_new`]
+    /// asks (else `false`, without the `fstat`).
     pub(crate) fn parent_dir(&self, parent: INodeNo) -> OpResult<(Arc<Inode>, NodeFd, bool)> {
         let dir = self.inode(parent)?;
         let dfd = self.node_fd(&dir)?;
         if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
         }
+        if !self.chowns_new() {
+            return Ok((dir, dfd, false));
+        }
         let st = sys::fstat(dfd.raw()).map_err(errno)?;
         Ok((dir, dfd, st.st_mode & libc::S_ISGID != 0))
+    }
+
+    /// Whether new objects are made as the daemon and `chown`ed to the caller.
+    fn chowns_new(&self) -> bool {
+        self.euid == 0 && !self.ident.per_caller()
     }
 
     /// Common tail of mknod/mkdir/symlink, called as the caller: open the new name and hand

@@ -57,7 +57,14 @@ pub(crate) fn backing_flags(flags: i32, regular: bool) -> i32 {
 impl TierFs {
     /// Registers an open backing file as a handle and tells the data path; returns the handle
     /// and its FOPEN flags (which the kernel cache decides with the data path's advice).
-    fn new_handle(&self, ino: u64, file: File, flags: i32) -> OpResult<(u64, FopenFlags)> {
+    /// `created`: the file was just created (empty), so `O_TRUNC` has nothing to do.
+    fn new_handle(
+        &self,
+        ino: u64,
+        file: File,
+        flags: i32,
+        created: bool,
+    ) -> OpResult<(u64, FopenFlags)> {
         let st = sys::fstat(file.as_raw_fd()).map_err(errno)?;
         let fh = self.alloc_fh();
         let info = Arc::new(FileHandleInfo {
@@ -73,7 +80,7 @@ impl TierFs {
             },
         });
         let advice = self.data.open(&info).map_err(errno)?;
-        if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
+        if !created && flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             if let Err(e) = self.data.truncate(ino, &info.file, 0) {
                 self.data.release(&info);
                 return Err(errno(e));
@@ -132,7 +139,7 @@ impl TierFs {
         let file = self.open_as_caller(c, flags, bflags, |f| {
             self.inodes.retry("open", || sys::reopen(nfd.raw(), f))
         })?;
-        self.new_handle(node.id, file, flags)
+        self.new_handle(node.id, file, flags, false)
     }
 
     pub(crate) fn op_create(
@@ -192,7 +199,9 @@ impl TierFs {
             (file, path_fd)
         };
         let attr = self.register(path_fd)?;
-        match self.new_handle(attr.ino.0, file, flags) {
+        match self.new_handle(attr.ino.0, file, flags, created) {
+            // a file we created is as `register` saw it (nothing truncated it since)
+            Ok((fh, fopen)) if created => Ok((attr, fh, fopen)),
             Ok((fh, fopen)) => {
                 // the handle may have truncated the file: report fresh attrs
                 let attr = self.op_getattr(attr.ino, Some(FileHandle(fh)))?;

@@ -192,13 +192,19 @@ impl TierFs {
     }
 
     /// `release`: the handle is gone at once; the data path's release of a handle open for
-    /// writing (which may write back to bound the descriptors closed files keep) runs on an
-    /// I/O worker, counted as pending until done (`writers.rs`).
+    /// writing (which may write back to bound the descriptors closed files keep) runs on this
+    /// thread when it needs no I/O (`DataPath::try_release`: a `tar x` closes every file it
+    /// writes, and a hand-over to a worker costs two thread switches), else on an I/O worker,
+    /// counted as pending until done (`writers.rs`).
     pub(crate) fn io_release(&self, fh: FileHandle, reply: ReplyEmpty) {
         let Some(h) = self.remove_file(fh) else {
             return reply.ok();
         };
         let writable = h.flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writable && self.pool.enabled() && self.data.try_release(&h) {
+            self.writers.released(false);
+            return reply.ok();
+        }
         if !self.pool.enabled() || !writable {
             self.data.release(&h);
             if writable {

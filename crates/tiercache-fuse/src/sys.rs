@@ -386,6 +386,8 @@ fn parse_dirents(mut buf: &[u8], out: &mut Vec<RawDirEntry>) {
 thread_local! {
     /// Whether this thread has its own fs struct (own umask), see [`thread_umask`].
     static PRIVATE_FS: Cell<Option<bool>> = const { Cell::new(None) };
+    /// The umask [`thread_umask`] last gave this thread's private fs struct.
+    static UMASK: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
 /// Sets the umask used by the next create call on this thread.
@@ -410,8 +412,15 @@ pub(crate) fn thread_umask(mask: u32) -> bool {
         }
     });
     if private {
-        // SAFETY: umask never fails; it only affects this thread's private fs struct.
-        unsafe { libc::umask((mask & 0o777) as libc::mode_t) };
+        // Only this function changes the private umask: set it when it differs.
+        let mask = mask & 0o777;
+        UMASK.with(|u| {
+            if u.get() != Some(mask) {
+                // SAFETY: umask never fails; it only affects this thread's private fs struct.
+                unsafe { libc::umask(mask as libc::mode_t) };
+                u.set(Some(mask));
+            }
+        });
     }
     private
 }

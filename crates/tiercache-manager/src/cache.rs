@@ -439,6 +439,12 @@ impl MemCache {
         self.inner.release(file);
     }
 
+    /// [`MemCache::release`] if it needs no I/O and no wait (the usual case): done, and `true`;
+    /// otherwise nothing is done and `false` (make the ordinary call where waiting is fine).
+    pub fn try_release(&self, file: FileId) -> bool {
+        self.inner.try_release(file)
+    }
+
     /// Reads up to `len` bytes at `offset`; short at the logical end of file.
     pub fn read(&self, file: FileId, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; len];

@@ -470,6 +470,27 @@ impl Inner {
         blocks
     }
 
+    /// [`Inner::release`] unless it may wait: when the closing thread may have to write back
+    /// and sync to bound the descriptors closed files hold, or a forget that came first must
+    /// drop the file's copies in the tiers below. Returns whether it released.
+    pub(crate) fn try_release(&self, file: FileId) -> bool {
+        if self.closed_fds_near_bound() {
+            return false;
+        }
+        if self.lower.is_some() {
+            let eng = self.lock();
+            let last_after_forget = eng
+                .files
+                .get(&file)
+                .is_some_and(|f| f.forget_at_release && f.handles <= 1);
+            if last_after_forget {
+                return false;
+            }
+        }
+        self.release(file);
+        true
+    }
+
     pub(crate) fn release(&self, file: FileId) {
         let mut invalidate_below = None;
         let (fd, kick, holds) = {

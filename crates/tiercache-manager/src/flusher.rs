@@ -23,8 +23,9 @@
 //!
 //! Background policy: every `flush_interval` (or when kicked because dirty blocks passed the
 //! background limit) the flusher writes back, in inode order, every file dirty for longer than
-//! `dirty_expire`, and further files, oldest-dirtied first, while dirty blocks exceed
-//! `dirty_background_ratio`. A file is written back as a whole (all its dirty blocks). No
+//! `dirty_expire`, and, when dirty blocks exceed `dirty_background_ratio`, the oldest-dirtied
+//! further files down to a quarter below it (in inode order too). A file is written back as a
+//! whole (all its dirty blocks). No
 //! write-back but `fsync`'s is followed by a sync of its file: see `sync_batch`.
 
 use crate::cache::{lock, Inner};
@@ -92,7 +93,7 @@ impl Inner {
     fn flush_tick(&self) {
         let now = Instant::now();
         let wb_total = Counters::get(&self.counters.writeback_blocks);
-        let candidates: Vec<(FileId, Option<Instant>)> = {
+        let candidates: Vec<(FileId, Option<Instant>, usize)> = {
             let mut eng = self.lock();
             let current = *eng.tier.stats();
             eng.windows.roll(now, &current);
@@ -101,28 +102,41 @@ impl Inner {
             eng.files
                 .iter()
                 .filter(|(_, f)| !f.dirty.is_empty())
-                .map(|(id, f)| (*id, f.dirtied_at))
+                .map(|(id, f)| (*id, f.dirtied_at, f.dirty.len()))
                 .collect()
         };
         // Expired files go in inode order (files of one directory are mostly neighbours on
         // BACKING, and so are their inodes): a disk's elevator sees a mostly sequential stream.
-        // Then, while dirty blocks exceed the background ratio, the oldest-dirtied others.
-        let (mut expired, mut others): (Vec<_>, Vec<_>) =
-            candidates.into_iter().partition(|&(_, at)| {
+        let (mut expired, others): (Vec<_>, Vec<_>) =
+            candidates.into_iter().partition(|&(_, at, _)| {
                 at.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.dirty_expire)
             });
-        expired.sort_unstable_by_key(|&(id, _)| id.0);
-        let n_expired = expired.len();
-        others.sort_by_key(|&(id, at)| (at, id.0));
-        for (i, (file, _)) in expired.into_iter().chain(others).enumerate() {
-            if i >= n_expired && self.lock().dirty_blocks <= self.dirty_bg_limit {
-                break; // the others are sorted oldest first: none is due
+        expired.sort_unstable_by_key(|&(id, _, _)| id.0);
+        let expired: Vec<FileId> = expired.into_iter().map(|(id, _, _)| id).collect();
+        if !self.flush_background(&expired) {
+            return;
+        }
+        // Then, while dirty blocks exceed the background ratio, the oldest-dirtied others, down
+        // to a quarter below it: a writer over the ratio kicks a round at every write, and
+        // rounds that stopped right at the ratio scanned every dirty file once per write. The
+        // files chosen are written in inode order too.
+        let dirty = self.lock().dirty_blocks;
+        if dirty > self.dirty_bg_limit {
+            let mut over = dirty - (self.dirty_bg_limit - self.dirty_bg_limit / 4);
+            let mut others = others;
+            others.sort_by_key(|&(id, at, _)| (at, id.0));
+            let mut chosen: Vec<FileId> = Vec::new();
+            for (id, _, blocks) in others {
+                if over == 0 {
+                    break;
+                }
+                over = over.saturating_sub(blocks);
+                chosen.push(id);
             }
-            if lock(&self.flush_ctl).stop {
+            chosen.sort_unstable_by_key(|id| id.0);
+            if !self.flush_background(&chosen) {
                 return;
             }
-            // Errors are logged and remembered by flush_file.
-            let _ = self.flush_file(file, Why::Background);
         }
         // Closed files written back: one sync round (at most one per period) makes their data
         // durable and lets their descriptors go. Errors are remembered by their files.
@@ -135,6 +149,18 @@ impl Inner {
         self.bound_closed_fds();
         // What this round wrote leaves no pages behind (an uncached BACKING device).
         self.device.settle();
+    }
+
+    /// Background write-back of `files` in this order; `false` when the flusher is stopping.
+    fn flush_background(&self, files: &[FileId]) -> bool {
+        for &file in files {
+            if lock(&self.flush_ctl).stop {
+                return false;
+            }
+            // Errors are logged and remembered by flush_file.
+            let _ = self.flush_file(file, Why::Background);
+        }
+        true
     }
 
     /// Lets a writer help write back while dirty blocks exceed the dirty ratio. Holds no lock

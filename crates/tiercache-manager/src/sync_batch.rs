@@ -214,6 +214,14 @@ impl Inner {
         self.closed_fds.store(files.len(), Ordering::Relaxed);
     }
 
+    /// Whether one more closed file holding its descriptor would make the closing thread write
+    /// back and sync ([`Inner::help_bound_closed_fds`]); a hint, as others may close meanwhile.
+    pub(crate) fn closed_fds_near_bound(&self) -> bool {
+        let budget = self.fd_budget.load(Ordering::Relaxed);
+        let n = self.closed_fds.load(Ordering::Relaxed);
+        n >= budget / 2 && (n >= budget || self.sync_due())
+    }
+
     /// Counts one more closed file holding its descriptor; past half the budget, the closing
     /// thread itself writes back and syncs the oldest such files (one thread at a time; the
     /// others wait for it and look again), as a writer over the dirty limit helps write back.

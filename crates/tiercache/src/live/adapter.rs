@@ -45,6 +45,18 @@ pub struct CacheDataPath {
 }
 
 impl CacheDataPath {
+    /// A handle of `ino` was released by the tier: one open handle less in the
+    /// reclassification map (its entry goes at the last one if the kernel forgot `ino`).
+    fn released(&self, ino: u64) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = known.get_mut(&ino) {
+            k.open_handles = k.open_handles.saturating_sub(1);
+            if k.open_handles == 0 && k.evicted {
+                known.remove(&ino);
+            }
+        }
+    }
+
     /// The kernel forgot `ino`: its reclassification entry goes (at its last release if
     /// handles are still open).
     fn forget_known(&self, ino: u64) {
@@ -312,13 +324,16 @@ impl DataPath for CacheDataPath {
         // had reached the tier but not this map yet). At the last one the tier carries out a
         // forget that came first.
         self.mem.release(FileId(fh.ino));
-        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = known.get_mut(&fh.ino) {
-            k.open_handles = k.open_handles.saturating_sub(1);
-            if k.open_handles == 0 && k.evicted {
-                known.remove(&fh.ino);
-            }
+        self.released(fh.ino);
+    }
+
+    fn try_release(&self, fh: &FileHandleInfo) -> bool {
+        // As `release`, when the tier can let go without I/O (see `MemCache::try_release`).
+        if !self.mem.try_release(FileId(fh.ino)) {
+            return false;
         }
+        self.released(fh.ino);
+        true
     }
 
     fn evict(&self, ino: u64) {
