@@ -418,16 +418,7 @@ impl Lower {
     /// [`Lower::invalidate`] without waiting for a tier's I/O (`DataTier::try_invalidate`),
     /// same order; `false` when some tier could not at once (the tiers above it are done).
     pub fn try_invalidate(&self, key: TierKey) -> bool {
-        lock(&self.transit).demoting.remove(&key);
-        for (k, lt) in self.tiers.iter().enumerate() {
-            if !lt.tier.try_invalidate(&key) {
-                return false;
-            }
-            if self.spills[k] {
-                lock(&self.transit).demoting.remove(&key);
-            }
-        }
-        true
+        self.drop_copies_from(0, key, |t| t.try_invalidate(&key))
     }
 
     /// The clean copy of `key` in the dirty tier (cleaned while memory holds newer bytes)
@@ -442,13 +433,30 @@ impl Lower {
     /// transit map its entry. Top down, the map again after each tier that spills: a block a
     /// tier spilled before it was invalidated is in the map by then (see `lower_transit`).
     fn invalidate_from(&self, first: usize, key: TierKey) {
+        self.drop_copies_from(first, key, |t| {
+            t.invalidate(&key);
+            true
+        });
+    }
+
+    /// The walk of `invalidate_from` with `drop` as each tier's step; stops at the first tier
+    /// whose `drop` answers `false` (and answers `false`).
+    fn drop_copies_from(
+        &self,
+        first: usize,
+        key: TierKey,
+        drop: impl Fn(&dyn DataTier) -> bool,
+    ) -> bool {
         lock(&self.transit).demoting.remove(&key);
         for (k, lt) in self.tiers.iter().enumerate().skip(first) {
-            lt.tier.invalidate(&key);
+            if !drop(lt.tier.as_ref()) {
+                return false;
+            }
             if self.spills[k] {
                 lock(&self.transit).demoting.remove(&key);
             }
         }
+        true
     }
 
     /// Blocks of `file` from `from_block` on changed (truncation, change behind our back).
