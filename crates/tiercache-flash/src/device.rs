@@ -45,8 +45,9 @@ pub trait FlashDevice: Send + Sync + fmt::Debug {
     fn settle(&self) {}
     /// Bytes `0..end` are the tier's superblock, records and checksum tables, which every
     /// store reads and rewrites a part of: a device that lets go of what it keeps of past I/O
-    /// keeps those while busy, and lets go of them only once quiet ([`FileDevice`]: their
-    /// pages). Default: nothing.
+    /// keeps those while in use, and lets go of them only once quiet for a while
+    /// ([`FileDevice`]: their pages, after [`crate::HEAD_LINGER`] quiet `settle` calls).
+    /// Default: nothing.
     fn keep_hot(&self, _end: u64) {}
 }
 

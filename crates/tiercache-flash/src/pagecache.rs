@@ -8,11 +8,12 @@
 //! - [`IoMode::Fadvise`]: plain `pread`/`pwrite`, and `posix_fadvise(POSIX_FADV_DONTNEED)`
 //!   after every [`DROP_EVERY`] bytes of I/O and after every sync on the file but its head
 //!   (the tier's superblock, records and checksum tables, which every store reads and
-//!   rewrites a part of), and on the whole file on the tier's ticks once the file is quiet
-//!   ([`DropBehind`]). The kernel's write-back and read-ahead keep working; what is cached at
-//!   any moment is bounded by about [`DROP_EVERY`] plus one read-ahead window plus the head's
-//!   pages touched since the file was last quiet (dirty pages are not dropped, their write-out
-//!   is started; the quiet drops take them once clean). Works wherever `posix_fadvise` does
+//!   rewrites a part of), on the tier's ticks once the file is quiet, and on the whole file,
+//!   head included, once it has been quiet for about 10 s ([`DropBehind`]). The kernel's
+//!   write-back and read-ahead keep working; what is cached at any moment is bounded by about
+//!   [`DROP_EVERY`] plus one read-ahead window plus the head's pages touched since the file
+//!   was last quiet that long (dirty pages are not dropped, their write-out is started; the
+//!   quiet drops take them once clean). Works wherever `posix_fadvise` does
 //!   (files and block devices).
 //! - [`IoMode::Dontcache`]: `preadv2`/`pwritev2` with `RWF_DONTCACHE` (Linux 6.14+, file
 //!   systems that support it) but for the head (plain I/O, dropped as with `fadvise`): each
@@ -491,18 +492,25 @@ pub(crate) fn write_all_flags(
 /// (with the tier's 20 ms ticks, for about a second).
 const REDROPS: u32 = 50;
 
+/// Quiet [`DropBehind::settle`] calls in a row after which the head goes too (about 10 s with
+/// the tier's 20 ms ticks); then again on the next [`REDROPS`] calls.
+pub const HEAD_LINGER: u32 = 500;
+
 /// Counts the bytes that may have left pages behind and drops the file's clean pages every
 /// [`DROP_EVERY`] of them and after every sync ("busy" drops), and once the file is quiet (no
 /// I/O between two [`Self::settle`] calls), again on [`REDROPS`] quiet calls after that: so
-/// nothing stays behind once the file has been quiet a while.
+/// no data block's page stays behind once the file has been quiet a while.
 ///
-/// The busy drops spare the file's head, bytes `0..hot` ([`Self::keep_hot`]: the tier's
+/// All of these spare the file's head, bytes `0..hot` ([`Self::keep_hot`]: the tier's
 /// superblock, records and checksum tables, 2 KiB per 1 MiB set): every store reads and
 /// rewrites a set's checksum table and record, each a part of a page, so a dropped page there
-/// costs a synchronous disk read (a read-modify-write for a write) in the request path, and
-/// dropping it after every sync made a burst of random writes read the same pages again and
-/// again. Only the quiet drops take the head: while busy the file holds at most its head
-/// plus what the busy drops bound; once quiet, nothing.
+/// costs a synchronous disk read (a read-modify-write for a write) in the request path, under
+/// the tier's lock. Dropping it after every sync made a burst of random writes read the same
+/// pages again and again; dropping it at the first quiet tick made the first burst after every
+/// pause (paper 001's idle-time workload: bursts between idle gaps of seconds) read them again.
+/// The head goes once the file has been quiet for [`HEAD_LINGER`] calls in a row: so while the
+/// tier is in use the file holds at most its head (0.2 % of its size) plus what the busy drops
+/// bound; once quiet that long, nothing.
 #[derive(Debug, Default)]
 pub(crate) struct DropBehind {
     /// Bytes of I/O since the last drop.
@@ -513,8 +521,10 @@ pub(crate) struct DropBehind {
     seen: AtomicU64,
     /// Quiet `settle` calls left that drop again.
     redrops: AtomicU32,
-    /// End of the head the busy drops spare (0: none).
+    /// End of the head the drops spare (0: none).
     hot: AtomicU64,
+    /// Quiet `settle` calls in a row (saturating).
+    quiet: AtomicU32,
 }
 
 impl DropBehind {
@@ -543,23 +553,30 @@ impl DropBehind {
         self.drop_busy(file);
     }
 
-    /// Called now and then: drops all of the file's pages, head included, when there was I/O
-    /// since the last drop but none since the last call (so an active stream's read-ahead is
-    /// not dropped under it); with no I/O since the last drop, drops again while [`REDROPS`]
-    /// last.
+    /// Called now and then (the tier's ticks): when there was I/O since the last drop but none
+    /// since the last call (so an active stream's read-ahead is not dropped under it), drops
+    /// the file's clean pages but the head's, and again while [`REDROPS`] last; the head too
+    /// once the calls have found the file quiet [`HEAD_LINGER`] times in a row.
     pub fn settle(&self, file: &File) {
         let ops = self.ops.load(Ordering::Relaxed);
         if self.seen.swap(ops, Ordering::Relaxed) != ops {
+            self.quiet.store(0, Ordering::Relaxed);
             return; // not quiet
         }
-        if self.since.load(Ordering::Relaxed) > 0 {
-            self.drop_now(file);
+        let quiet = self
+            .quiet
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
+            .map_or(u32::MAX, |n| n + 1);
+        if (HEAD_LINGER..HEAD_LINGER + REDROPS).contains(&quiet) {
+            Self::drop_logged(file, 0);
+        } else if self.since.load(Ordering::Relaxed) > 0 {
+            self.drop_busy(file);
         } else if self
             .redrops
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
         {
-            Self::drop_logged(file, 0);
+            Self::drop_logged(file, self.hot.load(Ordering::Relaxed));
         }
     }
 
@@ -569,7 +586,7 @@ impl DropBehind {
         Self::drop_logged(file, 0);
     }
 
-    /// Drops the file's clean pages but the head's.
+    /// Drops the file's clean pages but the head's, and counts afresh.
     fn drop_busy(&self, file: &File) {
         self.rearm();
         Self::drop_logged(file, self.hot.load(Ordering::Relaxed));

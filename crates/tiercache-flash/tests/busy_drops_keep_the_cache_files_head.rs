@@ -4,8 +4,8 @@
 //! its set's checksum table and record page from the disk again, under the tier's lock.
 //!
 //! With the modes that drop pages (`fadvise`, `dontcache`), a sync now drops the data blocks'
-//! pages but leaves the head's; once the tier's ticks find the file quiet, nothing is left,
-//! head included.
+//! pages but leaves the head's; once the tier's ticks have found the file quiet
+//! [`HEAD_LINGER`] times in a row, nothing is left, head included.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -15,7 +15,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-use tiercache_flash::{FileDevice, FlashDevice, FlashTier, IoChoice, IoMode};
+use tiercache_flash::{FileDevice, FlashDevice, FlashTier, IoChoice, IoMode, HEAD_LINGER};
 use tiercache_tier::DataTier;
 
 const LEN: u64 = 64 << 20;
@@ -94,9 +94,10 @@ fn run(mode: IoMode) {
         count(&resident(&path, head.clone())) >= first_sets,
         "{mode}: the second sync dropped the head's pages"
     );
-    // Quiet: two ticks without I/O, and nothing is left, head included.
-    t.on_tick();
-    t.on_tick();
+    // Quiet long enough, and nothing is left, head included.
+    for _ in 0..=HEAD_LINGER + 1 {
+        t.on_tick();
+    }
     let quiet = count(&resident(&path, 0..LEN));
     assert_eq!(quiet, 0, "{mode}: {quiet} pages cached once quiet");
     // The bytes are right.

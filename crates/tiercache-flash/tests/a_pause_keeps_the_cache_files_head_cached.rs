@@ -1,0 +1,126 @@
+//! Bug (issue 17, `bench flash` idle `rand_write` slower than before the hardening): the first
+//! tick that found the cache file quiet dropped its head too (superblock, set records and
+//! checksum tables), so the first burst after every pause — paper 001's workload: bursts
+//! between idle gaps of seconds — read each set's table and record page from the disk again,
+//! under the tier's lock, and write hits found the lock held and went to the I/O workers.
+//!
+//! Now quiet ticks drop the data blocks' pages at once and the head's only after
+//! [`HEAD_LINGER`] quiet ticks in a row; any I/O starts the count again.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use tiercache_flash::{FileDevice, FlashDevice, FlashTier, IoChoice, IoMode, HEAD_LINGER};
+use tiercache_tier::DataTier;
+
+const LEN: u64 = 64 << 20;
+/// Sets written to (block 0 of each of these files' first set).
+const FILES: u64 = 16;
+
+/// How many of the pages of `path` in `range` are in the page cache (`mincore` over a
+/// read-only mapping, which reads nothing).
+fn resident(path: &Path, range: std::ops::Range<u64>) -> usize {
+    let f = File::open(path).unwrap();
+    let page = 4096u64;
+    let (start, end) = (range.start / page * page, range.end.div_ceil(page) * page);
+    let len = (end - start) as usize;
+    // SAFETY: a new read-only shared mapping of an open file; no existing memory is touched,
+    // and it is only handed to mincore, never dereferenced.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            start as libc::off_t,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    let mut v = vec![0u8; len / page as usize];
+    // SAFETY: `map` starts a mapping of `len` bytes; `v` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
+    // SAFETY: unmaps exactly the mapping made above.
+    unsafe { libc::munmap(map, len) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+fn ticks(t: &FlashTier, n: u32) {
+    for _ in 0..n {
+        t.on_tick();
+    }
+}
+
+fn run(mode: IoMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flash.cache");
+    let dev = FileDevice::open(&path, Some(LEN), IoChoice::Only(mode)).unwrap_or_else(|e| {
+        panic!(
+            "{mode}: {e} (this test needs the cache file on a disk file system with \
+             RWF_DONTCACHE: Linux 6.14 or later, e.g. ext4 or xfs)"
+        )
+    });
+    let d: Arc<dyn FlashDevice> = Arc::new(dev);
+    let t = FlashTier::create(d, config()).unwrap();
+    let geo = t.geometry();
+    let (head, blocks) = (0..geo.data_off, geo.data_off..LEN);
+    let burst = |v: u64| {
+        for f in 1..=FILES {
+            write(&t, &key(f, 0), v);
+        }
+        t.sync().unwrap();
+    };
+    burst(1);
+    let after_sync = resident(&path, head.clone());
+    assert!(
+        after_sync >= 2,
+        "{mode}: {after_sync} head pages after the burst"
+    );
+    // A pause: the data blocks' pages go at the first quiet tick, the head's stay.
+    ticks(&t, 2);
+    assert_eq!(
+        resident(&path, blocks.clone()),
+        0,
+        "{mode}: data pages kept"
+    );
+    assert!(
+        resident(&path, head.clone()) >= after_sync,
+        "{mode}: the head went at the first quiet ticks"
+    );
+    ticks(&t, HEAD_LINGER - 3);
+    assert!(
+        resident(&path, head.clone()) >= after_sync,
+        "{mode}: the head went before {HEAD_LINGER} quiet ticks"
+    );
+    // I/O starts the count again: another burst, then almost as long a pause.
+    burst(2);
+    ticks(&t, HEAD_LINGER - 1);
+    assert!(
+        resident(&path, head.clone()) >= after_sync,
+        "{mode}: the quiet count was not reset by the burst"
+    );
+    // Quiet long enough: nothing is left, head included.
+    ticks(&t, 2);
+    let left = resident(&path, 0..LEN);
+    assert_eq!(
+        left, 0,
+        "{mode}: {left} pages cached after {HEAD_LINGER} quiet ticks"
+    );
+    for f in 1..=FILES {
+        let (_, got) = read(&t, &key(f, 0));
+        assert!(got == data(&key(f, 0), 2, 4096), "{mode}: file {f}");
+    }
+    t.close().unwrap();
+}
+
+#[test]
+fn a_pause_keeps_the_cache_files_head_and_a_long_one_drops_it() {
+    run(IoMode::Fadvise);
+    run(IoMode::Dontcache);
+}
