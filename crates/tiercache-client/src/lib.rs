@@ -12,7 +12,8 @@
 //! - [`file`](mod@file): [`ZcFile`] (readblock, readbyte, updates, syncblock);
 //! - [`block`]: [`BlockRef`] (a pinned block, read in place through atomic loads or an
 //!   `unsafe` slice), [`ByteView`] (a byte range over pinned blocks), [`BlockMut`] (an update);
-//! - [`wire`]: the socket protocol (JSON frames, descriptors passed with `SCM_RIGHTS`).
+//! - [`wire`]: the socket protocol (JSON frames, descriptors passed with `SCM_RIGHTS`), from
+//!   the `tiercache-wire` crate the daemon uses too.
 //!
 //! Trust: mapping the region exposes every cached block of the mount to this process (to
 //! read); the daemon admits only its own user (and root), or members of `--zero-copy-group`.
@@ -22,7 +23,7 @@ pub mod block;
 pub mod client;
 pub mod file;
 mod pins;
-pub mod wire;
+pub use tiercache_wire as wire;
 
 pub use block::{BlockMut, BlockRef, ByteView};
 pub use client::{Client, ClientStats, Error, Result, MAX_BLOCKS};

@@ -61,7 +61,7 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
-pub use tiercache_client::wire::canonical_mountpoint;
+pub use tiercache_wire::canonical_mountpoint;
 
 /// Paths of one mount's control files.
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ pub struct MountFiles {
 impl MountFiles {
     pub fn for_mountpoint(mountpoint: &Path) -> Self {
         // The same NAME-HASH as the zero-copy socket's.
-        let key = tiercache_client::wire::mount_key(mountpoint);
+        let key = tiercache_wire::mount_key(mountpoint);
         let base = runtime_dir().join(key);
         MountFiles {
             socket: base.with_extension("sock"),

@@ -293,7 +293,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     });
     if let Some(z) = zero_copy {
         let name = z.name().to_string();
-        let mountpoint = tiercache_client::wire::canonical_mountpoint(&s.mountpoint);
+        let mountpoint = tiercache_wire::canonical_mountpoint(&s.mountpoint);
         if let Err(e) = z.serve(Arc::clone(&data), mountpoint, backing.clone()) {
             drop(handle);
             return Err(e);

@@ -1,5 +1,5 @@
 //! The daemon's zero-copy service (`--zero-copy`, paper 003): an abstract Unix socket named
-//! after the mount point (`tiercache_client::wire::socket_name`) where clients get the memory
+//! after the mount point (`tiercache_wire::socket_name`) where clients get the memory
 //! tier's shared region and ask for misses; hits never reach here.
 //!
 //! Admission: a peer (SO_PEERCRED) whose uid is the daemon's or root's, or that is in
@@ -21,10 +21,10 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
-use tiercache_client::wire::{self, Request, Response};
 use tiercache_fuse::DataPath;
 use tiercache_manager::FileId;
 use tiercache_memtier::shm::{ClientId, Region, MAX_CLIENTS};
+use tiercache_wire::{self as wire, Request, Response};
 
 /// `--zero-copy` settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

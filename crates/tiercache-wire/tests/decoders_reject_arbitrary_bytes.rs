@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use std::io::Write;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
-use tiercache_client::wire::{self, Request, Response, MAX_FRAME};
+use tiercache_wire::{self as wire, Request, Response, MAX_FRAME};
 
 #[path = "../../tiercache-fuse/tests/common/largest_alloc.rs"]
 mod largest_alloc;

@@ -1,7 +1,12 @@
-//! The zero-copy socket protocol: frames of a 4-byte little-endian length and a JSON body;
-//! descriptors ride along with a frame as `SCM_RIGHTS` (the region and the client's pin area
-//! with `Welcome`, the client's own descriptor of the file with `Open`); a `Write` is followed
-//! by one raw frame (length + bytes). Specified in `docs/design.md` §8.
+//! tiercache-wire: the zero-copy socket protocol, the one copy that both ends use — the
+//! daemon's zero-copy service (the `tiercache` crate) and the client library
+//! (`tiercache-client`, which re-exports it as `wire`).
+//!
+//! Frames of a 4-byte little-endian length and a JSON body; descriptors ride along with a
+//! frame as `SCM_RIGHTS` (the region and the client's pin area with `Welcome`, the client's
+//! own descriptor of the file with `Open`); a `Write` is followed by one raw frame (length +
+//! bytes). Readers never trust a peer: a frame over [`MAX_FRAME`] is an error before anything
+//! is allocated. Specified byte by byte in the repository's `docs/design.md` §8.
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -35,7 +40,7 @@ pub enum Request {
     /// Writes the bytes of the raw frame that follows (the concatenated `runs`, each `[start,
     /// len]` relative to `offset`, in order) into the file at `offset + start`, as `pwrite`s
     /// through the mount would (past EOF they extend the file). Only for a file opened
-    /// read-write. The client's commit of an update ([`crate::BlockMut`]).
+    /// read-write. The client's commit of an update (`tiercache_client::BlockMut`).
     Write {
         handle: u64,
         offset: u64,
