@@ -24,7 +24,8 @@
 //!   pipelined batches, deadlines, up to 16 idle connections per server) — see the
 //!   repository's `docs/design.md` (§7) for why it is written here rather than taken from a
 //!   crate;
-//! - [`local`]: memcached processes on loopback, for tests and `tiercache bench remote`;
+//! - `local` (feature `test-util`): memcached processes on loopback, for tests and
+//!   `tiercache bench remote`;
 //! - `worker` (private): the background thread that lands stores (batches of at most 256 KiB
 //!   of values: the request timeout covers one pipelined batch) and deletes, and probes
 //!   ejected servers; it stops within about one timeout when the tier is dropped.
@@ -35,6 +36,7 @@ mod crypt;
 pub mod error;
 mod index;
 pub mod keyfile;
+#[cfg(feature = "test-util")]
 pub mod local;
 mod pool;
 pub mod proto;
