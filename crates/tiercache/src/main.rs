@@ -3,6 +3,7 @@
 //! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
 //! file or line at fault; argument errors keep clap's message (usage and tips).
 
+mod bench;
 mod cmd;
 mod live;
 

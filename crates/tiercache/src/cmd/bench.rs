@@ -16,20 +16,20 @@ pub enum BenchCommand {
     /// Engine replay speed (requests/s): LRU vs dirprio vs two tiers.
     Sim(SimBenchArgs),
     /// fio through tiercache vs bindfs vs the native directory (needs fio, bindfs, root).
-    Fuse(super::bench_fuse::FuseBenchArgs),
+    Fuse(crate::bench::fuse::FuseBenchArgs),
     /// Walk of a big tree (list + stat) through tiercache vs bindfs vs native, cold and warm.
-    Meta(super::bench_meta::MetaBenchArgs),
+    Meta(crate::bench::meta::MetaBenchArgs),
     /// Paper 002: random and sequential reads behind the HDD model, with and without a
     /// remote-memory tier on loopback memcached (needs memcached, root).
-    Remote(super::bench_remote::RemoteBenchArgs),
+    Remote(crate::bench::remote::RemoteBenchArgs),
     /// Paper 001: sequential and random writes and reads behind the HDD model with an SSD tier
     /// (idle vs eager cleaning), without one, and on the raw device (needs root).
-    Flash(super::bench_flash::FlashBenchArgs),
+    Flash(crate::bench::flash::FlashBenchArgs),
     /// Paper 003: the zero-copy client vs pread on the mount vs native, Figs. 2–5.
-    Zerocopy(super::bench_zerocopy::ZeroCopyBenchArgs),
+    Zerocopy(crate::bench::zerocopy::ZeroCopyBenchArgs),
     /// Paper 000's web scenario: nginx serving priority pages while tar backups stream, behind
     /// the HDD model; tiercache vs one LRU vs the kernel page cache (needs nginx, wrk, root).
-    Web(super::bench_web::WebBenchArgs),
+    Web(crate::bench::web::WebBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -64,12 +64,12 @@ struct SimBench {
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Sim(a) => sim(a),
-        BenchCommand::Fuse(a) => super::bench_fuse::run(a),
-        BenchCommand::Meta(a) => super::bench_meta::run(a),
-        BenchCommand::Remote(a) => super::bench_remote::run(a),
-        BenchCommand::Flash(a) => super::bench_flash::run(a),
-        BenchCommand::Zerocopy(a) => super::bench_zerocopy::run(a),
-        BenchCommand::Web(a) => super::bench_web::run(a),
+        BenchCommand::Fuse(a) => crate::bench::fuse::run(a),
+        BenchCommand::Meta(a) => crate::bench::meta::run(a),
+        BenchCommand::Remote(a) => crate::bench::remote::run(a),
+        BenchCommand::Flash(a) => crate::bench::flash::run(a),
+        BenchCommand::Zerocopy(a) => crate::bench::zerocopy::run(a),
+        BenchCommand::Web(a) => crate::bench::web::run(a),
     }
 }
 

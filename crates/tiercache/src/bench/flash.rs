@@ -23,8 +23,8 @@
 
 mod report;
 
-use super::bench_fuse::{start_tiercache, Mounts};
-use super::bench_remote::stats;
+use super::fuse::{start_tiercache, Mounts};
+use super::remote::stats;
 use crate::cmd::progress;
 use clap::Args;
 use rand::seq::index::sample;

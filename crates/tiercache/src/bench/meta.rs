@@ -5,9 +5,9 @@
 //! and gid, no supplementary groups, on the walking thread only): a root caller skips the
 //! mount's per-caller credential switch, so this is how its cost shows. The write side (`tar x`
 //! and `rm -rf` of a tree of small files, and `tar x` with the HDD model) is in
-//! `bench_meta_write`; `--side` picks what runs.
+//! `meta_write`; `--side` picks what runs.
 
-use crate::cmd::bench_fuse::{need, start_tiercache, Mounts};
+use crate::bench::fuse::{need, start_tiercache, Mounts};
 use crate::cmd::progress;
 use clap::Args;
 use serde::Serialize;
@@ -85,7 +85,7 @@ struct MetaBench {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     read: Option<ReadSide>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    write: Option<crate::cmd::bench_meta_write::WriteSide>,
+    write: Option<crate::bench::meta_write::WriteSide>,
 }
 
 /// Lists and stats every entry below `root`; returns how many entries were seen.
@@ -228,7 +228,7 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
                 progress::done(&bar);
                 progress::step(&bar, what);
             };
-            let w = crate::cmd::bench_meta_write::run(
+            let w = crate::bench::meta_write::run(
                 &work,
                 a.write_dirs,
                 a.write_files,
@@ -252,7 +252,7 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
         print_read(r);
     }
     if let Some(w) = &r.write {
-        crate::cmd::bench_meta_write::print(w);
+        crate::bench::meta_write::print(w);
     }
     Ok(())
 }

@@ -417,7 +417,7 @@ pub(crate) fn write_tree(
     let www = backing.join("www");
     std::fs::create_dir_all(&www).map_err(|e| format!("{}: {e}", www.display()))?;
     for i in 0..pages {
-        super::bench_fuse::write_random_file(&www.join(format!("p{i:02}.html")), page_bytes)?;
+        super::fuse::write_random_file(&www.join(format!("p{i:02}.html")), page_bytes)?;
     }
     let parts: Vec<String> = (0..8).map(|j| format!("d{j}")).collect();
     for p in &parts {
@@ -435,7 +435,7 @@ pub(crate) fn write_tree(
             .join("bulk")
             .join(&parts[k % parts.len()])
             .join(format!("f{k:05}"));
-        super::bench_fuse::write_random_file(&path, size)?;
+        super::fuse::write_random_file(&path, size)?;
         total += size;
         k += 1;
     }

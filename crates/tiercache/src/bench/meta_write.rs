@@ -5,8 +5,8 @@
 //! (`--emulate hdd`), timed until `tar` returns and until BACKING holds everything
 //! (`tiercache flush`), with the seeks the model counted.
 
-use crate::cmd::bench_fuse::{start_tiercache, Mounts};
-use crate::cmd::bench_remote::stats;
+use crate::bench::fuse::{start_tiercache, Mounts};
+use crate::bench::remote::stats;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};

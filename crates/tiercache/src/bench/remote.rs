@@ -13,7 +13,7 @@
 //!   tier but no bypass (threshold 4096), to show what the bypass saves:
 //!   `seq_no_bypass_over_without`.
 
-use super::bench_fuse::{need, start_tiercache, write_random_file, Mounts};
+use super::fuse::{need, start_tiercache, write_random_file, Mounts};
 use crate::cmd::progress;
 use clap::Args;
 use rand::seq::SliceRandom;

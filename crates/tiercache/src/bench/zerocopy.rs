@@ -18,7 +18,7 @@
 //! file meanwhile — holds, nothing writes `f` during them); the sound safe path (atomic word
 //! loads, `BlockRef::words`) is measured beside Fig. 2.
 
-use crate::cmd::bench_fuse::{start_tiercache, stop_daemon};
+use crate::bench::fuse::{start_tiercache, stop_daemon};
 use crate::cmd::progress;
 use clap::Args;
 use serde::Serialize;

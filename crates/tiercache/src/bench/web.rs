@@ -17,8 +17,8 @@
 //! With more than one backup stream the default mount is also measured with one stream, for
 //! the ratios to it in the same run.
 
-use super::bench_fuse::{need, stop_daemon, wait_mounted};
-use super::bench_web_env::{loadavg, write_tree, wrk, Backups, Cgroup, Nginx, WrkRun};
+use super::fuse::{need, stop_daemon, wait_mounted};
+use super::web_env::{loadavg, write_tree, wrk, Backups, Cgroup, Nginx, WrkRun};
 use crate::cmd::progress;
 use crate::live::size::parse_size;
 use clap::Args;

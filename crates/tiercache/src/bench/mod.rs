@@ -1,0 +1,12 @@
+//! The benchmark scenarios behind `tiercache bench …` (the flags and the dispatch are in
+//! `cmd::bench`): each starts its own mounts, servers and device models, runs the workloads
+//! side by side in one run and returns or prints the ratios README quotes.
+
+pub mod flash;
+pub mod fuse;
+pub mod meta;
+mod meta_write;
+pub mod remote;
+pub mod web;
+pub mod web_env;
+pub mod zerocopy;
