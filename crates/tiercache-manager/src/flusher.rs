@@ -31,15 +31,17 @@
 use crate::cache::{lock, Inner};
 use crate::error::{unknown_file, StoredError};
 use crate::files::FileStamp;
+use crate::lower_wb::Snap;
 use crate::stats::Counters;
 use crate::times::{ctime_of, CtimeMap};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, PoisonError, TryLockError};
-use std::time::Instant;
-use tiercache_core::{BlockKey, FileId, SlotId};
-use tiercache_tier::TierKey;
+use std::time::{Instant, SystemTime};
+use tiercache_core::{BlockKey, Class, FileId, SlotId};
+use tiercache_tier::{DataTier, FileHandle, FileKey, TierKey};
 
 /// Bytes per merged write-back request at most.
 const MAX_RUN_BYTES: usize = 1 << 20;
@@ -65,6 +67,58 @@ pub(crate) enum Why {
 
 /// A block copied for write-back: key, slot, dirty sequence at the copy.
 type Copied = (BlockKey, SlotId, u64);
+
+/// What a write-back takes from the file table under the engine lock
+/// ([`Inner::flush_snapshot`]).
+struct FlushSnap {
+    fd: Arc<File>,
+    /// `fd`'s access mode (a read-only one is reopened read-write to write).
+    mode: i32,
+    size: u64,
+    /// The time of the writes, to put back on BACKING after ours (`None`: BACKING's own).
+    mtime: Option<SystemTime>,
+    /// The dirty blocks to write, pinned: (block, slot, dirty sequence).
+    list: Vec<Snap>,
+    /// Persistent identity, version and class (`None`: no tier below may hold the file).
+    ident: Option<(FileKey, u64, Class)>,
+    /// The file's handle, if known (a persistent tier keeps it with the blocks).
+    handle: Option<FileHandle>,
+    /// The time of the writes a persistent tier keeps with the blocks.
+    meta_mtime: SystemTime,
+    /// Some of the file's newest blocks are dirty below.
+    lower_dirty: bool,
+    /// Blocks dirty both here and below.
+    held: HashSet<u64>,
+}
+
+/// What writing to BACKING did ([`Inner::flush_to_backing`]).
+struct BackingWrite {
+    /// The descriptor written through (a read-write reopen, or the snapshot's).
+    fd: Arc<File>,
+    copied: Vec<Copied>,
+    /// The first error (the blocks not written stay dirty).
+    err: Option<io::Error>,
+    /// End of the last run written (0: none).
+    wrote_end: u64,
+    /// The snapshot's mtime was put back on BACKING.
+    mtime_applied: bool,
+    /// BACKING's ctime after our writes, recorded as ours.
+    end_ctime: Option<SystemTime>,
+}
+
+/// What committing a write-back found ([`Inner::flush_commit`]).
+struct Committed {
+    /// Blocks that became clean here.
+    cleaned: usize,
+    /// A failure to log (with how many went unlogged since).
+    log_err: Option<u64>,
+    /// Write-back works again (with how many failures went unlogged).
+    recovered: Option<u64>,
+    /// Older dirty copies below of blocks now on BACKING (their slots still pinned).
+    discards: Vec<(TierKey, SlotId)>,
+    /// The file's descriptor, if the file left the table (closed outside the lock).
+    fd_to_close: Option<Arc<File>>,
+}
 
 impl Inner {
     pub(crate) fn flusher_loop(&self) {
@@ -294,7 +348,11 @@ impl Inner {
         self.flush_locked(file, why)
     }
 
-    /// [`Inner::flush_file`] for a caller that holds the file's `io` lock.
+    /// [`Inner::flush_file`] for a caller that holds the file's `io` lock. The write-back
+    /// pipeline: snapshot the dirty blocks ([`Self::flush_snapshot`]), store them in the tier
+    /// below that takes dirty data, write what it turns down to BACKING
+    /// ([`Self::flush_to_backing`]), commit the outcome to the file table
+    /// ([`Self::flush_commit`]), then report and, for `fsync`, sync.
     pub(crate) fn flush_locked(&self, file: FileId, why: Why) -> io::Result<usize> {
         // `forget` writes to BACKING too: what it leaves may be dropped with the inode's id.
         // `forget` writes to BACKING whatever the tier below: the state may go right after.
@@ -313,99 +371,164 @@ impl Inner {
                 clean_err = Some(e);
             }
         }
-        let (fd, mode, size, mtime, list, ident, meta, held) = {
-            let mut eng = self.lock();
-            let Some(f) = eng.files.get(&file) else {
-                return Ok(0);
-            };
-            let Some(fd) = f.backing.clone() else {
-                return Ok(0);
-            };
-            let (mode, size, mtime) = (f.backing_mode, f.size, f.mtime);
-            let ident = f.fkey.map(|k| (k, f.version, f.class));
-            // What a persistent tier keeps with the blocks (size, time of the writes, handle).
-            let meta = (
-                f.handle.clone(),
-                f.mtime.unwrap_or(f.stamp.mtime),
-                !f.lower_dirty.is_empty(),
-            );
-            let held: std::collections::HashSet<u64> = f
-                .dirty
-                .iter()
-                .filter(|b| f.lower_dirty.contains(b))
-                .copied()
-                .collect();
-            // An appender's partial last block is held back from a background or throttled
-            // write-back while the file is open and its dirty data young: the next write
-            // usually completes it, and writing it now means writing it again (a seek back on
-            // a disk). `fsync`, expiry and the last close write it.
-            let bs = self.bs as u64;
-            let eof_block = size / bs;
-            let hold_eof = matches!(why, Why::Background | Why::Throttle)
-                && f.handles > 0
-                && size % bs != 0
-                && f.dirty.len() > 1
-                && f.dirty.last() == Some(&eof_block)
-                && f.dirtied_at
-                    .is_some_and(|t| t.elapsed() < self.cfg.dirty_expire);
-            let blocks: Vec<u64> = f
-                .dirty
-                .iter()
-                .copied()
-                .filter(|&b| !(hold_eof && b == eof_block))
-                .collect();
-            let mut list = Vec::with_capacity(blocks.len());
-            for block in blocks {
-                if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
-                    eng.pin(slot);
-                    // The dirty sequence goes with the size snapshot: a write committed after
-                    // this point (which may also have moved EOF past our clip) keeps it dirty.
-                    let seq = self.arena.seq(slot).load(tiercache_memtier::arena::ORD);
-                    list.push((block, slot, seq));
-                }
-            }
-            (fd, mode, size, mtime, list, ident, meta, held)
+        let Some(snap) = self.flush_snapshot(file, why) else {
+            return Ok(0);
         };
-        // A persistent tier keeps the file's meta with its dirty blocks: set before every batch
-        // stored there, and whenever some are there (an append patched below needs its size
-        // durable with the `sync` below). No handle: nothing goes there.
-        let mut below_store = below.clone();
-        if let (Some(t), Some((fkey, _, _))) = (&below, ident) {
-            if t.info().persistent && (!list.is_empty() || meta.2) {
-                match self.handle_of(file, &fd, meta.0) {
-                    Some(h) => {
-                        t.set_file_meta(&fkey, &crate::lower_wb::file_meta(size, meta.1, h));
-                    }
-                    None => below_store = None,
-                }
-            }
-        }
+        let below_store = self.flush_meta_below(file, below.as_ref(), &snap);
         // Into the tier below that takes dirty data, if any; what it turns down, to BACKING.
-        let (stored, rest) = match (&below_store, ident) {
-            (Some(t), Some((fkey, version, class))) if !list.is_empty() => {
+        let (stored, rest) = match (&below_store, snap.ident) {
+            (Some(t), Some((fkey, version, class))) if !snap.list.is_empty() => {
                 let ident = crate::lower_wb::Ident {
                     file,
                     fkey,
                     version,
                     class,
                 };
-                self.store_dirty_below(&**t, ident, &list, &held)
+                self.store_dirty_below(&**t, ident, &snap.list, &snap.held)
             }
-            _ => (Vec::new(), list.clone()),
+            _ => (Vec::new(), snap.list.clone()),
         };
-        let to_backing = !rest.is_empty() || below_store.is_none();
+        let wb = self.flush_to_backing(file, &snap, &rest, below_store.is_none());
+        let done = self.flush_commit(file, why, &snap, &stored, &wb);
+        if !done.discards.is_empty() {
+            self.discard_below(file, &wb.fd, &done.discards, snap.ident);
+        }
+        drop(done.fd_to_close);
+        Counters::add(&self.counters.writeback_blocks, done.cleaned as u64);
+        if let Some(e) = wb.err {
+            Counters::add(&self.counters.writeback_errors, 1);
+            // The flusher retries every interval: log the first failure, then once a minute.
+            if let Some(unlogged) = done.log_err {
+                log::error!(
+                    "file {}: write-back failed, data stays dirty: {e} (errno {:?}){}",
+                    file.0,
+                    e.raw_os_error(),
+                    unlogged_note(unlogged)
+                );
+            }
+            return Err(e);
+        }
+        if let Some(unlogged) = done.recovered {
+            log::info!(
+                "file {}: write-back works again ({unlogged} failures not logged)",
+                file.0
+            );
+        }
+        if let (Why::Sync(_) | Why::FlushAll, Some(t)) = (why, &below) {
+            // A persistent tier below holds them now: make that durable.
+            t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        if let Why::Sync(datasync) = why {
+            self.flush_sync_backing(file, &wb.fd, datasync)?;
+        }
+        match clean_err {
+            Some(e) => Err(e),
+            None => Ok(done.cleaned),
+        }
+    }
+
+    /// The write-back's snapshot of `file` under the engine lock: its descriptor, size and
+    /// times, and its dirty blocks (pinned until [`Self::flush_commit`]) with their dirty
+    /// sequences. `None`: nothing to write (no such file, or no BACKING descriptor).
+    fn flush_snapshot(&self, file: FileId, why: Why) -> Option<FlushSnap> {
+        let mut eng = self.lock();
+        let f = eng.files.get(&file)?;
+        let fd = f.backing.clone()?;
+        let held: HashSet<u64> = f
+            .dirty
+            .iter()
+            .filter(|b| f.lower_dirty.contains(b))
+            .copied()
+            .collect();
+        // An appender's partial last block is held back from a background or throttled
+        // write-back while the file is open and its dirty data young: the next write usually
+        // completes it, and writing it now means writing it again (a seek back on a disk).
+        // `fsync`, expiry and the last close write it.
+        let bs = self.bs as u64;
+        let eof_block = f.size / bs;
+        let hold_eof = matches!(why, Why::Background | Why::Throttle)
+            && f.handles > 0
+            && f.size % bs != 0
+            && f.dirty.len() > 1
+            && f.dirty.last() == Some(&eof_block)
+            && f.dirtied_at
+                .is_some_and(|t| t.elapsed() < self.cfg.dirty_expire);
+        let blocks: Vec<u64> = f
+            .dirty
+            .iter()
+            .copied()
+            .filter(|&b| !(hold_eof && b == eof_block))
+            .collect();
+        let mut snap = FlushSnap {
+            fd,
+            mode: f.backing_mode,
+            size: f.size,
+            mtime: f.mtime,
+            list: Vec::with_capacity(blocks.len()),
+            ident: f.fkey.map(|k| (k, f.version, f.class)),
+            handle: f.handle.clone(),
+            meta_mtime: f.mtime.unwrap_or(f.stamp.mtime),
+            lower_dirty: !f.lower_dirty.is_empty(),
+            held,
+        };
+        for block in blocks {
+            if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
+                eng.pin(slot);
+                // The dirty sequence goes with the size snapshot: a write committed after this
+                // point (which may also have moved EOF past our clip) keeps it dirty.
+                let seq = self.arena.seq(slot).load(tiercache_memtier::arena::ORD);
+                snap.list.push((block, slot, seq));
+            }
+        }
+        Some(snap)
+    }
+
+    /// A persistent tier keeps the file's meta with its dirty blocks: set before every batch
+    /// stored there, and whenever some are there (an append patched below needs its size
+    /// durable with the tier's `sync`). Returns the tier to store into: `below`, or `None`
+    /// when the file has no handle (nothing goes there).
+    fn flush_meta_below(
+        &self,
+        file: FileId,
+        below: Option<&Arc<dyn DataTier>>,
+        snap: &FlushSnap,
+    ) -> Option<Arc<dyn DataTier>> {
+        let t = below?;
+        if let Some((fkey, _, _)) = snap.ident {
+            if t.info().persistent && (!snap.list.is_empty() || snap.lower_dirty) {
+                let h = self.handle_of(file, &snap.fd, snap.handle.clone())?;
+                let meta = crate::lower_wb::file_meta(snap.size, snap.meta_mtime, h);
+                t.set_file_meta(&fkey, &meta);
+            }
+        }
+        Some(Arc::clone(t))
+    }
+
+    /// Writes `rest` to BACKING in runs (through a read-write reopen if only a read-only
+    /// descriptor is at hand), keeping BACKING's ctime hidden and putting back the time of
+    /// the writes. `no_below`: nothing went to a tier below (the snapshot's mtime is
+    /// BACKING's to set even with no block to write).
+    fn flush_to_backing(
+        &self,
+        file: FileId,
+        snap: &FlushSnap,
+        rest: &[Snap],
+        no_below: bool,
+    ) -> BackingWrite {
+        let fd = Arc::clone(&snap.fd);
+        let to_backing = !rest.is_empty() || no_below;
         // Only a read-only handle may be at hand (the file was last opened read-only): write
         // through a read-write reopen of the same inode, or fail (and keep the data dirty).
         let wfd = if rest.is_empty() {
             Ok(Arc::clone(&fd))
         } else {
-            self.writable_backing(file, &fd, mode)
+            self.writable_backing(file, &fd, snap.mode)
         };
         // One fstat before our writes serves both below. From the first pwrite on, BACKING's
         // ctime is ours, not the application's: readers see the ctime as it is now until the
         // write-back is done and mapped (see `times`). BACKING's stamp before our writes: ours
         // is recorded after them only if this is the one recorded (see `versions`).
-        let touches = !rest.is_empty() || (mtime.is_some() && to_backing);
+        let touches = !rest.is_empty() || (snap.mtime.is_some() && to_backing);
         let meta_before = match touches.then(|| fd.metadata()) {
             Some(Ok(m)) => Some(m),
             Some(Err(e)) => {
@@ -429,15 +552,15 @@ impl Inner {
         });
         let before = meta_before.as_ref().map(FileStamp::from_metadata);
         let ((copied, err, wrote_end), fd) = match wfd {
-            Ok(wfd) => (self.write_runs(file, &wfd, size, &rest), wfd),
+            Ok(wfd) => (self.write_runs(file, &wfd, snap.size, rest), wfd),
             Err(e) => ((Vec::new(), Some(e), 0), fd),
         };
-        if let (Some(fkey), false) = (ident, copied.is_empty()) {
-            self.fill_written(file, fkey, &copied);
+        if let (Some(ident), false) = (snap.ident, copied.is_empty()) {
+            self.fill_written(file, ident, &copied);
         }
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
-        let mtime_applied = match (mtime, &err) {
+        let mtime_applied = match (snap.mtime, &err) {
             (Some(t), None) if to_backing => match crate::owner::set_mtime(&fd, t) {
                 Ok(()) => true,
                 Err(e) => {
@@ -455,128 +578,120 @@ impl Inner {
         } else {
             None
         };
-        let mut cleaned = 0;
-        let now = Instant::now();
-        let mut log_err: Option<u64> = None;
-        let mut recovered: Option<u64> = None;
-        let mut discards: Vec<(TierKey, SlotId)> = Vec::new();
-        let fd_to_close = {
-            let mut eng = self.lock();
-            let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
-            if let (Some(logical), Some(ours)) = (during, end_ctime) {
-                eng.ctimes.set(file, CtimeMap { ours, logical });
-            }
-            for &(key, slot, seq) in &copied {
-                cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
-            }
-            let mut now_lower = Vec::with_capacity(stored.len());
-            for &(key, slot, seq) in &stored {
-                // In the tier below now: clean here (unless written again meanwhile), and
-                // dirty there until cleaned.
-                cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
-                now_lower.push(key.block.0);
-            }
-            if let (Some(f), Some((fkey, _, _))) = (eng.files.get_mut(&file), ident) {
-                for &(key, slot, _) in &copied {
-                    // Newer bytes on BACKING: an older dirty copy below must never be cleaned
-                    // over them (we hold the `io` lock, as cleaning does). Discarded below,
-                    // outside the engine lock; the slot stays pinned till then, so no read
-                    // can miss memory and find the older copy there meanwhile.
-                    if f.lower_dirty.remove(&key.block.0) {
-                        discards.push((TierKey::new(fkey, key.block.0), slot));
-                    }
-                }
-                f.lower_dirty.extend(now_lower);
-            }
-            for &(_, slot, _) in &list {
-                if !discards.iter().any(|&(_, s)| s == slot) {
-                    eng.unpin(slot);
-                }
-            }
-            if let Some(f) = eng.files.get_mut(&file) {
-                if wrote_end > 0 {
-                    f.backing_size = f.backing_size.max(wrote_end.min(f.size));
-                    f.needs_sync = true;
-                }
-                if mtime_applied
-                    && f.dirty.is_empty()
-                    && f.lower_dirty.is_empty()
-                    && f.mtime == mtime
-                {
-                    f.mtime = None;
-                }
-                if let (Some(e), Why::Background | Why::Throttle) = (&err, why) {
-                    f.error = Some(StoredError::of(e));
-                }
-                match &err {
-                    Some(_) => log_err = f.error_log.failed(now),
-                    None if !list.is_empty() => recovered = f.error_log.succeeded(),
-                    None => {}
-                }
-                if f.forgotten && f.dirty.is_empty() && f.born.is_none() {
-                    // written back at last: nothing of a forgotten file stays (unless its birth
-                    // time can tell it from a later inode with the same number)
-                    eng.drop_file_blocks(file, false);
-                }
-            }
-            eng.gc_file(file)
-        };
-        if !discards.is_empty() {
-            self.discard_below(file, &fd, &discards, ident);
+        BackingWrite {
+            fd,
+            copied,
+            err,
+            wrote_end,
+            mtime_applied,
+            end_ctime,
         }
-        drop(fd_to_close);
-        Counters::add(&self.counters.writeback_blocks, cleaned as u64);
-        if let Some(e) = err {
-            Counters::add(&self.counters.writeback_errors, 1);
-            // The flusher retries every interval: log the first failure, then once a minute.
-            if let Some(unlogged) = log_err {
+    }
+
+    /// Commits a write-back to the file table: blocks written or stored below become clean
+    /// here (unless written again meanwhile), blocks stored below are dirty there, older
+    /// dirty copies below of blocks now on BACKING are to be discarded (their slots stay
+    /// pinned until then), and the file's size on BACKING, times, error state and lifetime
+    /// follow.
+    fn flush_commit(
+        &self,
+        file: FileId,
+        why: Why,
+        snap: &FlushSnap,
+        stored: &[Copied],
+        wb: &BackingWrite,
+    ) -> Committed {
+        let mut done = Committed {
+            cleaned: 0,
+            log_err: None,
+            recovered: None,
+            discards: Vec::new(),
+            fd_to_close: None,
+        };
+        let now = Instant::now();
+        let mut eng = self.lock();
+        let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
+        if let (Some(logical), Some(ours)) = (during, wb.end_ctime) {
+            eng.ctimes.set(file, CtimeMap { ours, logical });
+        }
+        for &(key, slot, seq) in wb.copied.iter().chain(stored) {
+            done.cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
+        }
+        if let (Some(f), Some((fkey, _, _))) = (eng.files.get_mut(&file), snap.ident) {
+            for &(key, slot, _) in &wb.copied {
+                // Newer bytes on BACKING: an older dirty copy below must never be cleaned over
+                // them (we hold the `io` lock, as cleaning does). Discarded below, outside the
+                // engine lock; the slot stays pinned till then, so no read can miss memory and
+                // find the older copy there meanwhile.
+                if f.lower_dirty.remove(&key.block.0) {
+                    done.discards.push((TierKey::new(fkey, key.block.0), slot));
+                }
+            }
+            // In the tier below now: dirty there until cleaned.
+            f.lower_dirty
+                .extend(stored.iter().map(|(key, _, _)| key.block.0));
+        }
+        for &(_, slot, _) in &snap.list {
+            if !done.discards.iter().any(|&(_, s)| s == slot) {
+                eng.unpin(slot);
+            }
+        }
+        if let Some(f) = eng.files.get_mut(&file) {
+            if wb.wrote_end > 0 {
+                f.backing_size = f.backing_size.max(wb.wrote_end.min(f.size));
+                f.needs_sync = true;
+            }
+            if wb.mtime_applied
+                && f.dirty.is_empty()
+                && f.lower_dirty.is_empty()
+                && f.mtime == snap.mtime
+            {
+                f.mtime = None;
+            }
+            if let (Some(e), Why::Background | Why::Throttle) = (&wb.err, why) {
+                f.error = Some(StoredError::of(e));
+            }
+            match &wb.err {
+                Some(_) => done.log_err = f.error_log.failed(now),
+                None if !snap.list.is_empty() => done.recovered = f.error_log.succeeded(),
+                None => {}
+            }
+            if f.forgotten && f.dirty.is_empty() && f.born.is_none() {
+                // written back at last: nothing of a forgotten file stays (unless its birth
+                // time can tell it from a later inode with the same number)
+                eng.drop_file_blocks(file, false);
+            }
+        }
+        done.fd_to_close = eng.gc_file(file);
+        done
+    }
+
+    /// `fsync`'s last step: syncs `file` on BACKING (`datasync`: data only); a failure keeps
+    /// `needs_sync` and is logged (then once a minute).
+    fn flush_sync_backing(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
+        if let Some(f) = self.lock().files.get_mut(&file) {
+            f.needs_sync = false;
+        }
+        if let Err(e) = self.dev_sync(file, fd, datasync) {
+            let log = match self.lock().files.get_mut(&file) {
+                Some(f) => {
+                    f.needs_sync = true;
+                    f.error_log.failed(Instant::now())
+                }
+                None => Some(0),
+            };
+            if let Some(unlogged) = log {
                 log::error!(
-                    "file {}: write-back failed, data stays dirty: {e} (errno {:?}){}",
+                    "file {}: sync of BACKING failed: {e}{}",
                     file.0,
-                    e.raw_os_error(),
                     unlogged_note(unlogged)
                 );
             }
             return Err(e);
         }
-        if let Some(unlogged) = recovered {
-            log::info!(
-                "file {}: write-back works again ({unlogged} failures not logged)",
-                file.0
-            );
-        }
-        if let (Why::Sync(_) | Why::FlushAll, Some(t)) = (why, &below) {
-            // A persistent tier below holds them now: make that durable.
-            t.sync().map_err(|e| io::Error::other(e.to_string()))?;
-        }
-        if let Why::Sync(datasync) = why {
-            if let Some(f) = self.lock().files.get_mut(&file) {
-                f.needs_sync = false;
-            }
-            if let Err(e) = self.dev_sync(file, &fd, datasync) {
-                let log = match self.lock().files.get_mut(&file) {
-                    Some(f) => {
-                        f.needs_sync = true;
-                        f.error_log.failed(Instant::now())
-                    }
-                    None => Some(0),
-                };
-                if let Some(unlogged) = log {
-                    log::error!(
-                        "file {}: sync of BACKING failed: {e}{}",
-                        file.0,
-                        unlogged_note(unlogged)
-                    );
-                }
-                return Err(e);
-            }
-            let closed = self.lock().gc_file(file);
-            drop(closed);
-        }
-        match clean_err {
-            Some(e) => Err(e),
-            None => Ok(cleaned),
-        }
+        let closed = self.lock().gc_file(file);
+        drop(closed);
+        Ok(())
     }
 
     /// A descriptor of `file` that write-back can write through: `fd` (access mode `mode`)
