@@ -28,12 +28,12 @@
 //! whole (all its dirty blocks). No
 //! write-back but `fsync`'s is followed by a sync of its file: see `sync_batch`.
 
+use crate::backing_write::MAX_RUN_BYTES;
 use crate::cache::{lock, Inner};
 use crate::error::{unknown_file, StoredError};
 use crate::files::FileStamp;
 use crate::lower_wb::Snap;
 use crate::stats::Counters;
-use crate::times::{ctime_of, CtimeMap};
 use std::collections::HashSet;
 use std::fs::File;
 use std::io;
@@ -43,8 +43,6 @@ use std::time::{Instant, SystemTime};
 use tiercache_core::{BlockKey, Class, FileId, SlotId};
 use tiercache_tier::{DataTier, FileHandle, FileKey, TierKey};
 
-/// Bytes per merged write-back request at most.
-const MAX_RUN_BYTES: usize = 1 << 20;
 /// Files a throttled writer may write back before it goes on anyway.
 const MAX_THROTTLE_ROUNDS: usize = 64;
 
@@ -537,19 +535,9 @@ impl Inner {
             }
             None => None,
         };
-        let hide_ctime = meta_before.as_ref().is_some_and(|m| {
-            let mut eng = self.lock();
-            let pending = eng.files.get(&file).and_then(|f| f.mtime);
-            let logical = eng.ctimes.resolve(file, ctime_of(m), None, pending);
-            match eng.files.get_mut(&file) {
-                Some(f) => {
-                    f.wb_ctime = Some(logical);
-                    f.dev = Some(std::os::unix::fs::MetadataExt::dev(m));
-                    true
-                }
-                None => false,
-            }
-        });
+        let hide_ctime = meta_before
+            .as_ref()
+            .is_some_and(|m| self.hide_backing_ctime(file, m));
         let before = meta_before.as_ref().map(FileStamp::from_metadata);
         let ((copied, err, wrote_end), fd) = match wfd {
             Ok(wfd) => (self.write_runs(file, &wfd, snap.size, rest), wfd),
@@ -561,16 +549,7 @@ impl Inner {
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
         let mtime_applied = match (snap.mtime, &err) {
-            (Some(t), None) if to_backing => match crate::owner::set_mtime(&fd, t) {
-                Ok(()) => true,
-                Err(e) => {
-                    log::warn!(
-                        "file {}: setting the mtime after write-back failed: {e}",
-                        file.0
-                    );
-                    false
-                }
-            },
+            (Some(t), None) if to_backing => self.restore_backing_mtime(file, &fd, t, "write-back"),
             _ => false,
         };
         let end_ctime = if wrote_end > 0 || mtime_applied || hide_ctime {
@@ -610,10 +589,7 @@ impl Inner {
         };
         let now = Instant::now();
         let mut eng = self.lock();
-        let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
-        if let (Some(logical), Some(ours)) = (during, wb.end_ctime) {
-            eng.ctimes.set(file, CtimeMap { ours, logical });
-        }
+        eng.end_backing_write(file, wb.end_ctime, wb.wrote_end);
         for &(key, slot, seq) in wb.copied.iter().chain(stored) {
             done.cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
         }
@@ -637,10 +613,6 @@ impl Inner {
             }
         }
         if let Some(f) = eng.files.get_mut(&file) {
-            if wb.wrote_end > 0 {
-                f.backing_size = f.backing_size.max(wb.wrote_end.min(f.size));
-                f.needs_sync = true;
-            }
             if wb.mtime_applied
                 && f.dirty.is_empty()
                 && f.lower_dirty.is_empty()

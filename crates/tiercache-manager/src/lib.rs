@@ -48,6 +48,7 @@
 //! `error`.
 
 pub mod backing;
+mod backing_write;
 mod beneath;
 mod cache;
 mod config;

@@ -23,9 +23,9 @@
 //! newer bytes of a lower-dirty block written to BACKING directly make the tier `discard` its
 //! copy, under the `io` lock, so a later cleaning cannot write the older bytes over them.
 
+use crate::backing_write::MAX_RUN_BYTES;
 use crate::cache::Inner;
 use crate::files::FileStamp;
-use crate::times::{ctime_of, CtimeMap};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
@@ -74,9 +74,6 @@ fn long_runs(list: &[Snap], cutoff: Option<u64>) -> Vec<bool> {
     }
     long
 }
-
-/// Bytes per merged write to BACKING while cleaning, at most.
-const MAX_CLEAN_RUN: usize = 1 << 20;
 
 /// A block to store: index, slot, dirty sequence in memory.
 pub(crate) type Snap = (u64, SlotId, u64);
@@ -274,25 +271,12 @@ impl Inner {
         let wfd = self.writable_backing(file, &fd, mode)?;
         let before = wfd.metadata()?;
         // Hide the ctime our writes will cause (see `times`), as the flusher does.
-        let logical_ctime = {
-            let mut eng = self.lock();
-            let pending = eng.files.get(&file).and_then(|f| f.mtime);
-            let logical = eng.ctimes.resolve(file, ctime_of(&before), None, pending);
-            if let Some(f) = eng.files.get_mut(&file) {
-                f.wb_ctime = Some(logical);
-            }
-            logical
-        };
+        self.hide_backing_ctime(file, &before);
         let result = self.clean_runs(file, &wfd, &*tier, fkey, version, size, &blocks);
         // Our pwrites moved BACKING's mtime: put back the time of the writes — the logical one
         // while writes are pending, else what BACKING showed before.
         if let Some(t) = mtime.or_else(|| before.modified().ok()) {
-            if let Err(e) = crate::owner::set_mtime(&wfd, t) {
-                log::warn!(
-                    "file {}: setting the mtime after cleaning failed: {e}",
-                    file.0
-                );
-            }
+            self.restore_backing_mtime(file, &wfd, t, "cleaning");
         }
         let (mut done, wrote_end, mut err) = result;
         // A persistent tier's copies are let go (marked clean, or dropped) only once BACKING
@@ -315,16 +299,7 @@ impl Inner {
         let mut drop_all_below = false;
         let cleaned = {
             let mut eng = self.lock();
-            let during = eng.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
-            if let (Some(_), Some(ours)) = (during, end_ctime) {
-                eng.ctimes.set(
-                    file,
-                    CtimeMap {
-                        ours,
-                        logical: logical_ctime,
-                    },
-                );
-            }
+            eng.end_backing_write(file, end_ctime, wrote_end);
             let mut cleaned = 0;
             if let Some(f) = eng.files.get_mut(&file) {
                 for &(block, seq) in &done {
@@ -343,10 +318,6 @@ impl Inner {
                             drop_below.push(block);
                         }
                     }
-                }
-                if wrote_end > 0 {
-                    f.backing_size = f.backing_size.max(wrote_end.min(f.size));
-                    f.needs_sync = true;
                 }
                 if f.lower_dirty.is_empty() && f.forgotten && f.born.is_none() {
                     // Forgotten without a birth time: its identity may name another file
@@ -390,7 +361,7 @@ impl Inner {
         blocks: &[u64],
     ) -> Cleaned {
         let bs = self.bs;
-        let max_run = (MAX_CLEAN_RUN / bs).max(1);
+        let max_run = (MAX_RUN_BYTES / bs).max(1);
         let mut done = Vec::with_capacity(blocks.len());
         let mut run: Vec<(u64, Option<u64>)> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
