@@ -82,6 +82,22 @@ pub(crate) type Snap = (u64, SlotId, u64);
 /// the end of the last write, and the error that stopped it.
 type Cleaned = (Vec<(u64, Option<u64>)>, u64, Option<io::Error>);
 
+/// What cleaning a file's lower-dirty blocks takes from the file table
+/// ([`Inner::clean_snapshot`]).
+struct CleanSnap {
+    fd: Arc<File>,
+    /// `fd`'s access mode (a read-only one is reopened read-write to write).
+    mode: i32,
+    size: u64,
+    fkey: FileKey,
+    version: u64,
+    /// The lower-dirty blocks to clean, ascending.
+    blocks: Vec<u64>,
+    /// The time of the writes while some are pending (`None`: BACKING's own).
+    mtime: Option<SystemTime>,
+    shared: Arc<crate::files::FileShared>,
+}
+
 impl Inner {
     /// The tier write-back of a file goes to for this kind of write-back (`sync`: an `fsync`
     /// or `flush_all`), if any.
@@ -232,40 +248,19 @@ impl Inner {
         let Some(tier) = lower.dirty_tier_any().cloned() else {
             return Ok(0);
         };
-        let (fd, mode, size, fkey, version, blocks, mtime, shared) = {
-            let eng = self.lock();
-            let Some(f) = eng.files.get(&file) else {
-                return Ok(0);
-            };
-            if f.lower_dirty.is_empty() {
-                return Ok(0);
-            }
-            let (Some(fd), Some(fkey)) = (f.backing.clone(), f.fkey) else {
-                return Err(io::Error::other(
-                    "lower-dirty blocks without a backing handle",
-                ));
-            };
-            let blocks: Vec<u64> = f
-                .lower_dirty
-                .iter()
-                .filter(|b| only.is_none_or(|o| o.contains(b)))
-                .copied()
-                .collect();
-            if blocks.is_empty() {
-                return Ok(0);
-            }
-            let shared = Arc::clone(&f.shared);
-            (
-                fd,
-                f.backing_mode,
-                f.size,
-                fkey,
-                f.version,
-                blocks,
-                f.mtime,
-                shared,
-            )
+        let Some(snap) = self.clean_snapshot(file, only)? else {
+            return Ok(0);
         };
+        let CleanSnap {
+            fd,
+            mode,
+            size,
+            fkey,
+            version,
+            blocks,
+            mtime,
+            shared,
+        } = snap;
         // No write-through patches these blocks below while they are cleaned.
         let _below = crate::cache::lock(&shared.below);
         let wfd = self.writable_backing(file, &fd, mode)?;
@@ -295,38 +290,8 @@ impl Inner {
             }
         }
         let end_ctime = self.refresh_stamp(file, &wfd, Some(&FileStamp::from_metadata(&before)));
-        let mut drop_below = Vec::new();
-        let mut drop_all_below = false;
-        let cleaned = {
-            let mut eng = self.lock();
-            eng.end_backing_write(file, end_ctime, wrote_end);
-            let mut cleaned = 0;
-            if let Some(f) = eng.files.get_mut(&file) {
-                for &(block, seq) in &done {
-                    let clean = match seq {
-                        Some(seq) => tier.mark_clean(&TierKey::new(fkey, block), seq),
-                        None => true,
-                    };
-                    if clean {
-                        f.lower_dirty.remove(&block);
-                        cleaned += 1;
-                        if f.blocks.contains(&block) {
-                            // Memory holds it (maybe newer and dirty): the copy below, clean
-                            // now, must not outlive it as the block's bytes. Dropped after the
-                            // engine lock: memory's copy cannot go meanwhile without being
-                            // clean and equal to it (a dirty block is never evicted).
-                            drop_below.push(block);
-                        }
-                    }
-                }
-                if f.lower_dirty.is_empty() && f.forgotten && f.born.is_none() {
-                    // Forgotten without a birth time: its identity may name another file
-                    // later, so nothing of it stays below once its data is on BACKING.
-                    drop_all_below = true;
-                }
-            }
-            cleaned
-        };
+        let (cleaned, drop_below, drop_all_below) =
+            self.clean_commit(file, &*tier, fkey, &done, (end_ctime, wrote_end));
         for block in drop_below {
             // With what the tier may have spilled of it since it became clean.
             lower.invalidate_from_dirty_tier(TierKey::new(fkey, block));
@@ -344,6 +309,92 @@ impl Inner {
             }
             None => Ok(cleaned),
         }
+    }
+
+    /// What cleaning takes from the file table: `None` when `file` has no lower-dirty block
+    /// (in `only`, if given); an error for lower-dirty blocks without a BACKING handle.
+    fn clean_snapshot(
+        &self,
+        file: FileId,
+        only: Option<&HashSet<u64>>,
+    ) -> io::Result<Option<CleanSnap>> {
+        let eng = self.lock();
+        let Some(f) = eng.files.get(&file) else {
+            return Ok(None);
+        };
+        if f.lower_dirty.is_empty() {
+            return Ok(None);
+        }
+        let (Some(fd), Some(fkey)) = (f.backing.clone(), f.fkey) else {
+            return Err(io::Error::other(
+                "lower-dirty blocks without a backing handle",
+            ));
+        };
+        let blocks: Vec<u64> = f
+            .lower_dirty
+            .iter()
+            .filter(|b| only.is_none_or(|o| o.contains(b)))
+            .copied()
+            .collect();
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(CleanSnap {
+            fd,
+            mode: f.backing_mode,
+            size: f.size,
+            fkey,
+            version: f.version,
+            blocks,
+            mtime: f.mtime,
+            shared: Arc::clone(&f.shared),
+        }))
+    }
+
+    /// Commits a cleaning to the file table: the blocks written (`done`: block, dirty
+    /// sequence below) are clean below unless written there again meanwhile, and no longer
+    /// lower-dirty here; BACKING's ctime, size and sync need follow (`end`: ctime after our
+    /// writes, end of the last run). Returns the blocks cleaned, those whose copy below must
+    /// now go (memory holds them), and whether everything of the file below must go (a
+    /// forgotten file without a birth time, now fully on BACKING).
+    fn clean_commit(
+        &self,
+        file: FileId,
+        tier: &dyn DataTier,
+        fkey: FileKey,
+        done: &[(u64, Option<u64>)],
+        (end_ctime, wrote_end): (Option<SystemTime>, u64),
+    ) -> (usize, Vec<u64>, bool) {
+        let mut eng = self.lock();
+        eng.end_backing_write(file, end_ctime, wrote_end);
+        let mut cleaned = 0;
+        let mut drop_below = Vec::new();
+        let mut drop_all_below = false;
+        if let Some(f) = eng.files.get_mut(&file) {
+            for &(block, seq) in done {
+                let clean = match seq {
+                    Some(seq) => tier.mark_clean(&TierKey::new(fkey, block), seq),
+                    None => true,
+                };
+                if clean {
+                    f.lower_dirty.remove(&block);
+                    cleaned += 1;
+                    if f.blocks.contains(&block) {
+                        // Memory holds it (maybe newer and dirty): the copy below, clean now,
+                        // must not outlive it as the block's bytes. Dropped after the engine
+                        // lock: memory's copy cannot go meanwhile without being clean and
+                        // equal to it (a dirty block is never evicted).
+                        drop_below.push(block);
+                    }
+                }
+            }
+            if f.lower_dirty.is_empty() && f.forgotten && f.born.is_none() {
+                // Forgotten without a birth time: its identity may name another file later,
+                // so nothing of it stays below once its data is on BACKING.
+                drop_all_below = true;
+            }
+        }
+        (cleaned, drop_below, drop_all_below)
     }
 
     /// Reads `blocks` (ascending) from `tier` and writes them to BACKING in merged runs,
