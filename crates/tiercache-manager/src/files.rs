@@ -246,6 +246,52 @@ pub(crate) fn access_mode(f: &File) -> io::Result<i32> {
     Ok(flags & libc::O_ACCMODE)
 }
 
+impl FileState {
+    /// The file changed behind the cache (BACKING's stamp is now `now`): a new version —
+    /// generation and change counter bumped, read-ahead, remembered errors and sync need
+    /// reset, the size BACKING's (or larger, while dirty blocks that will overwrite it are
+    /// kept). Returns the blocks cached (the clean ones are stale) and the old stamp.
+    pub(crate) fn reset_to(&mut self, now: FileStamp) -> (Vec<u64>, FileStamp) {
+        let blocks: Vec<u64> = self.blocks.iter().copied().collect();
+        let old = self.stamp;
+        self.forgotten = false;
+        self.stamp = now;
+        self.backing_size = now.size;
+        self.size = if self.dirty.is_empty() {
+            now.size
+        } else {
+            self.size.max(now.size)
+        };
+        self.generation += 1;
+        self.shared.change.fetch_add(1, Ordering::SeqCst);
+        self.version = version_of(&now) ^ self.generation.rotate_left(32);
+        self.ra = ReadAhead::default();
+        // What the tier remembered of the old version is not this version's.
+        self.error = None;
+        self.error_log = ErrorLog::default();
+        self.needs_sync = false;
+        (blocks, old)
+    }
+}
+
+/// Drops the clean ones of `file`'s `blocks` from memory (a changed file's stale blocks);
+/// dirty ones stay (they overwrite BACKING). Returns how many went.
+fn drop_stale_blocks(eng: &mut Engine, file: FileId, blocks: Vec<u64>) -> usize {
+    let mut dropped = 0;
+    for b in blocks {
+        let key = BlockKey {
+            file,
+            block: BlockIndex(b),
+        };
+        match eng.drop_block(key, false) {
+            Dropped::Yes => dropped += 1,
+            Dropped::Pinned => log::error!("file {}: block {b} pinned at open", file.0),
+            Dropped::Dirty | Dropped::NotCached => {}
+        }
+    }
+    dropped
+}
+
 impl Inner {
     /// The per-file locks of a known file.
     pub(crate) fn shared(&self, file: FileId) -> io::Result<Arc<FileShared>> {
@@ -382,39 +428,11 @@ impl Inner {
                     ..OpenOutcome::default()
                 });
             }
-            let blocks: Vec<u64> = f.blocks.iter().copied().collect();
+            let (blocks, old) = f.reset_to(now);
             let kept_dirty = f.dirty.len();
-            let old = f.stamp;
-            f.forgotten = false;
-            f.stamp = now;
-            f.backing_size = now.size;
-            f.size = if kept_dirty > 0 {
-                f.size.max(now.size)
-            } else {
-                now.size
-            };
-            f.generation += 1;
-            f.shared.change.fetch_add(1, Ordering::SeqCst);
-            f.version = version_of(&now) ^ f.generation.rotate_left(32);
             // Dropped below after the engine lock (the file is quiesced: `io` + `op`).
             let invalidate_below = f.fkey;
-            f.ra = ReadAhead::default();
-            // What the tier remembered of the old version is not this version's.
-            f.error = None;
-            f.error_log = ErrorLog::default();
-            f.needs_sync = false;
-            let mut dropped = 0;
-            for b in blocks {
-                let key = BlockKey {
-                    file,
-                    block: BlockIndex(b),
-                };
-                match eng.drop_block(key, false) {
-                    Dropped::Yes => dropped += 1,
-                    Dropped::Pinned => log::error!("file {}: block {b} pinned at open", file.0),
-                    Dropped::Dirty | Dropped::NotCached => {}
-                }
-            }
+            let dropped = drop_stale_blocks(&mut eng, file, blocks);
             if kept_dirty > 0 {
                 log::warn!(
                     "file {} changed behind the cache ({old:?} -> {now:?}); dropped {dropped} \
