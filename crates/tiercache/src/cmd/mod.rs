@@ -12,6 +12,8 @@ pub mod bench_zerocopy;
 pub mod ctl;
 pub mod detach;
 pub mod flash;
+pub mod fstab;
+pub mod list;
 pub mod mount;
 pub mod mounts;
 pub mod partition_flags;

@@ -73,9 +73,15 @@ pub struct MountFiles {
 
 impl MountFiles {
     pub fn for_mountpoint(mountpoint: &Path) -> Self {
+        Self::in_dir(&runtime_dir(), mountpoint)
+    }
+
+    /// The files a daemon with runtime directory `dir` (see [`runtime_dir`]) has for
+    /// `mountpoint`.
+    pub fn in_dir(dir: &Path, mountpoint: &Path) -> Self {
         // The same NAME-HASH as the zero-copy socket's.
         let key = tiercache_client::wire::mount_key(mountpoint);
-        let base = runtime_dir().join(key);
+        let base = dir.join(key);
         MountFiles {
             socket: base.with_extension("sock"),
             pid: base.with_extension("pid"),
@@ -322,15 +328,35 @@ pub fn call_typed(
     req: &Request,
     timeout: Duration,
 ) -> Result<serde_json::Value, CallError> {
-    use CallError::{Refused, Unreachable};
     let files = MountFiles::for_mountpoint(mountpoint);
     let stream = UnixStream::connect(&files.socket).map_err(|e| {
-        Unreachable(format!(
+        CallError::Unreachable(format!(
             "{}: no tiercache daemon answers ({}: {e}); is it mounted? (`tiercache unmount --force` clears a dead mount)",
             mountpoint.display(),
             files.socket.display()
         ))
     })?;
+    exchange(stream, req, timeout)
+}
+
+/// [`call_typed`] on the control socket at `socket` (e.g. another user's mount, for root).
+pub fn call_socket(
+    socket: &Path,
+    req: &Request,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallError> {
+    let stream = UnixStream::connect(socket)
+        .map_err(|e| CallError::Unreachable(format!("{}: {e}", socket.display())))?;
+    exchange(stream, req, timeout)
+}
+
+/// One request and its reply on a connected control socket; waits at most `timeout` for it.
+fn exchange(
+    stream: UnixStream,
+    req: &Request,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallError> {
+    use CallError::{Refused, Unreachable};
     let io = |e: std::io::Error| Unreachable(format!("control socket: {e}"));
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     let mut w = stream.try_clone().map_err(io)?;
