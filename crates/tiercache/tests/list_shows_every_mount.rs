@@ -64,6 +64,13 @@ fn two_mounts_are_listed_and_a_stopped_daemon_does_not_fail_the_list() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rb = listed(&v, &b);
     assert_eq!(rb["state"], "not responding", "{rb}");
+    assert!(
+        rb["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 2 s"),
+        "{rb}"
+    );
     assert_eq!(rb["pid"], pid);
     assert_eq!(listed(&v, &a)["state"], "serving");
 }

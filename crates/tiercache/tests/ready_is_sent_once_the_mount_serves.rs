@@ -44,10 +44,15 @@ fn check(foreground: bool) {
     std::fs::write(backing.join("hello"), b"served").unwrap();
     let sock_path = root.join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let mut args = vec!["mount", s(&backing), s(&mnt), "--memory", "32M"];
-    if foreground {
-        args.push("--foreground");
-    }
+    // Foreground as tiercache@.service runs it: BACKING from the config file (relative to
+    // its directory), the mount point from the instance.
+    let cfg = root.join("fast.toml");
+    std::fs::write(&cfg, "backing = \"slow\"\nmemory = \"32M\"\n").unwrap();
+    let args = if foreground {
+        vec!["mount", "--foreground", "--config", s(&cfg), s(&mnt)]
+    } else {
+        vec!["mount", s(&backing), s(&mnt), "--memory", "32M"]
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_tiercache"))
         .args(&args)
         .env("NOTIFY_SOCKET", &sock_path)

@@ -50,9 +50,16 @@ pub struct Argv {
 }
 
 /// `args` (the program name first) unchanged unless it is the mount.fuse form: its first
-/// argument is neither a subcommand (of `cli`) nor an option.
+/// argument is neither a subcommand (of `cli`) nor an option, and is a path (has a `/`, or
+/// exists), so that a mistyped subcommand still gets clap's "similar subcommand" tip.
 pub fn rewrite(cli: &clap::Command, args: Vec<OsString>) -> Result<Argv, String> {
-    let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
+    let first = args
+        .get(1)
+        .filter(|a| {
+            a.as_encoded_bytes().contains(&b'/')
+                || std::path::Path::new(a).symlink_metadata().is_ok()
+        })
+        .map(|a| a.to_string_lossy().into_owned());
     let is_subcommand = |name: &str| {
         name == "help"
             || cli
@@ -243,7 +250,18 @@ pub fn one_line(e: &clap::Error) -> String {
     let text = e.to_string();
     let first = text.lines().next().unwrap_or_default();
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    format!("-o: {first}")
+    let name = match e.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::String(arg)) => arg
+            .split_whitespace()
+            .next()
+            .and_then(|a| a.strip_prefix("--"))
+            .map(str::to_string),
+        _ => None,
+    };
+    match name {
+        Some(n) => format!("-o {n}: {first}"),
+        None => format!("-o: {first}"),
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +324,8 @@ mod tests {
             ]
         );
         assert_eq!(run(&["tc", "mount", "/s", "/m"]).unwrap()[1], "mount");
+        // A mistyped subcommand is left to clap (its tip names `mount`).
+        assert_eq!(run(&["tc", "mout", "/s", "/m"]).unwrap()[1], "mout");
     }
 
     #[test]
@@ -318,6 +338,8 @@ mod tests {
         assert!(e.contains("-o memory: needs a value"), "{e}");
         let e = run(&["tc", "/s", "-o", "memory=1G"]).unwrap_err();
         assert!(e.contains("got 1 path"), "{e}");
+        let e = run(&["tc", "/s", "/m", "/x"]).unwrap_err();
+        assert!(e.contains("got 3 path"), "{e}");
     }
 
     #[test]

@@ -364,7 +364,15 @@ fn exchange(
     text.push('\n');
     w.write_all(text.as_bytes()).map_err(io)?;
     let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).map_err(io)?;
+    BufReader::new(stream)
+        .read_line(&mut line)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Unreachable(format!(
+                "control socket: no answer within {} s",
+                timeout.as_secs_f64()
+            )),
+            _ => io(e),
+        })?;
     let reply: Reply = serde_json::from_str(line.trim())
         .map_err(|e| Unreachable(format!("control socket: bad reply: {e}")))?;
     if reply.ok {
