@@ -11,6 +11,17 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{mounted, s, tc};
 
+/// Force-unmounts its mount point when a check fails with the mount up.
+struct Guard(std::path::PathBuf);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if mounted(&self.0) {
+            let _ = tc(&["unmount", "--force", s(&self.0)]);
+        }
+    }
+}
+
 /// `KEY=VALUE` lines of every datagram until one has READY=1 (or 60 s pass).
 fn until_ready(sock: &UnixDatagram) -> (HashMap<String, String>, Vec<String>) {
     sock.set_read_timeout(Some(Duration::from_millis(200)))
@@ -53,6 +64,7 @@ fn check(foreground: bool) {
     } else {
         vec!["mount", s(&backing), s(&mnt), "--memory", "32M"]
     };
+    let _guard = Guard(mnt.clone());
     let mut child = Command::new(env!("CARGO_BIN_EXE_tiercache"))
         .args(&args)
         .env("NOTIFY_SOCKET", &sock_path)
@@ -118,6 +130,7 @@ fn an_abstract_notify_socket_is_reached_too() {
     let (backing, mnt) = (root.join("slow"), root.join("fast"));
     std::fs::create_dir_all(&backing).unwrap();
     std::fs::create_dir_all(&mnt).unwrap();
+    let _guard = Guard(mnt.clone());
     let out = Command::new(env!("CARGO_BIN_EXE_tiercache"))
         .args(["mount", s(&backing), s(&mnt), "--memory", "32M"])
         .env("NOTIFY_SOCKET", format!("@{name}"))

@@ -28,9 +28,11 @@ fn the_config_file_names_what_to_mount() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Checked after the unmount, so that a failed check leaves nothing mounted.
     let read = std::fs::read(mnt.join("f"));
-    let v = support::json_of(&["stats", s(&mnt), "--json"], &[]);
+    let v = tc(&["stats", s(&mnt), "--json"]);
     assert!(tc(&["unmount", s(&mnt)]).status.success());
+    let v: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
     assert_eq!(read.unwrap(), b"through the file");
     assert_eq!(v["backing_dir"], s(&backing));
     assert!(!mounted(&mnt));
