@@ -57,13 +57,20 @@ fn candidate_dirs(owner: Option<u32>) -> Vec<PathBuf> {
     match owner {
         None => vec![control::runtime_dir()],
         Some(o) if o == me => vec![control::runtime_dir()],
-        Some(0) => vec![PathBuf::from("/run/tiercache")],
         // Root may ask any user's daemon (they serve root too); where its files are depends
         // on that user's XDG_RUNTIME_DIR: the usual place, else the fallback.
-        Some(o) if me == 0 => vec![
+        // Only a directory that user owns counts (not one another user planted in /tmp).
+        Some(o) if me == 0 => [
             PathBuf::from(format!("/run/user/{o}/tiercache")),
             PathBuf::from(format!("/tmp/tiercache-{o}")),
-        ],
+        ]
+        .into_iter()
+        .filter(|d| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == o)
+        })
+        .collect(),
+        // Another user's daemon serves only that user and root.
         Some(_) => Vec::new(),
     }
 }

@@ -296,6 +296,10 @@ fn serve_one(stream: &UnixStream, h: &dyn Handler) {
     }
 }
 
+/// Longest reply read (a `stats` document is a few KiB): a peer that is not a tiercache daemon
+/// cannot make the caller hold more.
+const MAX_REPLY: u64 = 16 << 20;
+
 /// Why a control call failed.
 #[derive(Debug)]
 pub enum CallError {
@@ -364,7 +368,7 @@ fn exchange(
     text.push('\n');
     w.write_all(text.as_bytes()).map_err(io)?;
     let mut line = String::new();
-    BufReader::new(stream)
+    BufReader::new(std::io::Read::take(stream, MAX_REPLY))
         .read_line(&mut line)
         .map_err(|e| match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Unreachable(format!(
