@@ -3,6 +3,10 @@
 set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null || need+=(fuse3)
+# mount.fuse3 (fuse3): the fstab / `mount -t fuse.tiercache` test.
+{ [ -x /sbin/mount.fuse3 ] || [ -x /usr/sbin/mount.fuse3 ]; } || need+=(fuse3)
+# systemd-analyze and systemd-escape: the unit template's test.
+{ command -v systemd-analyze && command -v systemd-escape; } >/dev/null || need+=(systemd)
 command -v fio >/dev/null || need+=(fio)
 command -v bindfs >/dev/null || need+=(bindfs)
 command -v sqlite3 >/dev/null || need+=(sqlite3)

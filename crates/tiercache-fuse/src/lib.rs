@@ -60,5 +60,7 @@ pub use kcache::{
     BadKernelCacheMode, KernelCacheHandle, KernelCacheMode, KernelCacheStats, OpenAdvice,
 };
 pub use killpriv::clear_setid_for_write;
-pub use mount::{mount, run, InodeStatsReader, MountHandle, MountOptions, DEFAULT_IO_WORKERS};
+pub use mount::{
+    mount, run, InodeStatsReader, MountFlags, MountHandle, MountOptions, DEFAULT_IO_WORKERS,
+};
 pub use validate::unescape_mountinfo;

@@ -4,7 +4,8 @@
 //! The session is a `fuser::Session` with `threads` request loops, each on
 //! its own cloned `/dev/fuse` descriptor (`FUSE_DEV_IOC_CLONE`), so requests
 //! are served concurrently. The mount always uses `default_permissions`
-//! (kernel-side permission checks, see `fs.rs`) and `nosuid,nodev`; it shows
+//! (kernel-side permission checks, see `fs.rs`) and, unless [`MountFlags`] ask for `dev` or
+//! `suid`, `nosuid,nodev`; it shows
 //! up in `/proc/mounts` as type `fuse` with source `fs_name` (fuser's direct
 //! `mount(2)` ignores the subtype; the `fusermount3` path uses it).
 
@@ -61,6 +62,49 @@ pub struct MountOptions {
     /// With whose rights backing calls that check permissions or create objects run
     /// (default [`BackingIdentity::Auto`]: the caller's when the daemon is root).
     pub backing_identity: BackingIdentity,
+    /// The generic mount flags (`ro`, `nodev`, ...) of the mount itself.
+    pub flags: MountFlags,
+}
+
+/// Generic mount flags, as `mount(8)` spells them. The default is `rw,nodev,nosuid,exec`:
+/// device files and set-id bits of BACKING are honoured only when asked for (`dev`, `suid`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MountFlags {
+    /// `ro`: the kernel refuses every change (EROFS) before it reaches the daemon.
+    pub read_only: bool,
+    /// `dev`: device files on the mount can be opened as devices.
+    pub dev: bool,
+    /// `suid`: set-user-id and set-group-id bits take effect on exec.
+    pub suid: bool,
+    /// `noexec`: no program on the mount can be executed.
+    pub noexec: bool,
+    /// `noatime`: the kernel does not update access times.
+    pub noatime: bool,
+    /// `sync`: writes are synchronous (`MS_SYNCHRONOUS`).
+    pub sync: bool,
+    /// `dirsync`: directory changes are synchronous.
+    pub dirsync: bool,
+}
+
+impl MountFlags {
+    /// The flags as fuser options (its direct `mount(2)` adds `nodev`/`nosuid` unless `Dev`/
+    /// `Suid` are among them).
+    fn options(&self) -> Vec<MountOption> {
+        let pairs = [
+            (self.read_only, MountOption::RO),
+            (self.dev, MountOption::Dev),
+            (self.suid, MountOption::Suid),
+            (self.noexec, MountOption::NoExec),
+            (self.noatime, MountOption::NoAtime),
+            (self.sync, MountOption::Sync),
+            (self.dirsync, MountOption::DirSync),
+        ];
+        pairs
+            .into_iter()
+            .filter_map(|(on, o)| on.then_some(o))
+            .collect()
+    }
 }
 
 impl Default for MountOptions {
@@ -80,6 +124,7 @@ impl Default for MountOptions {
             fd_cache: None,
             inode_handles: true,
             backing_identity: BackingIdentity::Auto,
+            flags: MountFlags::default(),
         }
     }
 }
@@ -204,6 +249,7 @@ fn new_session(
         MountOption::Subtype("tiercache".to_owned()),
         MountOption::DefaultPermissions,
     ];
+    config.mount_options.extend(opts.flags.options());
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {

@@ -1,4 +1,5 @@
-//! The `tiercache` command: `mount` serves a slow directory through the cache, `stats`,
+//! The `tiercache` command: `mount` serves a slow directory through the cache (also as
+//! `tiercache BACKING MOUNTPOINT -o OPTIONS`, for fstab), `list` shows every mount, `stats`,
 //! `priority`, `flush` and `unmount` control a running mount, `keygen` makes a remote-tier key, `sim` replays workloads and traces
 //! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
 //! file or line at fault; argument errors keep clap's message (usage and tips).
@@ -7,10 +8,10 @@ mod bench;
 mod cmd;
 mod live;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use std::process::ExitCode;
 
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(
     name = "tiercache",
     version,
@@ -23,10 +24,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Mount BACKING on MOUNTPOINT through the cache (daemonizes unless --foreground).
+    /// Mount BACKING on MOUNTPOINT through the cache (daemonizes unless --foreground). The
+    /// mount.fuse form `tiercache BACKING MOUNTPOINT -o NAME=VALUE,...` (fstab, `mount -t
+    /// fuse.tiercache`) is the same.
     Mount(Box<cmd::mount::MountArgs>),
     /// Show a mount's statistics.
     Stats(cmd::ctl::StatsArgs),
+    /// List every tiercache mount: BACKING, pid, memory, tiers, dirty data, state.
+    List(cmd::list::ListArgs),
     /// Manage priority directories of a running mount.
     #[command(subcommand)]
     Priority(cmd::ctl::PriorityCommand),
@@ -50,14 +55,39 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // `tiercache SOURCE MOUNTPOINT -o OPTIONS` (mount.fuse, fstab) is `tiercache mount ...`.
+    let argv = match cmd::fstab::rewrite(&Cli::command(), std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tiercache: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let parsed = Cli::command()
+        .try_get_matches_from(&argv.args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
+        Err(e) if argv.fuse_form => {
+            eprintln!("tiercache: {}", cmd::fstab::one_line(&e));
+            return ExitCode::FAILURE;
+        }
         Err(e) => return clap_exit(&e),
     };
+    if let (true, Command::Mount(m)) = (argv.fuse_form, &cli.command) {
+        if let (Some(b), Some(mp)) = (&m.backing, &m.mountpoint) {
+            if cmd::fstab::already_mounted(b, mp) {
+                println!("tiercache: {} already serves {}", mp.display(), b.display());
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    let respawn = live::config::RespawnArgs(argv.args.iter().skip(1).cloned().collect());
     let result = match cli.command {
-        Command::Mount(args) => cmd::mount::run(*args),
+        Command::Mount(args) => cmd::mount::run(*args, &respawn),
         Command::Zerocopy(c) => cmd::zerocopy::run(c),
         Command::Stats(a) => cmd::ctl::stats_cmd(a),
+        Command::List(a) => cmd::list::list_cmd(a),
         Command::Priority(c) => cmd::ctl::priority_cmd(c),
         Command::Flush { mountpoint } => cmd::ctl::flush_cmd(&mountpoint),
         Command::Unmount(a) => cmd::ctl::unmount_cmd(a),
@@ -75,6 +105,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if argv.fuse_form => {
+            eprintln!("tiercache: {}", cmd::fstab::name_option(&e));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("tiercache: {e}");
             ExitCode::FAILURE

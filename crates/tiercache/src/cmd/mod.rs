@@ -4,6 +4,8 @@ pub mod bench;
 pub mod ctl;
 pub mod detach;
 pub mod flash;
+pub mod fstab;
+pub mod list;
 pub mod mount;
 pub mod mounts;
 pub mod partition_flags;

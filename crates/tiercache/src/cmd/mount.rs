@@ -1,5 +1,6 @@
 //! `tiercache mount BACKING MOUNTPOINT [...]`: flags over `--config FILE`, checked before
-//! anything is mounted; then the daemon (in the background unless `--foreground`).
+//! anything is mounted; then the daemon (in the background unless `--foreground`). With one
+//! path it is MOUNTPOINT, with none both come from the file (`backing`, `mountpoint`).
 
 use super::partition_flags::PartitionFlags;
 use crate::live::config::{
@@ -12,7 +13,7 @@ use crate::live::daemon::{self, Settings};
 use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
 use crate::live::size::parse_size;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tiercache_core::partition::{Amount, PartitionKind};
 use tiercache_core::policy::PolicyKind;
@@ -25,10 +26,13 @@ pub const DEFAULT_MEMORY: &str = "256M";
 
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
-    /// The slow directory to cache.
-    pub backing: PathBuf,
-    /// Where the fast view appears (an empty directory).
-    pub mountpoint: PathBuf,
+    /// The slow directory to cache [default: the --config file's `backing`].
+    #[arg(required_unless_present = "config")]
+    pub backing: Option<PathBuf>,
+    /// Where the fast view appears (an empty directory) [default: the --config file's
+    /// `mountpoint`]. Given alone (one path, with --config), the path is MOUNTPOINT.
+    #[arg(required_unless_present = "config")]
+    pub mountpoint: Option<PathBuf>,
     /// Memory tier size, e.g. 256M, 2G [default: 256M].
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
@@ -167,6 +171,10 @@ pub struct MountArgs {
     /// Blocks the remote tier may hold, e.g. 4G [default: the servers' memory limits].
     #[arg(long, value_name = "SIZE")]
     pub remote_size: Option<String>,
+    /// Generic flags of the mount itself, comma-separated: ro|rw, nodev|dev, nosuid|suid,
+    /// exec|noexec, atime|noatime, async|sync, dirsync [default: rw,nodev,nosuid].
+    #[arg(long, value_name = "LIST")]
+    pub mount_flags: Option<String>,
     /// Stay attached to the terminal instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
@@ -175,13 +183,45 @@ pub struct MountArgs {
     pub config: Option<PathBuf>,
 }
 
-pub fn run(args: MountArgs) -> Result<(), String> {
+/// Mounts; a background mount restarts this program with `respawn` (this command line, without
+/// the program name) and `--foreground`.
+pub fn run(args: MountArgs, respawn: &RespawnArgs) -> Result<(), String> {
     let settings = settings(&args)?;
     if args.foreground {
         daemon::run_foreground(settings)
     } else {
-        daemon::spawn_background(&RespawnArgs::of_this_process(), &settings)
+        daemon::spawn_background(respawn, &settings)
     }
+}
+
+/// BACKING and MOUNTPOINT: the paths given (one path is MOUNTPOINT), else the config file's
+/// `backing` and `mountpoint` (relative to the file's directory).
+fn paths(args: &MountArgs, file: &ConfigFile) -> Result<(PathBuf, PathBuf), String> {
+    let (backing, mountpoint) = match (&args.backing, &args.mountpoint) {
+        (Some(b), Some(m)) => (Some(b.clone()), Some(m.clone())),
+        (Some(m), None) => (None, Some(m.clone())),
+        _ => (None, None),
+    };
+    let from_file = |p: &Option<PathBuf>, key: &str, what: &str| match (p, &file.path) {
+        (Some(p), Some(cfg)) => Ok(cfg.parent().unwrap_or(Path::new(".")).join(p)),
+        (Some(p), None) => Ok(p.clone()),
+        (None, Some(cfg)) => Err(format!(
+            "{what}: not given (neither on the command line nor as `{key}` in {})",
+            cfg.display()
+        )),
+        (None, None) => Err(format!(
+            "{what}: not given (tiercache mount BACKING MOUNTPOINT, or `{key}` in a --config file)"
+        )),
+    };
+    let backing = match backing {
+        Some(b) => b,
+        None => from_file(&file.options.backing, "backing", "BACKING")?,
+    };
+    let mountpoint = match mountpoint {
+        Some(m) => m,
+        None => from_file(&file.options.mountpoint, "mountpoint", "MOUNTPOINT")?,
+    };
+    Ok((backing, mountpoint))
 }
 
 /// MemTotal from /proc/meminfo, in bytes.
@@ -246,6 +286,9 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         backing_identity: args.backing_identity.clone(),
         zero_copy: args.zero_copy,
         zero_copy_group: args.zero_copy_group.clone(),
+        backing: None,
+        mountpoint: None,
+        mount_flags: args.mount_flags.clone(),
         tiers: if args.tier.is_empty() {
             None
         } else {
@@ -319,12 +362,13 @@ fn partition_flags(
 /// Merges flags over the config file ([`MountOptions::over`]) and checks every value, naming
 /// the flag, or the file (and line, where known), at fault.
 pub fn settings(args: &MountArgs) -> Result<Settings, String> {
-    check_dir("BACKING", &args.backing)?;
-    check_dir("MOUNTPOINT", &args.mountpoint)?;
     let mut file = match &args.config {
         Some(p) => config::load(p)?,
         None => ConfigFile::default(),
     };
+    let (backing, mountpoint) = paths(args, &file)?;
+    check_dir("BACKING", &backing)?;
+    check_dir("MOUNTPOINT", &mountpoint)?;
     let memory_name = file.fold_memory_tier()?;
     let flags = flag_options(args)?;
     let file_options = file.options.clone();
@@ -441,7 +485,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             .mode()
             .map_err(|e| format!("{}: {e}", src("kernel-cache", flags.kernel_cache.is_some())))?,
     };
-    let mountpoint = crate::live::control::canonical_mountpoint(&args.mountpoint);
+    let mountpoint = crate::live::control::canonical_mountpoint(&mountpoint);
     let mut priority = PriorityDirs::default();
     let whence = if flags.priority.is_some() || args.config.is_none() {
         "--priority".to_string()
@@ -546,6 +590,11 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             src("zero-copy-group", flags.zero_copy_group.is_some())
         ));
     }
+    let mount_flags = match &o.mount_flags {
+        Some(list) => super::fstab::mount_flags(list)
+            .map_err(|e| format!("{}: {e}", src("mount-flags", flags.mount_flags.is_some())))?,
+        None => tiercache_fuse::MountFlags::default(),
+    };
     let mut mem = mem;
     mem.zero_copy = zero_copy;
     Ok(Settings {
@@ -555,8 +604,9 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         backing_identity,
         entry_timeout,
         attr_timeout,
-        backing: args.backing.clone(),
+        backing,
         mountpoint,
+        mount_flags,
         mem,
         priority,
         emulate,

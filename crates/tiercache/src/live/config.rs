@@ -8,7 +8,9 @@
 //! `metrics`, `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`,
 //! `entry_timeout`,
 //! `backing_identity`, `zero_copy`, `zero_copy_group`,
-//! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
+//! `attr_timeout`, `backing` and `mountpoint` (used when the command line does not give them;
+//! relative to the file's directory), `mount_flags` (`"ro,noexec"`: `--mount-flags`), and
+//! `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
 use super::config_flash::{flash_only_key, FlashSpec, FractionValue};
@@ -60,6 +62,12 @@ pub struct MountOptions {
     pub zero_copy: Option<bool>,
     /// A group whose members may use the zero-copy service too (by name or number).
     pub zero_copy_group: Option<String>,
+    /// BACKING when the command line names none (only the file gives it).
+    pub backing: Option<PathBuf>,
+    /// MOUNTPOINT when the command line names none (only the file gives it).
+    pub mountpoint: Option<PathBuf>,
+    /// Generic mount flags (`--mount-flags`): `ro`, `noexec`, ...
+    pub mount_flags: Option<String>,
     /// `[[tier]]` tables or `--tier` flags, in order from the top.
     #[serde(rename = "tier")]
     pub tiers: Option<Vec<TierTable>>,
@@ -97,6 +105,9 @@ impl MountOptions {
             backing_identity,
             zero_copy,
             zero_copy_group,
+            backing,
+            mountpoint,
+            mount_flags,
             tiers,
         } = self;
         MountOptions {
@@ -127,6 +138,9 @@ impl MountOptions {
             backing_identity: backing_identity.or(file.backing_identity),
             zero_copy: zero_copy.or(file.zero_copy),
             zero_copy_group: zero_copy_group.or(file.zero_copy_group),
+            backing: backing.or(file.backing),
+            mountpoint: mountpoint.or(file.mountpoint),
+            mount_flags: mount_flags.or(file.mount_flags),
             tiers: tiers.or(file.tiers),
         }
     }
@@ -645,13 +659,6 @@ pub fn parse(text: &str) -> Result<MountOptions, (usize, String)> {
 /// The command line a background mount restarts itself with (plus `--foreground`).
 #[derive(Debug, Clone)]
 pub struct RespawnArgs(pub Vec<OsString>);
-
-impl RespawnArgs {
-    /// This process's arguments, without the program name.
-    pub fn of_this_process() -> RespawnArgs {
-        RespawnArgs(std::env::args_os().skip(1).collect())
-    }
-}
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

@@ -73,9 +73,15 @@ pub struct MountFiles {
 
 impl MountFiles {
     pub fn for_mountpoint(mountpoint: &Path) -> Self {
+        Self::in_dir(&runtime_dir(), mountpoint)
+    }
+
+    /// The files a daemon with runtime directory `dir` (see [`runtime_dir`]) has for
+    /// `mountpoint`.
+    pub fn in_dir(dir: &Path, mountpoint: &Path) -> Self {
         // The same NAME-HASH as the zero-copy socket's.
         let key = tiercache_wire::mount_key(mountpoint);
-        let base = runtime_dir().join(key);
+        let base = dir.join(key);
         MountFiles {
             socket: base.with_extension("sock"),
             pid: base.with_extension("pid"),
@@ -290,6 +296,10 @@ fn serve_one(stream: &UnixStream, h: &dyn Handler) {
     }
 }
 
+/// Longest reply read (a `stats` document is a few KiB): a peer that is not a tiercache daemon
+/// cannot make the caller hold more.
+const MAX_REPLY: u64 = 16 << 20;
+
 /// Why a control call failed.
 #[derive(Debug)]
 pub enum CallError {
@@ -322,15 +332,35 @@ pub fn call_typed(
     req: &Request,
     timeout: Duration,
 ) -> Result<serde_json::Value, CallError> {
-    use CallError::{Refused, Unreachable};
     let files = MountFiles::for_mountpoint(mountpoint);
     let stream = UnixStream::connect(&files.socket).map_err(|e| {
-        Unreachable(format!(
+        CallError::Unreachable(format!(
             "{}: no tiercache daemon answers ({}: {e}); is it mounted? (`tiercache unmount --force` clears a dead mount)",
             mountpoint.display(),
             files.socket.display()
         ))
     })?;
+    exchange(stream, req, timeout)
+}
+
+/// [`call_typed`] on the control socket at `socket` (e.g. another user's mount, for root).
+pub fn call_socket(
+    socket: &Path,
+    req: &Request,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallError> {
+    let stream = UnixStream::connect(socket)
+        .map_err(|e| CallError::Unreachable(format!("{}: {e}", socket.display())))?;
+    exchange(stream, req, timeout)
+}
+
+/// One request and its reply on a connected control socket; waits at most `timeout` for it.
+fn exchange(
+    stream: UnixStream,
+    req: &Request,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallError> {
+    use CallError::{Refused, Unreachable};
     let io = |e: std::io::Error| Unreachable(format!("control socket: {e}"));
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     let mut w = stream.try_clone().map_err(io)?;
@@ -338,7 +368,15 @@ pub fn call_typed(
     text.push('\n');
     w.write_all(text.as_bytes()).map_err(io)?;
     let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).map_err(io)?;
+    BufReader::new(std::io::Read::take(stream, MAX_REPLY))
+        .read_line(&mut line)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Unreachable(format!(
+                "control socket: no answer within {} s",
+                timeout.as_secs_f64()
+            )),
+            _ => io(e),
+        })?;
     let reply: Reply = serde_json::from_str(line.trim())
         .map_err(|e| Unreachable(format!("control socket: bad reply: {e}")))?;
     if reply.ok {

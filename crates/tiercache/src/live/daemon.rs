@@ -51,6 +51,8 @@ pub struct Settings {
     pub backing_identity: tiercache_fuse::BackingIdentity,
     /// `--zero-copy`: the zero-copy service and its admission.
     pub zero_copy: Option<super::zerocopy::ZeroCopySettings>,
+    /// `--mount-flags`: `ro`, `nodev`, ...
+    pub mount_flags: tiercache_fuse::MountFlags,
 }
 
 /// `tiercache unmount`, handed from the control socket to the main loop, which answers once
@@ -241,6 +243,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     opts.backing_identity = s.backing_identity;
     opts.attr_ttl = s.attr_timeout;
     opts.fs_name = fs_name;
+    opts.flags = s.mount_flags;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
@@ -316,6 +319,13 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         });
         metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
     }
+    // Mounted, handshake done, control socket bound: the mount serves.
+    super::notify::notify_or_log(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving {} on {}",
+        std::process::id(),
+        backing.display(),
+        s.mountpoint.display()
+    ));
     log::info!(
         "mounted {} on {} (memory {} blocks of {} B, partition {}, policy {}, kernel cache {}){}",
         backing.display(),
@@ -332,6 +342,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     let mut handle = handle;
     let mut waiting = serve_until_stopped(&mut handle, &stop, &stop_rx, conn, &s.mountpoint);
     drop(handle);
+    super::notify::notify_or_log("STOPPING=1\nSTATUS=unmounted; writing back");
     let mut result = final_write_back(&mem, &stop_rx, &mut waiting, conn);
     if result.is_ok() {
         // Everything is on BACKING: the flash tiers are marked cleanly shut (warm restart).
@@ -619,6 +630,8 @@ pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), Strin
         )
         .is_ok()
         {
+            // systemd started this process: the daemon is the service's main process now.
+            super::notify::notify_or_log(&format!("MAINPID={}", child.id()));
             println!(
                 "tiercache: mounted {} on {} (pid {}, log {})",
                 s.backing.display(),

@@ -14,6 +14,7 @@ pub mod logging;
 pub mod metrics;
 pub mod mount_lock;
 pub mod mountinfo;
+pub mod notify;
 pub mod one_mount;
 pub mod priority;
 pub mod remote;
