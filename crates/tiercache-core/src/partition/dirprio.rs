@@ -235,6 +235,15 @@ impl Partitioner for Dirprio {
             self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
         }
     }
+    /// The target keeps its value, clamped into the new bounds; the window under way goes on
+    /// (a new ω applies from its next access).
+    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
+        let p = params.resolved(capacity)?;
+        self.params = params;
+        self.p = p;
+        self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Subcommands.
 
+pub mod assets;
 pub mod bench;
 pub mod bench_flash;
 pub mod bench_fuse;
@@ -16,5 +17,6 @@ pub mod mount;
 pub mod mounts;
 pub mod partition_flags;
 pub mod progress;
+pub mod reload;
 pub mod sim;
 pub mod zerocopy;

@@ -8,7 +8,7 @@
 //! `metrics`, `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`,
 //! `entry_timeout`,
 //! `backing_identity`, `zero_copy`, `zero_copy_group`,
-//! `attr_timeout`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
+//! `attr_timeout`, `log_level`, and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
 use super::config_flash::{flash_only_key, FlashSpec, FractionValue};
@@ -63,6 +63,8 @@ pub struct MountOptions {
     /// `[[tier]]` tables or `--tier` flags, in order from the top.
     #[serde(rename = "tier")]
     pub tiers: Option<Vec<TierTable>>,
+    /// The daemon's log level: error|warn|info|debug|trace (`TIERCACHE_LOG` overrides it).
+    pub log_level: Option<String>,
 }
 
 impl MountOptions {
@@ -98,6 +100,7 @@ impl MountOptions {
             zero_copy,
             zero_copy_group,
             tiers,
+            log_level,
         } = self;
         MountOptions {
             memory: memory.or(file.memory),
@@ -128,6 +131,7 @@ impl MountOptions {
             zero_copy: zero_copy.or(file.zero_copy),
             zero_copy_group: zero_copy_group.or(file.zero_copy_group),
             tiers: tiers.or(file.tiers),
+            log_level: log_level.or(file.log_level),
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod mount_lock;
 pub mod mountinfo;
 pub mod one_mount;
 pub mod priority;
+pub mod reload;
 pub mod remote;
 pub mod size;
 pub mod stats;
