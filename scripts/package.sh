@@ -4,19 +4,22 @@
 # completions generated from the command line definition (`tiercache generate-assets`), every
 # file under packaging/systemd/, the Grafana dashboard and the Prometheus alert rules.
 #
-#   scripts/package.sh [--no-build] [--out DIR]
+#   scripts/package.sh [--no-build] [--release-dir DIR] [--out DIR]
 #
-# --no-build packages what target/release already holds (the tests use it); --out is where the
-# .deb goes [default: target/debian]. Prints the package's path.
+# --no-build packages what the release directory already holds (the tests use it);
+# --release-dir is cargo's release output directory [default: target/release]; --out is where
+# the .deb goes [default: target/debian]. Prints the package's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=1
 out=target/debian
+rel=target/release
 while (($#)); do
   case "$1" in
     --no-build) build=0 ;;
     --out) out="$2"; shift ;;
-    *) echo "package.sh: unknown argument $1 (expected --no-build, --out DIR)" >&2; exit 2 ;;
+    --release-dir) rel="$2"; shift ;;
+    *) echo "package.sh: unknown argument $1 (expected --no-build, --release-dir DIR, --out DIR)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -30,11 +33,11 @@ libdir=usr/lib${multiarch:+/$multiarch}
 if ((build)); then
   cargo build --release -p tiercache -p tiercache-capi >&2
 fi
-bin=target/release/tiercache
-lib=target/release/libtiercache_capi.so
+bin=$rel/tiercache
+lib=$rel/libtiercache_capi.so
 # cbindgen writes the header into the capi build script's output directory; the newest one is
 # this build's.
-header=$(ls -t target/release/build/tiercache-capi-*/out/include/tiercache.h 2>/dev/null | head -n1 || true)
+header=$(ls -t "$rel"/build/tiercache-capi-*/out/include/tiercache.h 2>/dev/null | head -n1 || true)
 for f in "$bin" "$lib" "$header"; do
   [ -n "$f" ] && [ -f "$f" ] || {
     echo "package.sh: ${f:-tiercache.h} is missing; build first (cargo build --release -p tiercache -p tiercache-capi)" >&2

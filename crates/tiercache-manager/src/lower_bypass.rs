@@ -272,4 +272,16 @@ mod tests {
         });
         assert!(again.abs_diff(n) <= 1, "{n} vs {again} from {c:?}");
     }
+
+    #[test]
+    fn set_threshold_changes_only_a_tier_that_has_one() {
+        let b = Bypass::new(&[None, Some(Threshold::Fixed(32))]);
+        assert!(!b.set_threshold(0, Threshold::Fixed(8)));
+        assert_eq!(b.threshold(0), None);
+        assert!(b.set_threshold(1, Threshold::Fixed(64)));
+        assert_eq!(b.threshold(1), Some(64));
+        assert!(!b.measuring());
+        assert!(b.set_threshold(1, Threshold::Auto));
+        assert!(b.is_auto(1) && b.measuring());
+    }
 }

@@ -15,6 +15,8 @@ fn the_package_unpacks_into_a_scratch_root_and_runs() {
     let built = Command::new(repo.join("scripts/package.sh"))
         .args(["--no-build", "--out"])
         .arg(out.path())
+        .arg("--release-dir")
+        .arg(Path::new(env!("CARGO_BIN_EXE_tiercache")).parent().unwrap())
         .output()
         .unwrap();
     assert!(

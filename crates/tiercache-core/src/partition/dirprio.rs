@@ -375,4 +375,15 @@ mod tests {
         assert_eq!(p.b_pmin, 8); // 75 % of 40 = 30, shrunk to B − B_nmin
         assert_eq!(p.omega, 40);
     }
+
+    #[test]
+    fn set_params_clamps_the_target_and_refuses_bad_values_whole() {
+        let mut d = Dirprio::new(params(10, 1.0, 0.5, 10, 10), 100).unwrap();
+        assert_eq!(d.s_target(), Some(10));
+        d.set_params(params(10, 1.0, 0.5, 40, 10), 100).unwrap();
+        assert_eq!(d.s_target(), Some(40), "raised to the new floor");
+        assert!(d.set_params(params(10, 2.0, 0.5, 50, 10), 100).is_err());
+        assert_eq!(d.params().b_pmin, 40, "nothing changed");
+        assert_eq!(d.params().t_protected, 1.0);
+    }
 }

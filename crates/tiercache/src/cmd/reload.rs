@@ -8,6 +8,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ReloadArgs {
+    /// A running mount started with `--config FILE`.
     pub mountpoint: PathBuf,
     /// Print the daemon's answer as JSON: {"changed": [...], "not_applied": [...]}.
     #[arg(long)]

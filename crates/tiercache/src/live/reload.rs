@@ -150,6 +150,10 @@ impl Reloader {
                     cur.lower_tiers.get(m.position)?,
                     new.lower_tiers.get(m.position)?,
                 );
+                // The same tier (by name) in the same place: never another tier's values.
+                if old.name != spec.name {
+                    return None;
+                }
                 let (o, n) = (old.remote.as_ref()?, spec.remote.as_ref()?);
                 (o.threshold != n.threshold || o.timeout != n.timeout).then_some((m.position, m, n))
             })
