@@ -22,12 +22,23 @@ command -v wrk >/dev/null || need+=(wrk)
 command -v fincore >/dev/null || need+=(util-linux-extra)
 # mkfs.ext4 and chattr: the inode-reuse test's ext4 loop image, the immutable-file test.
 { command -v mkfs.ext4 && command -v chattr; } >/dev/null || need+=(e2fsprogs)
+# dpkg-deb builds the Debian package (scripts/package.sh).
+command -v dpkg-deb >/dev/null || need+=(dpkg)
 if ((${#need[@]})); then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing: ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# promtool checks the alert rules and the dashboard's queries. Debian ships it only in
+# `prometheus` (the server too; nothing here starts it): without recommends (exporters).
+if ! command -v promtool >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: prometheus (for promtool)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 if ! command -v cargo-nextest >/dev/null && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest

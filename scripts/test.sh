@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command README gives and CI runs: formatting, lints, rustdoc links, the whole test
-# suite (real FUSE mounts: needs root and /dev/fuse), then each benchmark once as a smoke test.
+# suite (real FUSE mounts: needs root and /dev/fuse), the Debian package, then each benchmark
+# once as a smoke test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
@@ -9,6 +10,8 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 # Broken intra-doc links (and other rustdoc warnings) fail the run.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo nextest run --workspace --release --no-fail-fast
+echo "== Debian package"
+scripts/package.sh
 echo "== loom model check of the zero-copy pin protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p tiercache-memtier --test loom_pin_protocol --release

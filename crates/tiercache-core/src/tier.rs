@@ -185,6 +185,13 @@ impl Tier {
     pub fn partitioner(&self) -> &dyn Partitioner {
         self.partitioner.as_ref()
     }
+    /// New partitioner parameters (a reload); nothing changes on an error.
+    pub fn set_partition_params(
+        &mut self,
+        params: crate::partition::DirprioParams,
+    ) -> Result<(), CoreError> {
+        self.partitioner.set_params(params, self.capacity() as u64)
+    }
     pub fn s_target(&self) -> Option<u64> {
         self.partitioner.s_target()
     }

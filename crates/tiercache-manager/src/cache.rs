@@ -94,6 +94,14 @@ pub(crate) struct Inner {
     pub fd_budget: std::sync::atomic::AtomicUsize,
     /// The tiers below memory, if any.
     pub lower: Option<Arc<Lower>>,
+    /// The flusher's timings in force: `cfg`'s until a reload changes them
+    /// ([`MemCache::set_flush_timings`]).
+    pub timings: crate::live_set::FlushTimings,
+}
+
+/// Nanoseconds since `t0` (saturating).
+fn elapsed_ns(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// How many closed files may hold a backing descriptor while their write-back is pending: half
@@ -145,7 +153,9 @@ impl Inner {
         buf: &mut [u8],
         off: u64,
     ) -> io::Result<usize> {
+        let t0 = Instant::now();
         let n = self.device.read_at(file, fd, buf, off)?;
+        Counters::add(&self.counters.backing_read_ns, elapsed_ns(t0));
         Counters::add(&self.counters.backing_reads, 1);
         Counters::add(&self.counters.backing_bytes_read, n as u64);
         Ok(n)
@@ -158,7 +168,9 @@ impl Inner {
         buf: &[u8],
         off: u64,
     ) -> io::Result<()> {
+        let t0 = Instant::now();
         self.device.write_at(file, fd, buf, off)?;
+        Counters::add(&self.counters.backing_write_ns, elapsed_ns(t0));
         Counters::add(&self.counters.backing_writes, 1);
         Counters::add(&self.counters.backing_bytes_written, buf.len() as u64);
         Ok(())
@@ -185,7 +197,7 @@ impl Inner {
         eng.windows.roll(now, &current);
         let rate = eng
             .windows
-            .sample_rate(now, wb_total, self.cfg.flush_interval);
+            .sample_rate(now, wb_total, self.timings.interval());
         let (wsecs, complete, wstats) = eng.windows.view(now, &current);
         let sizes = eng.tier.pool_sizes();
         let sizes = [sizes.protected as u64, sizes.normal as u64];
@@ -229,6 +241,8 @@ impl Inner {
                 bytes_read: Counters::get(&c.backing_bytes_read),
                 bytes_written: Counters::get(&c.backing_bytes_written),
                 syncs: Counters::get(&c.backing_syncs),
+                read_ns: Counters::get(&c.backing_read_ns),
+                write_ns: Counters::get(&c.backing_write_ns),
                 io_mode: self.device.io_mode(),
             },
             writeback_blocks_per_sec: rate,
@@ -348,6 +362,7 @@ impl MemCache {
             trace_dropped: Arc::new(AtomicU64::new(0)),
             trace_thread: Mutex::new(None),
             start,
+            timings: crate::live_set::FlushTimings::new(cfg.flush_interval, cfg.dirty_expire),
             cfg,
         });
         let mut flushers = Vec::new();
@@ -402,6 +417,10 @@ impl MemCache {
 
     pub fn config(&self) -> &MemConfig {
         &self.inner.cfg
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
     }
 
     /// Bytes per block.

@@ -129,7 +129,7 @@ impl Inner {
                 let kicks = ctl.kicks;
                 let (ctl, _) = self
                     .flush_cv
-                    .wait_timeout_while(ctl, self.cfg.flush_interval, |c| {
+                    .wait_timeout_while(ctl, self.timings.interval(), |c| {
                         !c.stop && c.kicks == kicks
                     })
                     .unwrap_or_else(PoisonError::into_inner);
@@ -150,7 +150,7 @@ impl Inner {
             let current = *eng.tier.stats();
             eng.windows.roll(now, &current);
             eng.windows
-                .sample_rate(now, wb_total, self.cfg.flush_interval);
+                .sample_rate(now, wb_total, self.timings.interval());
             eng.files
                 .iter()
                 .filter(|(_, f)| !f.dirty.is_empty())
@@ -161,7 +161,7 @@ impl Inner {
         // BACKING, and so are their inodes): a disk's elevator sees a mostly sequential stream.
         let (mut expired, others): (Vec<_>, Vec<_>) =
             candidates.into_iter().partition(|&(_, at, _)| {
-                at.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.dirty_expire)
+                at.is_some_and(|t| now.saturating_duration_since(t) >= self.timings.dirty_expire())
             });
         expired.sort_unstable_by_key(|&(id, _, _)| id.0);
         let expired: Vec<FileId> = expired.into_iter().map(|(id, _, _)| id).collect();
@@ -450,7 +450,7 @@ impl Inner {
             && f.dirty.len() > 1
             && f.dirty.last() == Some(&eof_block)
             && f.dirtied_at
-                .is_some_and(|t| t.elapsed() < self.cfg.dirty_expire);
+                .is_some_and(|t| t.elapsed() < self.timings.dirty_expire());
         let blocks: Vec<u64> = f
             .dirty
             .iter()

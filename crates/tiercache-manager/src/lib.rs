@@ -58,6 +58,7 @@ mod files;
 mod flusher;
 mod forget;
 pub mod handle;
+mod live_set;
 mod lower;
 mod lower_bypass;
 mod lower_transit;

@@ -503,7 +503,7 @@ impl Lower {
                         tier: k,
                         name: t.tier.info().name.clone(),
                         threshold: self.bypass.threshold(k)?,
-                        auto: t.seq_bypass == Some(Threshold::Auto),
+                        auto: self.bypass.is_auto(k),
                         bypassed_blocks: self.bypass.bypassed(k),
                         measured: self.bypass.measured(k),
                     })

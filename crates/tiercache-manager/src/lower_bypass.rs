@@ -15,7 +15,7 @@
 //! touched only when some tier is `auto`.
 
 use crate::cache::lock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 use tiercache_core::seqrun::{choose_threshold, Costs, Threshold};
@@ -54,6 +54,8 @@ struct Meter {
     tiers: Vec<Avg>,
     /// Per tier: the costs its current `n` was chosen from (`None`: not chosen yet).
     chosen: Vec<Option<MeasuredCosts>>,
+    /// Per tier: `n` is chosen from measurements (`auto`).
+    auto: Vec<bool>,
     samples: u64,
 }
 
@@ -61,9 +63,9 @@ struct Meter {
 #[derive(Debug)]
 pub(crate) struct Bypass {
     n: Vec<AtomicU64>,
-    auto: Vec<bool>,
     any: bool,
-    any_auto: bool,
+    /// Some tier is `auto` (the costs are measured); set, never cleared, by a reload.
+    any_auto: AtomicBool,
     /// Blocks read while a tier was bypassed (per tier).
     bypassed: Vec<AtomicU64>,
     meter: Mutex<Meter>,
@@ -88,14 +90,14 @@ impl Bypass {
         Self {
             n,
             any: thresholds.iter().any(Option::is_some),
-            any_auto: auto.iter().any(|a| *a),
+            any_auto: AtomicBool::new(auto.iter().any(|a| *a)),
             bypassed: thresholds.iter().map(|_| AtomicU64::new(0)).collect(),
             meter: Mutex::new(Meter {
                 tiers: vec![Avg::default(); thresholds.len()],
                 chosen: vec![None; thresholds.len()],
+                auto,
                 ..Meter::default()
             }),
-            auto,
         }
     }
 
@@ -106,7 +108,35 @@ impl Bypass {
 
     /// Whether the costs must be measured.
     pub fn measuring(&self) -> bool {
-        self.any_auto
+        self.any_auto.load(Relaxed)
+    }
+
+    /// Whether lower tier `k`'s `n` is chosen from measurements.
+    pub fn is_auto(&self, k: usize) -> bool {
+        lock(&self.meter).auto.get(k).copied().unwrap_or(false)
+    }
+
+    /// A new threshold for lower tier `k`, which has one (a reload); false if it has none.
+    pub fn set_threshold(&self, k: usize, t: Threshold) -> bool {
+        let Some(n) = self.n.get(k).filter(|n| n.load(Relaxed) != NEVER) else {
+            return false;
+        };
+        let mut m = lock(&self.meter);
+        let auto = matches!(t, Threshold::Auto);
+        if let Some(a) = m.auto.get_mut(k) {
+            *a = auto;
+        }
+        if auto {
+            self.any_auto.store(true, Relaxed);
+        } else {
+            if let Threshold::Fixed(v) = t {
+                n.store(v, Relaxed);
+            }
+            if let Some(c) = m.chosen.get_mut(k) {
+                *c = None;
+            }
+        }
+        true
     }
 
     /// Planner skip mask for a read of `blocks` blocks in a run of `run`: bit `k + 1` for lower
@@ -148,7 +178,7 @@ impl Bypass {
     /// A BACKING read of `blocks` blocks took `took`; `positioned`: it continued a sequential
     /// run (the disk head was already there), so it measures streaming only.
     pub fn backing_sample(&self, blocks: u64, took: Duration, positioned: bool) {
-        if !self.any_auto || blocks == 0 {
+        if !self.measuring() || blocks == 0 {
             return;
         }
         let t = took.as_secs_f64();
@@ -164,10 +194,13 @@ impl Bypass {
 
     /// Lower tier `k` served one block in `took`.
     pub fn tier_sample(&self, k: usize, took: Duration) {
-        if !self.any_auto || !self.auto.get(k).copied().unwrap_or(false) {
+        if !self.measuring() {
             return;
         }
         let mut m = lock(&self.meter);
+        if !m.auto.get(k).copied().unwrap_or(false) {
+            return;
+        }
         if let Some(a) = m.tiers.get_mut(k) {
             a.add(took.as_secs_f64());
         }
@@ -183,11 +216,11 @@ impl Bypass {
         let (Some(seek), Some(block)) = (m.seek.0, m.block.0) else {
             return;
         };
-        for (k, auto) in self.auto.iter().enumerate() {
+        for k in 0..m.auto.len() {
             let Some(tier_block) = m.tiers.get(k).and_then(|a| a.0) else {
                 continue;
             };
-            if *auto {
+            if m.auto[k] {
                 let n = choose_threshold(&Costs {
                     backing_seek: seek,
                     backing_block: block,
@@ -238,5 +271,17 @@ mod tests {
             tier_block: us(c.tier_block_us),
         });
         assert!(again.abs_diff(n) <= 1, "{n} vs {again} from {c:?}");
+    }
+
+    #[test]
+    fn set_threshold_changes_only_a_tier_that_has_one() {
+        let b = Bypass::new(&[None, Some(Threshold::Fixed(32))]);
+        assert!(!b.set_threshold(0, Threshold::Fixed(8)));
+        assert_eq!(b.threshold(0), None);
+        assert!(b.set_threshold(1, Threshold::Fixed(64)));
+        assert_eq!(b.threshold(1), Some(64));
+        assert!(!b.measuring());
+        assert!(b.set_threshold(1, Threshold::Auto));
+        assert!(b.is_auto(1) && b.measuring());
     }
 }

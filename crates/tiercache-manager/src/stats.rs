@@ -24,6 +24,9 @@ pub(crate) struct Counters {
     pub backing_bytes_read: AtomicU64,
     pub backing_bytes_written: AtomicU64,
     pub backing_syncs: AtomicU64,
+    /// Time spent in successful BACKING reads and writes, in ns.
+    pub backing_read_ns: AtomicU64,
+    pub backing_write_ns: AtomicU64,
     pub bypass_blocks: AtomicU64,
     pub write_through_blocks: AtomicU64,
     pub readahead_blocks: AtomicU64,
@@ -91,6 +94,10 @@ pub struct BackingStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub syncs: u64,
+    /// Time spent in successful reads and writes of BACKING, in ns (divided by `reads` /
+    /// `writes`: their mean latency).
+    pub read_ns: u64,
+    pub write_ns: u64,
     /// How BACKING I/O treats the kernel page cache ([`crate::IoMode`]).
     pub io_mode: crate::IoMode,
 }

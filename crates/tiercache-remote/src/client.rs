@@ -9,6 +9,7 @@ use crate::error::RemoteError;
 use crate::proto::{self, Reply};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -139,7 +140,8 @@ pub struct ServerSettings {
 pub struct ServerClient {
     name: String,
     addr: SocketAddr,
-    timeout: Duration,
+    /// Per-request timeout in ns (changed live by [`ServerClient::set_timeout`]).
+    timeout_ns: AtomicU64,
     /// Largest value accepted in a `VA` reply.
     max_value: usize,
     idle: Mutex<Vec<Conn>>,
@@ -239,10 +241,21 @@ impl ServerClient {
         Self {
             name,
             addr,
-            timeout,
+            timeout_ns: AtomicU64::new(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)),
             max_value,
             idle: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The per-request timeout in force.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout_ns.load(Relaxed))
+    }
+
+    /// A new per-request timeout, for requests that start from now on.
+    pub fn set_timeout(&self, timeout: Duration) {
+        let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        self.timeout_ns.store(ns, Relaxed);
     }
 
     /// The name given at construction (the configured `host:port`).
@@ -266,7 +279,7 @@ impl ServerClient {
         &self,
         mut f: impl FnMut(&mut Req<'_>) -> Result<T, RemoteError>,
     ) -> Result<T, RemoteError> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + self.timeout();
         let idle = self
             .idle
             .lock()

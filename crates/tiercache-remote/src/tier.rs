@@ -119,6 +119,24 @@ pub struct RemoteTier {
 }
 
 impl RemoteTier {
+    /// A new per-request timeout for every server (a reload); must be above zero.
+    pub fn set_timeout(&self, timeout: Duration) -> Result<(), RemoteError> {
+        if timeout.is_zero() {
+            return Err(RemoteError::Config("timeout must be above zero".into()));
+        }
+        for i in 0..self.shared.pool.len() {
+            if let Some(s) = self.shared.pool.server(i) {
+                s.client.set_timeout(timeout);
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-request timeout in force.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.shared.pool.server(0).map(|s| s.client.timeout())
+    }
+
     /// Builds the tier and starts its worker. Every server is asked for its `stats settings`
     /// at once, so connecting takes at most about one timeout however many servers are
     /// silent. Servers that do not answer now start ejected and are probed after

@@ -1,6 +1,7 @@
 //! The `tiercache` command: `mount` serves a slow directory through the cache (also as
 //! `tiercache BACKING MOUNTPOINT -o OPTIONS`, for fstab), `list` shows every mount, `stats`,
-//! `priority`, `flush` and `unmount` control a running mount, `keygen` makes a remote-tier key, `sim` replays workloads and traces
+//! `priority`, `flush`, `reload` and `unmount` control a running mount, `keygen` makes a
+//! remote-tier key, `sim` replays workloads and traces
 //! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
 //! file or line at fault; argument errors keep clap's message (usage and tips).
 
@@ -35,6 +36,8 @@ enum Command {
     /// Manage priority directories of a running mount.
     #[command(subcommand)]
     Priority(cmd::ctl::PriorityCommand),
+    /// Re-read the mount's config file and apply what can change without a remount.
+    Reload(cmd::reload::ReloadArgs),
     /// Write back every dirty block of a mount.
     Flush { mountpoint: std::path::PathBuf },
     /// Write back, then unmount (--force detaches a mount whose daemon is dead).
@@ -52,6 +55,9 @@ enum Command {
     /// Run the benchmarks whose figures README quotes.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Write man pages and shell completions into DIR (for packaging).
+    #[command(hide = true)]
+    GenerateAssets { dir: std::path::PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -90,6 +96,10 @@ fn main() -> ExitCode {
         Command::List(a) => cmd::list::list_cmd(a),
         Command::Priority(c) => cmd::ctl::priority_cmd(c),
         Command::Flush { mountpoint } => cmd::ctl::flush_cmd(&mountpoint),
+        Command::Reload(a) => cmd::reload::run(a),
+        Command::GenerateAssets { dir } => {
+            cmd::assets::generate(<Cli as clap::CommandFactory>::command(), &dir)
+        }
         Command::Unmount(a) => cmd::ctl::unmount_cmd(a),
         Command::Sim(args) => cmd::sim::run(*args),
         Command::Bench(b) => cmd::bench::run(b),

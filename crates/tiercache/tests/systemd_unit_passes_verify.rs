@@ -60,5 +60,6 @@ fn the_unit_waits_for_the_mount_and_for_the_write_back() {
         "ExecStart=/usr/bin/tiercache mount --foreground --config /etc/tiercache/%i.toml %f"
     ));
     assert!(has("ExecStop=/usr/bin/tiercache unmount %f"));
+    assert!(has("ExecReload=/usr/bin/tiercache reload %f"));
     assert!(has("TimeoutStopSec=1h"));
 }

@@ -235,6 +235,15 @@ impl Partitioner for Dirprio {
             self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
         }
     }
+    /// The target keeps its value, clamped into the new bounds; the window under way goes on
+    /// (a new ω applies from its next access).
+    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
+        let p = params.resolved(capacity)?;
+        self.params = params;
+        self.p = p;
+        self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -365,5 +374,16 @@ mod tests {
         assert_eq!(p.b_nmin, 32);
         assert_eq!(p.b_pmin, 8); // 75 % of 40 = 30, shrunk to B − B_nmin
         assert_eq!(p.omega, 40);
+    }
+
+    #[test]
+    fn set_params_clamps_the_target_and_refuses_bad_values_whole() {
+        let mut d = Dirprio::new(params(10, 1.0, 0.5, 10, 10), 100).unwrap();
+        assert_eq!(d.s_target(), Some(10));
+        d.set_params(params(10, 1.0, 0.5, 40, 10), 100).unwrap();
+        assert_eq!(d.s_target(), Some(40), "raised to the new floor");
+        assert!(d.set_params(params(10, 2.0, 0.5, 50, 10), 100).is_err());
+        assert_eq!(d.params().b_pmin, 40, "nothing changed");
+        assert_eq!(d.params().t_protected, 1.0);
     }
 }

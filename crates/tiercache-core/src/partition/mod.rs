@@ -97,6 +97,11 @@ pub trait Partitioner: Send + fmt::Debug {
     fn s_target(&self) -> Option<u64>;
     /// The tier's capacity changed (live resize); targets are clamped to the new bounds.
     fn set_capacity(&mut self, blocks: u64);
+    /// New parameters for a tier of `capacity` blocks (a reload): checked first, nothing
+    /// changes on an error. Partitioners without parameters ignore them.
+    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
+        params.resolved(capacity).map(|_| ())
+    }
 }
 
 /// Settings for building a partitioner; `capacity` is the tier's B.
@@ -226,6 +231,10 @@ impl Partitioner for Static {
     }
     fn set_capacity(&mut self, blocks: u64) {
         self.target = self.target.min(blocks);
+    }
+    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
+        self.target = params.resolved(capacity)?.b_pmin;
+        Ok(())
     }
 }
 

@@ -1,5 +1,6 @@
 //! Subcommands.
 
+pub mod assets;
 pub mod bench;
 pub mod ctl;
 pub mod detach;
@@ -10,5 +11,6 @@ pub mod mount;
 pub mod mounts;
 pub mod partition_flags;
 pub mod progress;
+pub mod reload;
 pub mod sim;
 pub mod zerocopy;

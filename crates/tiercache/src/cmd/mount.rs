@@ -188,7 +188,9 @@ pub struct MountArgs {
 pub fn run(args: MountArgs, respawn: &RespawnArgs) -> Result<(), String> {
     let settings = settings(&args)?;
     if args.foreground {
-        daemon::run_foreground(settings)
+        // A reload (SIGHUP, `tiercache reload`) re-reads the file with the same flags over it.
+        let source: crate::live::reload::Source = Box::new(move || settings_at(&args, true));
+        daemon::run_foreground(settings, Some(source))
     } else {
         daemon::spawn_background(respawn, &settings)
     }
@@ -276,6 +278,7 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
         allow_other: args.allow_other,
         trace_out: args.trace_out.clone(),
         metrics: args.metrics.clone(),
+        log_level: None,
         readahead: None,
         flush_interval_ms: None,
         dirty_expire_ms: None,
@@ -362,13 +365,20 @@ fn partition_flags(
 /// Merges flags over the config file ([`MountOptions::over`]) and checks every value, naming
 /// the flag, or the file (and line, where known), at fault.
 pub fn settings(args: &MountArgs) -> Result<Settings, String> {
+    settings_at(args, false)
+}
+
+/// [`settings`]; `reload`: for the running mount (its MOUNTPOINT is the mount itself now).
+pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, String> {
     let mut file = match &args.config {
         Some(p) => config::load(p)?,
         None => ConfigFile::default(),
     };
     let (backing, mountpoint) = paths(args, &file)?;
     check_dir("BACKING", &backing)?;
-    check_dir("MOUNTPOINT", &mountpoint)?;
+    if !reload {
+        check_dir("MOUNTPOINT", &mountpoint)?;
+    }
     let memory_name = file.fold_memory_tier()?;
     let flags = flag_options(args)?;
     let file_options = file.options.clone();
@@ -485,6 +495,13 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             .mode()
             .map_err(|e| format!("{}: {e}", src("kernel-cache", flags.kernel_cache.is_some())))?,
     };
+    let log_level = match o.log_level.as_deref() {
+        None => None,
+        Some(l) => Some(
+            crate::live::logging::parse_level(l)
+                .map_err(|e| format!("{}: {e}", src("log-level", false)))?,
+        ),
+    };
     let mountpoint = crate::live::control::canonical_mountpoint(&mountpoint);
     let mut priority = PriorityDirs::default();
     let whence = if flags.priority.is_some() || args.config.is_none() {
@@ -516,7 +533,15 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
             .map_or(Duration::from_secs(5), Duration::from_millis),
         ..MemConfig::default()
     };
-    mem.validate().map_err(|e| format!("--{e}"))?;
+    mem.validate().map_err(|e| match (&e, &args.config) {
+        // The flusher's timings come only from the file.
+        (tiercache_manager::MemError::InvalidConfig { param, reason }, Some(cfg))
+            if *param == "flush-interval" =>
+        {
+            format!("flush_interval_ms ({}): {reason}", cfg.display())
+        }
+        _ => format!("--{e}"),
+    })?;
     if let Some(addr) = &o.metrics {
         addr.parse::<std::net::SocketAddr>().map_err(|_| {
             format!(
@@ -618,6 +643,7 @@ pub fn settings(args: &MountArgs) -> Result<Settings, String> {
         threads: o.threads,
         io_workers: o.io_workers,
         lower_tiers,
+        log_level,
     })
 }
 

@@ -8,9 +8,9 @@
 //! `metrics`, `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`,
 //! `entry_timeout`,
 //! `backing_identity`, `zero_copy`, `zero_copy_group`,
-//! `attr_timeout`, `backing` and `mountpoint` (used when the command line does not give them;
-//! relative to the file's directory), `mount_flags` (`"ro,noexec"`: `--mount-flags`), and
-//! `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
+//! `attr_timeout`, `log_level`, `backing` and `mountpoint` (used when the command line does
+//! not give them; relative to the file's directory), `mount_flags` (`"ro,noexec"`:
+//! `--mount-flags`), and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
 //! error naming the file and line.
 
 use super::config_flash::{flash_only_key, FlashSpec, FractionValue};
@@ -71,6 +71,8 @@ pub struct MountOptions {
     /// `[[tier]]` tables or `--tier` flags, in order from the top.
     #[serde(rename = "tier")]
     pub tiers: Option<Vec<TierTable>>,
+    /// The daemon's log level: error|warn|info|debug|trace (`TIERCACHE_LOG` overrides it).
+    pub log_level: Option<String>,
 }
 
 impl MountOptions {
@@ -109,6 +111,7 @@ impl MountOptions {
             mountpoint,
             mount_flags,
             tiers,
+            log_level,
         } = self;
         MountOptions {
             memory: memory.or(file.memory),
@@ -142,6 +145,7 @@ impl MountOptions {
             mountpoint: mountpoint.or(file.mountpoint),
             mount_flags: mount_flags.or(file.mount_flags),
             tiers: tiers.or(file.tiers),
+            log_level: log_level.or(file.log_level),
         }
     }
 }

@@ -31,6 +31,8 @@ pub enum Request {
         #[serde(default)]
         force: bool,
     },
+    /// Re-read the config file and apply what can change while mounted.
+    Reload,
 }
 
 /// The daemon's answer.

@@ -7,6 +7,7 @@ use super::config::{LowerTierKind, LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
 use super::flash::{self, MountedFlash};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
+use super::reload::{self, Reloader};
 use super::remote::{self, MountedRemote};
 use super::{logging, metrics, stats};
 use std::fs::OpenOptions;
@@ -53,6 +54,8 @@ pub struct Settings {
     pub zero_copy: Option<super::zerocopy::ZeroCopySettings>,
     /// `--mount-flags`: `ro`, `nodev`, ...
     pub mount_flags: tiercache_fuse::MountFlags,
+    /// The config file's `log_level` (`TIERCACHE_LOG` overrides it).
+    pub log_level: Option<log::LevelFilter>,
 }
 
 /// `tiercache unmount`, handed from the control socket to the main loop, which answers once
@@ -76,6 +79,8 @@ struct Live {
     remotes: Vec<MountedRemote>,
     flashes: Vec<MountedFlash>,
     zero_copy: Option<Arc<super::zerocopy::ZcCounters>>,
+    /// `None`: the mount was started without a way to re-read its settings.
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl Handler for Live {
@@ -101,7 +106,18 @@ impl Handler for Live {
                 if !all.is_null() {
                     v["remote_tiers"] = all;
                 }
+                if let Some(r) = &self.reloader {
+                    v["settings"] = r.settings_json();
+                }
                 Ok(v)
+            }
+            Request::Reload => {
+                let r = self.reloader.as_ref().ok_or("this mount cannot reload")?;
+                let out = r.reload().inspect_err(|e| {
+                    log::error!("reload refused, nothing changed: {e}");
+                })?;
+                log_reload("reload", &out);
+                Ok(out.json())
             }
             Request::PriorityAdd { dir, recursive } => {
                 let dir = normalize(&dir, &self.mountpoint)?;
@@ -165,8 +181,10 @@ fn claim_files(mountpoint: &std::path::Path) -> Result<MountFiles, String> {
 }
 
 /// Mounts and serves until stopped. Errors before the mount is up leave nothing mounted.
-pub fn run_foreground(s: Settings) -> Result<(), String> {
-    logging::init();
+pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(), String> {
+    logging::init(logging::effective(s.log_level));
+    // What a reload compares the re-read settings with.
+    let in_force = s.clone();
     let files = claim_files(&s.mountpoint)?;
     // Held for the daemon's life: proves to `live_pid` that the pid file is ours.
     let lock = files.lock_pid().map_err(|e| {
@@ -245,14 +263,14 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     opts.fs_name = fs_name;
     opts.flags = s.mount_flags;
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ] {
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .map_err(|e| format!("signal handler: {e}"))?;
     }
+    // SIGHUP reloads the configuration (the main loop picks it up).
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
+        .map_err(|e| format!("signal handler: {e}"))?;
     // Bind the metrics address before mounting, so a bad or busy address mounts nothing.
     let metrics_listener = match &s.metrics {
         Some(addr) => {
@@ -280,6 +298,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         .map(|m| fuse_connection(m.dev()))
         .ok();
     let (stop_tx, stop_rx) = mpsc::channel::<StopRequest>();
+    let remotes_for_reload = remotes.clone();
     let live = Arc::new(Live {
         data: Arc::clone(&data),
         mountpoint: s.mountpoint.clone(),
@@ -293,6 +312,14 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
         remotes,
         flashes: flashes.clone(),
         zero_copy: zero_copy.as_ref().map(|z| Arc::clone(&z.counters)),
+        reloader: source.map(|src| {
+            Arc::new(Reloader::new(
+                src,
+                in_force,
+                Arc::clone(&data),
+                remotes_for_reload,
+            ))
+        }),
     });
     if let Some(z) = zero_copy {
         let name = z.name().to_string();
@@ -316,6 +343,7 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
                 + &flash::prometheus(&live.flashes)
                 + &super::io::prometheus(&live.io.stats())
                 + &super::kernel_cache::prometheus(&live.kernel.stats())
+                + &stats::inodes_prometheus(&live.inodes.stats())
         });
         metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
     }
@@ -340,7 +368,20 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
             .map_or(String::new(), |e| format!(", BACKING behind device {e}"))
     );
     let mut handle = handle;
-    let mut waiting = serve_until_stopped(&mut handle, &stop, &stop_rx, conn, &s.mountpoint);
+    let reloader = live.reloader.clone();
+    let on_hup = move || match &reloader {
+        Some(r) => match r.reload() {
+            Ok(out) => log_reload("SIGHUP: reload", &out),
+            Err(e) => log::error!("SIGHUP: reload refused, nothing changed: {e}"),
+        },
+        None => log::warn!("SIGHUP: this mount cannot reload"),
+    };
+    let signals = Signals {
+        stop: &stop,
+        hup: &hup,
+        on_hup: &on_hup,
+    };
+    let mut waiting = serve_until_stopped(&mut handle, &signals, &stop_rx, conn, &s.mountpoint);
     drop(handle);
     super::notify::notify_or_log("STOPPING=1\nSTATUS=unmounted; writing back");
     let mut result = final_write_back(&mem, &stop_rx, &mut waiting, conn);
@@ -358,6 +399,22 @@ pub fn run_foreground(s: Settings) -> Result<(), String> {
     // Let the control threads deliver their answers before the process goes.
     std::thread::sleep(Duration::from_millis(100));
     result
+}
+
+/// The signals the main loop acts on: stop (SIGTERM, SIGINT) and reload (SIGHUP).
+struct Signals<'a> {
+    stop: &'a AtomicBool,
+    hup: &'a AtomicBool,
+    on_hup: &'a dyn Fn(),
+}
+
+/// Logs a reload's outcome, naming what was not applied.
+fn log_reload(what: &str, out: &reload::Outcome) {
+    log::info!(
+        "{what}: changed: [{}]; not applied (needs a remount): [{}]",
+        out.changed.join(", "),
+        out.not_applied.join(", ")
+    );
 }
 
 /// The control socket and the log of a daemon that holds its pid-file lock. Dropping removes the
@@ -437,7 +494,7 @@ fn mount_fusectl() {
 /// for the final write-back's outcome.
 fn serve_until_stopped(
     handle: &mut tiercache_fuse::MountHandle,
-    signal: &AtomicBool,
+    signals: &Signals<'_>,
     requests: &mpsc::Receiver<StopRequest>,
     conn: Option<u64>,
     mountpoint: &std::path::Path,
@@ -456,7 +513,10 @@ fn serve_until_stopped(
             );
             return waiting;
         }
-        if signal.swap(false, Ordering::SeqCst) {
+        if signals.hup.swap(false, Ordering::SeqCst) && !draining {
+            (signals.on_hup)();
+        }
+        if signals.stop.swap(false, Ordering::SeqCst) {
             if draining {
                 log::warn!("second stop signal: aborting the files still open");
                 abort_connection(conn);

@@ -1,17 +1,16 @@
 //! A minimal `log` backend: `2026-11-21T08:00:00Z LEVEL message` lines on stderr (the daemon's
 //! stderr is its log file).
 
-use log::{Level, Log, Metadata, Record};
+use log::{LevelFilter, Log, Metadata, Record};
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-struct StderrLog {
-    level: Level,
-}
+/// The level in force is `log::max_level()` (a reload changes it).
+struct StderrLog;
 
 impl Log for StderrLog {
     fn enabled(&self, m: &Metadata<'_>) -> bool {
-        m.level() <= self.level
+        m.level() <= log::max_level()
     }
     fn log(&self, r: &Record<'_>) {
         if self.enabled(r.metadata()) {
@@ -27,17 +26,48 @@ impl Log for StderrLog {
     fn flush(&self) {}
 }
 
-/// Installs the logger once; `TIERCACHE_LOG=debug` raises the level.
-pub fn init() {
-    let level = match std::env::var("TIERCACHE_LOG").as_deref() {
-        Ok("debug") => Level::Debug,
-        Ok("trace") => Level::Trace,
-        Ok("warn") => Level::Warn,
-        _ => Level::Info,
-    };
-    if log::set_boxed_logger(Box::new(StderrLog { level })).is_ok() {
-        log::set_max_level(level.to_level_filter());
+/// `TIERCACHE_LOG`'s level, if set: it overrides the config file's `log_level`, as a flag
+/// would.
+pub fn env_level() -> Option<LevelFilter> {
+    match std::env::var("TIERCACHE_LOG").as_deref() {
+        Ok("debug") => Some(LevelFilter::Debug),
+        Ok("trace") => Some(LevelFilter::Trace),
+        Ok("warn") => Some(LevelFilter::Warn),
+        Ok("info") => Some(LevelFilter::Info),
+        Ok("error") => Some(LevelFilter::Error),
+        _ => None,
     }
+}
+
+/// `error`, `warn`, `info`, `debug` or `trace`.
+pub fn parse_level(s: &str) -> Result<LevelFilter, String> {
+    match s {
+        "error" => Ok(LevelFilter::Error),
+        "warn" => Ok(LevelFilter::Warn),
+        "info" => Ok(LevelFilter::Info),
+        "debug" => Ok(LevelFilter::Debug),
+        "trace" => Ok(LevelFilter::Trace),
+        other => Err(format!(
+            "unknown level `{other}` (expected error|warn|info|debug|trace)"
+        )),
+    }
+}
+
+/// The level in force for a configured one: `TIERCACHE_LOG`, else `configured`, else info.
+pub fn effective(configured: Option<LevelFilter>) -> LevelFilter {
+    env_level().or(configured).unwrap_or(LevelFilter::Info)
+}
+
+/// Installs the logger once at `level` (see [`effective`]).
+pub fn init(level: LevelFilter) {
+    if log::set_boxed_logger(Box::new(StderrLog)).is_ok() {
+        log::set_max_level(level);
+    }
+}
+
+/// Changes the level in force (a reload).
+pub fn set_level(level: LevelFilter) {
+    log::set_max_level(level);
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` without a date library (civil-from-days, H. Hinnant).

@@ -17,6 +17,7 @@ pub mod mountinfo;
 pub mod notify;
 pub mod one_mount;
 pub mod priority;
+pub mod reload;
 pub mod remote;
 pub mod size;
 pub mod stats;

@@ -77,7 +77,7 @@ pub fn prometheus(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> Stri
         })
         .collect();
     type Field = fn(&tiercache_remote::RemoteStats) -> u64;
-    let series: [(&str, &str, &str, Field); 5] = [
+    let series: [(&str, &str, &str, Field); 6] = [
         (
             "remote_stores_total",
             "counter",
@@ -107,6 +107,12 @@ pub fn prometheus(remotes: &[MountedRemote], lower: Option<&LowerStats>) -> Stri
             "gauge",
             "memcached servers in use.",
             |s| s.servers_up,
+        ),
+        (
+            "remote_servers",
+            "gauge",
+            "memcached servers configured.",
+            |s| s.servers,
         ),
     ];
     for (name, kind, help, field) in series {

@@ -208,6 +208,13 @@ pub fn prometheus(s: &MemStats) -> String {
     );
     metric(
         &mut o,
+        "memory_block_size_bytes",
+        "gauge",
+        "Bytes per cache block (blocks times this: bytes).",
+        &[("", f(s.block_size))],
+    );
+    metric(
+        &mut o,
         "memory_used_blocks",
         "gauge",
         "Blocks in use.",
@@ -318,6 +325,35 @@ pub fn prometheus(s: &MemStats) -> String {
         "Bytes written to BACKING.",
         &[("", f(s.backing.bytes_written))],
     );
+    let secs = |ns: u64| ns as f64 / 1e9;
+    metric(
+        &mut o,
+        "backing_read_seconds_total",
+        "counter",
+        "Time spent in BACKING reads (divided by backing_reads_total: their mean latency).",
+        &[("", secs(s.backing.read_ns))],
+    );
+    metric(
+        &mut o,
+        "backing_write_seconds_total",
+        "counter",
+        "Time spent in BACKING writes (divided by backing_writes_total: their mean latency).",
+        &[("", secs(s.backing.write_ns))],
+    );
+    metric(
+        &mut o,
+        "writeback_blocks_total",
+        "counter",
+        "Blocks written back (made clean).",
+        &[("", f(s.paths.writeback_blocks))],
+    );
+    metric(
+        &mut o,
+        "writeback_errors_total",
+        "counter",
+        "Failed write-back requests (the data stays dirty and is retried).",
+        &[("", f(s.paths.writeback_errors))],
+    );
     metric(
         &mut o,
         "backing_io_mode",
@@ -333,6 +369,35 @@ pub fn prometheus(s: &MemStats) -> String {
         &[("", s.writeback_blocks_per_sec)],
     );
     tier_metrics(&mut o, &s.tiers);
+    o
+}
+
+/// The FUSE inode table's descriptors: `fd_exhausted_total` counts the times the daemon ran
+/// out of file descriptors; `open_files_limit` is its RLIMIT_NOFILE.
+pub fn inodes_prometheus(s: &tiercache_fuse::InodeStats) -> String {
+    let mut o = String::new();
+    let f = |x: u64| x as f64;
+    metric(
+        &mut o,
+        "fd_exhausted_total",
+        "counter",
+        "Times the daemon ran out of file descriptors.",
+        &[("", f(s.fd_exhausted))],
+    );
+    metric(
+        &mut o,
+        "open_files_limit",
+        "gauge",
+        "The daemon's open-files limit (RLIMIT_NOFILE).",
+        &[("", f(s.nofile_limit))],
+    );
+    metric(
+        &mut o,
+        "cached_fds",
+        "gauge",
+        "BACKING descriptors the inode table keeps open.",
+        &[("", f(s.cached_fds))],
+    );
     o
 }
 

@@ -1,0 +1,353 @@
+//! Reload without remount: `SIGHUP` or `tiercache reload MOUNTPOINT` re-reads the config file
+//! the mount was started with (the flags given at mount time still override it, as they did
+//! then) and applies what can change while mounted: priority directories, the partitioner's
+//! parameters (ω, T_p, T_n, B_pmin, B_nmin), the flusher's interval and dirty expiry, each
+//! remote tier's sequential-run threshold and request timeout, and the log level.
+//!
+//! All or nothing: the whole new configuration is parsed and checked exactly as at mount time
+//! before anything changes; an invalid file changes nothing. Settings that cannot change while
+//! mounted (memory size, block size, tiers, BACKING's options, ...) are named in the answer as
+//! not applied, and stay as they are until the next mount.
+//!
+//! Priority directories: the rules the previous configuration named and the new one does not
+//! are removed, the new ones added; rules added or removed by `tiercache priority` in between
+//! are otherwise kept.
+
+use super::adapter::CacheDataPath;
+use super::daemon::Settings;
+use super::logging;
+use super::remote::MountedRemote;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Produces the mount's settings again from its config file and flags (checked, or a
+/// one-line error naming the file and key at fault).
+pub type Source = Box<dyn Fn() -> Result<Settings, String> + Send + Sync>;
+
+/// What a reload did: human-readable items, one per setting.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub changed: Vec<String>,
+    pub not_applied: Vec<String>,
+}
+
+impl Outcome {
+    pub fn json(&self) -> Value {
+        json!({ "changed": self.changed, "not_applied": self.not_applied })
+    }
+}
+
+/// The mount's reload state: where its settings come from, and those in force.
+pub struct Reloader {
+    source: Source,
+    /// The settings in force (the live ones updated by each reload; the others as mounted).
+    current: Mutex<Settings>,
+    data: Arc<CacheDataPath>,
+    remotes: Vec<MountedRemote>,
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+impl Reloader {
+    pub fn new(
+        source: Source,
+        current: Settings,
+        data: Arc<CacheDataPath>,
+        remotes: Vec<MountedRemote>,
+    ) -> Self {
+        Self {
+            source,
+            current: Mutex::new(current),
+            data,
+            remotes,
+        }
+    }
+
+    /// Re-reads and applies (see the module comment). Serialised: one reload at a time.
+    pub fn reload(&self) -> Result<Outcome, String> {
+        let mut cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = (self.source)()?;
+        let mut out = Outcome {
+            not_applied: fixed_changes(&cur, &new),
+            ..Outcome::default()
+        };
+        // Checked before anything changes: the new parameters hold for this tier, and each
+        // remote tier is where it was (tiers that moved are reported above, not applied).
+        let params_changed = cur.mem.partition != new.mem.partition
+            && cur.mem.partition.kind == new.mem.partition.kind;
+        if params_changed {
+            new.mem
+                .partition
+                .params
+                .resolved(cur.mem.capacity_blocks as u64)
+                .map_err(|e| format!("partition parameters: {e}"))?;
+        }
+        let remote_changes = self.remote_changes(&cur, &new);
+        // Apply: nothing below can fail on values checked above.
+        self.apply_priority(&cur, &new, &mut out);
+        cur.priority = new.priority.clone();
+        if params_changed {
+            self.data
+                .mem()
+                .set_partition_params(new.mem.partition.params)
+                .map_err(|e| format!("partition parameters: {e}"))?;
+            params_diff(
+                &cur.mem.partition.params,
+                &new.mem.partition.params,
+                &mut out,
+            );
+            cur.mem.partition = new.mem.partition;
+        }
+        let (fi, de) = (new.mem.flush_interval, new.mem.dirty_expire);
+        if (fi, de) != (cur.mem.flush_interval, cur.mem.dirty_expire) {
+            self.data
+                .mem()
+                .set_flush_timings(fi, de)
+                .map_err(|e| format!("flusher timings: {e}"))?;
+            for (name, old, new) in [
+                ("flush_interval_ms", cur.mem.flush_interval, fi),
+                ("dirty_expire_ms", cur.mem.dirty_expire, de),
+            ] {
+                if old != new {
+                    out.changed
+                        .push(format!("{name}: {} -> {}", ms(old), ms(new)));
+                }
+            }
+            cur.mem.flush_interval = fi;
+            cur.mem.dirty_expire = de;
+        }
+        for (i, m, spec) in remote_changes {
+            self.apply_remote(&mut cur.lower_tiers[i], m, spec, &mut out)?;
+        }
+        let level = logging::effective(new.log_level);
+        if level != log::max_level() {
+            out.changed
+                .push(format!("log_level: {} -> {level}", log::max_level()));
+            logging::set_level(level);
+        }
+        cur.log_level = new.log_level;
+        Ok(out)
+    }
+
+    /// Remote tiers (index in the lower stack, the mounted tier, the new spec) whose threshold
+    /// or timeout changed, the rest of the tier being the same.
+    fn remote_changes<'a>(
+        &'a self,
+        cur: &Settings,
+        new: &'a Settings,
+    ) -> Vec<(
+        usize,
+        &'a MountedRemote,
+        &'a super::config_remote::RemoteSpec,
+    )> {
+        self.remotes
+            .iter()
+            .filter_map(|m| {
+                let (old, spec) = (
+                    cur.lower_tiers.get(m.position)?,
+                    new.lower_tiers.get(m.position)?,
+                );
+                // The same tier (by name) in the same place: never another tier's values.
+                if old.name != spec.name {
+                    return None;
+                }
+                let (o, n) = (old.remote.as_ref()?, spec.remote.as_ref()?);
+                (o.threshold != n.threshold || o.timeout != n.timeout).then_some((m.position, m, n))
+            })
+            .collect()
+    }
+
+    fn apply_remote(
+        &self,
+        old: &mut super::config::LowerTierSpec,
+        m: &MountedRemote,
+        n: &super::config_remote::RemoteSpec,
+        out: &mut Outcome,
+    ) -> Result<(), String> {
+        let Some(o) = old.remote.as_mut() else {
+            return Ok(());
+        };
+        if o.threshold != n.threshold {
+            self.data
+                .mem()
+                .set_seq_threshold(m.position, n.threshold)
+                .map_err(|e| format!("tier {}: {e}", old.name))?;
+            out.changed.push(format!(
+                "tier {} threshold: {} -> {}",
+                old.name,
+                threshold_text(o.threshold),
+                threshold_text(n.threshold)
+            ));
+            o.threshold = n.threshold;
+        }
+        if o.timeout != n.timeout {
+            m.tier
+                .set_timeout(n.timeout)
+                .map_err(|e| format!("tier {}: {e}", old.name))?;
+            out.changed.push(format!(
+                "tier {} timeout_ms: {} -> {}",
+                old.name,
+                ms(o.timeout),
+                ms(n.timeout)
+            ));
+            o.timeout = n.timeout;
+        }
+        Ok(())
+    }
+
+    /// Removes the rules only the old configuration named, adds the new ones.
+    fn apply_priority(&self, cur: &Settings, new: &Settings, out: &mut Outcome) {
+        let (old, next) = (cur.priority.rules(), new.priority.rules());
+        let gone: Vec<_> = old.iter().filter(|r| !next.contains(r)).cloned().collect();
+        let added: Vec<_> = next.iter().filter(|r| !old.contains(r)).cloned().collect();
+        if gone.is_empty() && added.is_empty() {
+            return;
+        }
+        self.data.update_priority(|p| {
+            for r in &gone {
+                p.remove(&r.dir);
+            }
+            for r in &added {
+                p.add(r.clone());
+            }
+            true
+        });
+        for r in &gone {
+            out.changed.push(format!("priority: -{}", r.dir.display()));
+        }
+        for r in &added {
+            let rec = if r.recursive { " (recursive)" } else { "" };
+            out.changed
+                .push(format!("priority: +{}{rec}", r.dir.display()));
+        }
+    }
+
+    /// The `settings` object of `stats --json`: what a reload may change, as in force.
+    pub fn settings_json(&self) -> Value {
+        let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let (fi, de) = self.data.mem().flush_timings();
+        let p = cur.mem.partition.params;
+        let remotes: Vec<Value> = self
+            .remotes
+            .iter()
+            .map(|m| {
+                json!({
+                    "tier": tiercache_tier::DataTier::info(&*m.tier).name,
+                    "timeout_ms": m.tier.timeout().map(|t| t.as_millis() as u64),
+                })
+            })
+            .collect();
+        json!({
+            "priority": self.data.priority_rules(),
+            "flush_interval_ms": fi.as_millis() as u64,
+            "dirty_expire_ms": de.as_millis() as u64,
+            "partition": cur.mem.partition.kind.to_string(),
+            "dirprio": {
+                "omega": p.omega,
+                "t_protected": p.t_protected,
+                "t_normal": p.t_normal,
+                "b_pmin": amount(p.b_pmin),
+                "b_nmin": p.b_nmin,
+            },
+            "remote": remotes,
+            "log_level": log::max_level().to_string().to_lowercase(),
+        })
+    }
+}
+
+/// One item per partitioner parameter that changed.
+fn params_diff(
+    a: &tiercache_core::partition::DirprioParams,
+    b: &tiercache_core::partition::DirprioParams,
+    out: &mut Outcome,
+) {
+    let omega = |o: Option<u64>| o.map_or("B".to_string(), |n| n.to_string());
+    let items = [
+        ("omega", omega(a.omega), omega(b.omega)),
+        (
+            "t_protected",
+            a.t_protected.to_string(),
+            b.t_protected.to_string(),
+        ),
+        ("t_normal", a.t_normal.to_string(), b.t_normal.to_string()),
+        ("b_pmin", amount(a.b_pmin), amount(b.b_pmin)),
+        ("b_nmin", a.b_nmin.to_string(), b.b_nmin.to_string()),
+    ];
+    for (k, x, y) in items {
+        if x != y {
+            out.changed.push(format!("{k}: {x} -> {y}"));
+        }
+    }
+}
+
+fn amount(a: tiercache_core::partition::Amount) -> String {
+    match a {
+        tiercache_core::partition::Amount::Blocks(n) => n.to_string(),
+        tiercache_core::partition::Amount::Percent(p) => format!("{p}%"),
+    }
+}
+
+fn threshold_text(t: tiercache_core::seqrun::Threshold) -> String {
+    match t {
+        tiercache_core::seqrun::Threshold::Auto => "auto".to_string(),
+        tiercache_core::seqrun::Threshold::Fixed(n) => n.to_string(),
+    }
+}
+
+/// The settings that differ between `cur` and `new` but cannot change while mounted, by their
+/// config-file key.
+fn fixed_changes(cur: &Settings, new: &Settings) -> Vec<String> {
+    fn differs<T: std::fmt::Debug>(a: &T, b: &T) -> bool {
+        format!("{a:?}") != format!("{b:?}")
+    }
+    let (a, b) = (&cur.mem, &new.mem);
+    let mut lower_a = cur.lower_tiers.clone();
+    // A remote tier's threshold and timeout change live: compared without them.
+    for (x, y) in lower_a.iter_mut().zip(&new.lower_tiers) {
+        if let (Some(rx), Some(ry)) = (x.remote.as_mut(), y.remote.as_ref()) {
+            rx.threshold = ry.threshold;
+            rx.timeout = ry.timeout;
+        }
+    }
+    let checks: [(&str, bool); 19] = [
+        ("memory", a.capacity_blocks != b.capacity_blocks),
+        ("block_size", a.block_size != b.block_size),
+        ("policy", a.policy != b.policy),
+        ("partition", a.partition.kind != b.partition.kind),
+        (
+            "readahead",
+            a.readahead_max_blocks != b.readahead_max_blocks,
+        ),
+        ("emulate", differs(&cur.emulate, &new.emulate)),
+        (
+            "backing_cache",
+            differs(&cur.backing_cache, &new.backing_cache),
+        ),
+        (
+            "kernel_cache",
+            differs(&cur.kernel_cache, &new.kernel_cache),
+        ),
+        ("allow_other", cur.allow_other != new.allow_other),
+        ("trace_out", cur.trace_out != new.trace_out),
+        ("metrics", cur.metrics != new.metrics),
+        ("threads", cur.threads != new.threads),
+        ("io_workers", cur.io_workers != new.io_workers),
+        ("entry_timeout", cur.entry_timeout != new.entry_timeout),
+        ("attr_timeout", cur.attr_timeout != new.attr_timeout),
+        (
+            "backing_identity",
+            differs(&cur.backing_identity, &new.backing_identity),
+        ),
+        ("zero_copy", differs(&cur.zero_copy, &new.zero_copy)),
+        ("tier", lower_a != new.lower_tiers),
+        ("mountpoint", cur.mountpoint != new.mountpoint),
+    ];
+    checks
+        .into_iter()
+        .filter(|(_, d)| *d)
+        .map(|(k, _)| k.to_string())
+        .collect()
+}
