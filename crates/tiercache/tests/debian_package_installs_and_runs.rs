@@ -64,9 +64,9 @@ fn the_package_unpacks_into_a_scratch_root_and_runs() {
             } else {
                 d
             };
-            so.ends_with("libtiercache_capi.so").then_some(so)
+            (so.ends_with("libtiercache_capi.so") && so.is_file()).then_some(so)
         })
-        .unwrap();
+        .expect("libtiercache_capi.so under usr/lib (or its multiarch directory)");
     assert!(lib.is_file(), "{}", lib.display());
     for f in [
         "usr/include/tiercache.h",
@@ -77,6 +77,7 @@ fn the_package_unpacks_into_a_scratch_root_and_runs() {
         "usr/share/zsh/vendor-completions/_tiercache",
         "usr/share/fish/vendor_completions.d/tiercache.fish",
         "usr/share/tiercache/grafana/tiercache.json",
+        "usr/lib/systemd/system/tiercache@.service",
         "usr/share/tiercache/prometheus/tiercache-rules.yml",
     ] {
         let p = r.join(f);
