@@ -11,8 +11,6 @@
 mod common;
 
 use common::*;
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 use tiercache_flash::{FileDevice, FlashDevice, FlashTier, IoChoice, IoMode, HEAD_LINGER};
@@ -22,33 +20,8 @@ const LEN: u64 = 64 << 20;
 /// Sets written to (block 0 of each of these files' first set).
 const FILES: u64 = 16;
 
-/// How many of the pages of `path` in `range` are in the page cache (`mincore` over a
-/// read-only mapping, which reads nothing).
 fn resident(path: &Path, range: std::ops::Range<u64>) -> usize {
-    let f = File::open(path).unwrap();
-    let page = 4096u64;
-    let (start, end) = (range.start / page * page, range.end.div_ceil(page) * page);
-    let len = (end - start) as usize;
-    // SAFETY: a new read-only shared mapping of an open file; no existing memory is touched,
-    // and it is only handed to mincore, never dereferenced.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            start as libc::off_t,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-    let mut v = vec![0u8; len / page as usize];
-    // SAFETY: `map` starts a mapping of `len` bytes; `v` has one byte per page of it.
-    let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
-    // SAFETY: unmaps exactly the mapping made above.
-    unsafe { libc::munmap(map, len) };
-    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-    v.iter().filter(|&&b| b & 1 != 0).count()
+    resident_pages(path, range).iter().filter(|&&b| b).count()
 }
 
 fn ticks(t: &FlashTier, n: u32) {
