@@ -492,8 +492,9 @@ pub(crate) fn write_all_flags(
 /// (with the tier's 20 ms ticks, for about a second).
 const REDROPS: u32 = 50;
 
-/// Quiet [`DropBehind::settle`] calls in a row after which the head goes too (about 10 s with
-/// the tier's 20 ms ticks); then again on the next [`REDROPS`] calls.
+/// Quiet ticks in a row (a device's `settle` calls that found no I/O since the last one) after
+/// which the cache file's head goes too (about 10 s with the tier's 20 ms ticks); then again on
+/// the next 50 ticks.
 pub const HEAD_LINGER: u32 = 500;
 
 /// Counts the bytes that may have left pages behind and drops the file's clean pages every
