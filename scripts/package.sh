@@ -35,6 +35,8 @@ if ((build)); then
 fi
 bin=$rel/tiercache
 lib=$rel/libtiercache_capi.so
+# A test build (tiercache's dev-dependency on tiercache-capi) leaves the library in deps/ only.
+[ -f "$lib" ] || lib=$rel/deps/libtiercache_capi.so
 # cbindgen writes the header into the capi build script's output directory; the newest one is
 # this build's.
 header=$(ls -t "$rel"/build/tiercache-capi-*/out/include/tiercache.h 2>/dev/null | head -n1 || true)
