@@ -1,12 +1,20 @@
 //! [`EmulatedBacking`]: a latency MODEL of a slow disk, wrapped around a real device, for
 //! `--emulate hdd|ssd`. It does not measure anything: it computes how long a request would take
-//! on the modelled device and sleeps for that long.
+//! on the modelled device and makes the request take that long.
 //!
 //! Model (one disk head, requests serialized):
 //! - a request that does not start where the previous request on this device ended (same file,
 //!   next byte) pays `seek + rotation` (counted as one seek);
 //! - every request pays `bytes / bandwidth` transfer time;
 //! - `sync` and `set_len` pay nothing and do not move the head (a simplification).
+//!
+//! A request takes its modelled time, not the model's time plus the real device's: the inner
+//! I/O runs first and only the rest of the modelled time is slept. Otherwise the same model
+//! would charge more when the real device underneath is slower, e.g. when BACKING's pages are
+//! no longer in the kernel page cache (`--backing-cache drop`), and figures measured through the
+//! model would depend on the host's page cache instead of on the cache under test. A real
+//! device slower than the model is not hidden: the request then takes the real time
+//! (`slept_secs` stays below `modelled_secs` by what the real device ate).
 //!
 //! Invariant: the head lock is held across the sleep and the inner I/O, so modelled requests
 //! never overlap, like a single actuator.
@@ -18,7 +26,7 @@ use std::fs::File;
 use std::io;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tiercache_core::FileId;
 
 /// Parameters of the modelled device. All fields are public so each can be overridden.
@@ -105,6 +113,9 @@ pub struct EmulationStats {
     pub bytes: u64,
     /// Total modelled time, in seconds.
     pub modelled_secs: f64,
+    /// Time slept to bring each request up to its modelled time, in seconds: `modelled_secs`
+    /// minus what the real device underneath took (never negative per request).
+    pub slept_secs: f64,
 }
 
 #[derive(Debug, Default)]
@@ -161,21 +172,28 @@ impl EmulatedBacking {
             .clone()
     }
 
-    /// Charges one request and runs `op` while holding the head.
+    /// Charges one request and runs `op` while holding the head; the request then takes its
+    /// modelled time in all (see the module docs), or longer if `op` alone takes longer.
     fn charged<T>(&self, file: FileId, offset: u64, len: u64, op: impl FnOnce() -> T) -> T {
         let mut head = self.head.lock().unwrap_or_else(PoisonError::into_inner);
         let seek = head.last != Some((file, offset));
         let cost = self.model.cost(len, seek);
         head.last = Some((file, offset + len));
+        let started = Instant::now();
+        let out = op();
         let s = &mut head.stats;
         s.requests += 1;
         s.seeks += u64::from(seek);
         s.bytes += len;
         s.modelled_secs += cost.as_secs_f64();
-        if self.sleep && !cost.is_zero() {
-            std::thread::sleep(cost);
+        if self.sleep {
+            let rest = cost.saturating_sub(started.elapsed());
+            if !rest.is_zero() {
+                s.slept_secs += rest.as_secs_f64();
+                std::thread::sleep(rest);
+            }
         }
-        op()
+        out
     }
 }
 
