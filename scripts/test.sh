@@ -11,7 +11,8 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo nextest run --workspace --release --no-fail-fast
 echo "== Debian package"
-scripts/package.sh
+# The suite built the binary and the C library; package those rather than rebuild them.
+scripts/package.sh --no-build
 echo "== loom model check of the zero-copy pin protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p tiercache-memtier --test loom_pin_protocol --release
