@@ -21,6 +21,7 @@
 //! cleaner is back in `normal` (the floor refilled). Reads are cold: the memory tier is small,
 //! and the page cache of the cache file (and of the raw file) is dropped before each read.
 
+use crate::bench::BenchError;
 mod report;
 
 use super::fuse::{start_tiercache, Mounts};
@@ -265,12 +266,12 @@ impl Counters {
     }
 }
 
-fn io_err<'a>(path: &'a Path, what: &'a str) -> impl Fn(std::io::Error) -> String + 'a {
-    move |e| format!("{}: {what}: {e}", path.display())
+fn io_err<'a>(path: &'a Path, what: &'a str) -> impl Fn(std::io::Error) -> BenchError + 'a {
+    move |e| BenchError::io(format!("{}: {what}", path.display()), e)
 }
 
 /// Writes `size` bytes front to back in 1 MiB requests, then `fsync`; returns seconds.
-fn seq_write(path: &Path, size: u64, data: &[u8]) -> Result<f64, String> {
+fn seq_write(path: &Path, size: u64, data: &[u8]) -> Result<f64, BenchError> {
     let f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -290,7 +291,7 @@ fn seq_write(path: &Path, size: u64, data: &[u8]) -> Result<f64, String> {
 }
 
 /// Writes one 4 KiB block at each of `blocks`, in that order, then `fsync`; returns seconds.
-fn rand_write(path: &Path, blocks: &[u64], data: &[u8]) -> Result<f64, String> {
+fn rand_write(path: &Path, blocks: &[u64], data: &[u8]) -> Result<f64, BenchError> {
     let f = OpenOptions::new()
         .write(true)
         .open(path)
@@ -306,7 +307,7 @@ fn rand_write(path: &Path, blocks: &[u64], data: &[u8]) -> Result<f64, String> {
 }
 
 /// Reads `size` bytes front to back in 1 MiB requests; returns seconds.
-fn seq_read(path: &Path, size: u64) -> Result<f64, String> {
+fn seq_read(path: &Path, size: u64) -> Result<f64, BenchError> {
     let f = File::open(path).map_err(io_err(path, "open"))?;
     let mut buf = vec![0u8; SEQ_CHUNK];
     let t0 = Instant::now();
@@ -314,7 +315,10 @@ fn seq_read(path: &Path, size: u64) -> Result<f64, String> {
     while off < size {
         let n = f.read_at(&mut buf, off).map_err(io_err(path, "read"))?;
         if n == 0 {
-            return Err(format!("{}: short at {off}", path.display()));
+            return Err(BenchError::scenario(format!(
+                "{}: short at {off}",
+                path.display()
+            )));
         }
         off += n as u64;
     }
@@ -322,7 +326,7 @@ fn seq_read(path: &Path, size: u64) -> Result<f64, String> {
 }
 
 /// Reads the 4 KiB block at each of `blocks`; returns seconds.
-fn rand_read(path: &Path, blocks: &[u64]) -> Result<f64, String> {
+fn rand_read(path: &Path, blocks: &[u64]) -> Result<f64, BenchError> {
     let f = File::open(path).map_err(io_err(path, "open"))?;
     let mut buf = vec![0u8; BLOCK as usize];
     let t0 = Instant::now();
@@ -334,23 +338,23 @@ fn rand_read(path: &Path, blocks: &[u64]) -> Result<f64, String> {
 }
 
 /// Drops the page cache of `path` (its clean pages), so that reads of it go to the device.
-fn drop_page_cache(path: &Path) -> Result<(), String> {
+fn drop_page_cache(path: &Path) -> Result<(), BenchError> {
     let f = File::open(path).map_err(io_err(path, "open"))?;
     f.sync_data().map_err(io_err(path, "fdatasync"))?;
     // SAFETY: posix_fadvise on a descriptor we own; no memory is passed.
     let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if r != 0 {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "{}: posix_fadvise: {}",
             path.display(),
             std::io::Error::from_raw_os_error(r)
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Bytes of `path` in the page cache (`mincore` over a mapping of it; nothing is read).
-fn page_cache_bytes(path: &Path) -> Result<u64, String> {
+fn page_cache_bytes(path: &Path) -> Result<u64, BenchError> {
     let f = File::open(path).map_err(io_err(path, "open"))?;
     let len = f.metadata().map_err(io_err(path, "stat"))?.len() as usize;
     if len == 0 {
@@ -369,11 +373,11 @@ fn page_cache_bytes(path: &Path) -> Result<u64, String> {
         )
     };
     if map == libc::MAP_FAILED {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "{}: mmap: {}",
             path.display(),
             std::io::Error::last_os_error()
-        ));
+        )));
     }
     let page = 4096usize;
     let mut vec = vec![0u8; len.div_ceil(page)];
@@ -383,7 +387,10 @@ fn page_cache_bytes(path: &Path) -> Result<u64, String> {
     // SAFETY: unmaps exactly the mapping made above.
     unsafe { libc::munmap(map, len) };
     if rc != 0 {
-        return Err(format!("{}: mincore: {err}", path.display()));
+        return Err(BenchError::scenario(format!(
+            "{}: mincore: {err}",
+            path.display()
+        )));
     }
     Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
 }
@@ -420,13 +427,13 @@ impl Plan {
     fn workloads(
         &self,
         file: &Path,
-        gap: &mut dyn FnMut() -> Result<f64, String>,
-        cold: &dyn Fn() -> Result<(), String>,
-        probe: &dyn Fn() -> Result<Counters, String>,
+        gap: &mut dyn FnMut() -> Result<f64, BenchError>,
+        cold: &dyn Fn() -> Result<(), BenchError>,
+        probe: &dyn Fn() -> Result<Counters, BenchError>,
         cached: &Path,
         bar: &Option<indicatif::ProgressBar>,
         label: &str,
-    ) -> Result<Vec<Detail>, String> {
+    ) -> Result<Vec<Detail>, BenchError> {
         let mut out = Vec::new();
         for (i, w) in WORKLOADS.iter().enumerate() {
             progress::step(bar, format!("{label}: {w}"));
@@ -452,7 +459,7 @@ impl Plan {
         &self,
         cleaner: Option<&str>,
         bar: &Option<indicatif::ProgressBar>,
-    ) -> Result<(Vec<Detail>, Geometry, String), String> {
+    ) -> Result<(Vec<Detail>, Geometry, String), BenchError> {
         let label = cleaner.unwrap_or("none");
         let backing = self.root.join(format!("backing-{label}"));
         let mp = self.root.join(format!("mnt-{label}"));
@@ -482,17 +489,17 @@ impl Plan {
         let io_mode = v["flash"]["io_mode"].as_str().unwrap_or("-").to_string();
         let flash = cleaner.is_some();
         let min_gap = self.min_gap;
-        let mut gap = || -> Result<f64, String> {
+        let mut gap = || -> Result<f64, BenchError> {
             let t0 = Instant::now();
             std::thread::sleep(min_gap);
             // The idle cleaner refills the floor once no request came for --flash-wait: wait
             // until it is back in `normal` (eager stays in `normal`).
             while flash && stats(&mp)?["flash"]["state"] != "normal" {
                 if t0.elapsed() > GAP_TIMEOUT {
-                    return Err(format!(
+                    return Err(BenchError::scenario(format!(
                         "{label}: the cleaner did not reach its floor within {} s",
                         GAP_TIMEOUT.as_secs()
-                    ));
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -521,7 +528,7 @@ impl Plan {
     }
 
     /// The raw configuration: the same I/O on a file next to the cache files.
-    fn raw(&self, bar: &Option<indicatif::ProgressBar>) -> Result<Vec<Detail>, String> {
+    fn raw(&self, bar: &Option<indicatif::ProgressBar>) -> Result<Vec<Detail>, BenchError> {
         let file = self.root.join("raw.dat");
         let min_gap = self.min_gap;
         let mut gap = || {
@@ -560,14 +567,16 @@ fn pattern(unaligned: bool) -> (Vec<u8>, usize) {
     (v, at)
 }
 
-pub fn run(a: FlashBenchArgs) -> Result<(), String> {
+pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
     let size = |flag: &str, s: &str| {
-        crate::live::size::parse_size(s).map_err(|e| format!("--{flag}: {e}"))
+        crate::live::size::parse_size(s).map_err(|e| BenchError::flag(flag, e))
     };
     let memory = size("memory", &a.memory)?;
     let cache = size("cache", &a.cache)?;
     if cache < (4 << 20) {
-        return Err("--cache: at least 4M (four 1 MiB sets)".into());
+        return Err(BenchError::scenario(
+            "--cache: at least 4M (four 1 MiB sets)",
+        ));
     }
     let seq = match &a.seq_size {
         Some(s) => size("seq-size", s)?,
@@ -575,16 +584,18 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
     } / SEQ_CHUNK as u64
         * SEQ_CHUNK as u64;
     if seq < (1 << 20) {
-        return Err("--seq-size: at least 1M".into());
+        return Err(BenchError::scenario("--seq-size: at least 1M"));
     }
     let blocks = seq / BLOCK;
     if a.rand_writes == 0 || a.rand_reads == 0 {
-        return Err("--rand-writes and --rand-reads must be positive".into());
+        return Err(BenchError::scenario(
+            "--rand-writes and --rand-reads must be positive",
+        ));
     }
     if a.rand_writes > blocks || a.rand_reads > blocks {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "--rand-writes/--rand-reads: at most {blocks} (the blocks of the sequential file)"
-        ));
+        )));
     }
     let root = match &a.dir {
         Some(d) => {
@@ -640,7 +651,7 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
     let mut details: BTreeMap<String, BTreeMap<String, Detail>> = BTreeMap::new();
     let mut geo = (0, 0);
     let mut io_mode = String::new();
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<(), BenchError> {
         for c in CONFIGS {
             let d = match c {
                 "raw" => plan.raw(&bar)?,
@@ -700,7 +711,7 @@ pub fn run(a: FlashBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
     } else {
         r.print();

@@ -8,6 +8,7 @@
 //! runs with `-o direct_io --multithreaded` too; "native" is the backing directory through the
 //! kernel page cache, the upper bound. fio: psync engine, one job, queue depth 1.
 
+use crate::bench::BenchError;
 use crate::cmd::mounts::is_mounted;
 use crate::cmd::progress;
 use clap::Args;
@@ -67,15 +68,15 @@ pub(crate) struct Mounts {
 impl Mounts {
     /// Mounts BACKING with bindfs (`-o direct_io --multithreaded`, as the benchmarks compare)
     /// and waits until it is mounted; it is unmounted with the others.
-    pub(crate) fn start_bindfs(&mut self, backing: &Path, mp: &Path) -> Result<(), String> {
+    pub(crate) fn start_bindfs(&mut self, backing: &Path, mp: &Path) -> Result<(), BenchError> {
         let st = Command::new("bindfs")
             .args(["-o", "direct_io", "--multithreaded", "--no-allow-other"])
             .arg(backing)
             .arg(mp)
             .status()
-            .map_err(|e| format!("bindfs: {e}"))?;
+            .map_err(|e| BenchError::io("bindfs", e))?;
         if !st.success() {
-            return Err(format!("bindfs exited with {st}"));
+            return Err(BenchError::scenario(format!("bindfs exited with {st}")));
         }
         self.bindfs.push(mp.to_path_buf());
         wait_mounted(mp, None)
@@ -104,7 +105,7 @@ pub(crate) fn stop_daemon(child: &mut Child, mp: &Path) {
     }
 }
 
-pub(crate) fn need(tool: &str, package: &str) -> Result<(), String> {
+pub(crate) fn need(tool: &str, package: &str) -> Result<(), BenchError> {
     match Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
@@ -112,13 +113,13 @@ pub(crate) fn need(tool: &str, package: &str) -> Result<(), String> {
         .status()
     {
         Ok(_) => Ok(()),
-        Err(_) => Err(format!(
+        Err(_) => Err(BenchError::scenario(format!(
             "`{tool}` not found: install it (apt-get install -y {package})"
-        )),
+        ))),
     }
 }
 
-pub(crate) fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), String> {
+pub(crate) fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut child = child;
     while Instant::now() < deadline {
@@ -127,12 +128,18 @@ pub(crate) fn wait_mounted(mp: &Path, child: Option<&mut Child>) -> Result<(), S
         }
         if let Some(c) = child.as_deref_mut() {
             if let Ok(Some(st)) = c.try_wait() {
-                return Err(format!("{}: mount exited with {st}", mp.display()));
+                return Err(BenchError::scenario(format!(
+                    "{}: mount exited with {st}",
+                    mp.display()
+                )));
             }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!("{}: not mounted after 30 s", mp.display()))
+    Err(BenchError::scenario(format!(
+        "{}: not mounted after 30 s",
+        mp.display()
+    )))
 }
 
 pub(crate) fn start_tiercache(
@@ -140,8 +147,8 @@ pub(crate) fn start_tiercache(
     mp: &Path,
     memory: u64,
     extra: &[&str],
-) -> Result<Child, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+) -> Result<Child, BenchError> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::io("current_exe", e))?;
     let mut child = Command::new(exe)
         .arg("mount")
         .arg(backing)
@@ -151,15 +158,16 @@ pub(crate) fn start_tiercache(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start tiercache: {e}"))?;
+        .map_err(|e| BenchError::io("cannot start tiercache", e))?;
     wait_mounted(mp, Some(&mut child))?;
     Ok(child)
 }
 
 /// Writes `size` bytes of pseudo-random data (xorshift; incompressible) to `path`.
-pub(crate) fn write_random_file(path: &Path, size: u64) -> Result<(), String> {
+pub(crate) fn write_random_file(path: &Path, size: u64) -> Result<(), BenchError> {
     let mut f = std::io::BufWriter::new(
-        std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        std::fs::File::create(path)
+            .map_err(|e| BenchError::io(format!("{}", path.display()), e))?,
     );
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ size;
     let mut chunk = vec![0u8; 1 << 20];
@@ -172,15 +180,17 @@ pub(crate) fn write_random_file(path: &Path, size: u64) -> Result<(), String> {
             w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
         }
         let n = left.min(chunk.len() as u64) as usize;
-        f.write_all(&chunk[..n]).map_err(|e| e.to_string())?;
+        f.write_all(&chunk[..n])
+            .map_err(|e| BenchError::io(path.display().to_string(), e))?;
         left -= n as u64;
     }
-    f.flush().map_err(|e| format!("{}: {e}", path.display()))
+    f.flush()
+        .map_err(|e| BenchError::io(format!("{}", path.display()), e))
 }
 
 /// Runs fio for `runtime` seconds (or, with `runtime` 0, one pass over the file); returns
 /// (IOPS, MB/s).
-fn fio(file: &Path, rw: &str, bs: &str, runtime: u64) -> Result<(f64, f64), String> {
+fn fio(file: &Path, rw: &str, bs: &str, runtime: u64) -> Result<(f64, f64), BenchError> {
     let timed: Vec<String> = if runtime > 0 {
         vec![format!("--runtime={runtime}"), "--time_based".into()]
     } else {
@@ -200,42 +210,49 @@ fn fio(file: &Path, rw: &str, bs: &str, runtime: u64) -> Result<(f64, f64), Stri
         .args(&timed)
         .args(["--output-format=json", "--randrepeat=1", "--invalidate=0"])
         .output()
-        .map_err(|e| format!("fio: {e}"))?;
+        .map_err(|e| BenchError::io("fio", e))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "fio on {} failed: {}",
             file.display(),
             err.lines().next().unwrap_or("")
-        ));
+        )));
     }
     let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+        serde_json::from_slice(&out.stdout).map_err(|e| BenchError::json("fio output", e))?;
     let read = &v["jobs"][0]["read"];
-    let iops = read["iops"].as_f64().ok_or("fio output has no read.iops")?;
+    let iops = read["iops"]
+        .as_f64()
+        .ok_or_else(|| BenchError::tool("fio output has no read.iops"))?;
     let bw = read["bw_bytes"]
         .as_f64()
-        .ok_or("fio output has no read.bw_bytes")?;
+        .ok_or_else(|| BenchError::tool("fio output has no read.bw_bytes"))?;
     Ok((iops, bw / 1e6))
 }
 
-fn warm(file: &Path) -> Result<(), String> {
+fn warm(file: &Path) -> Result<(), BenchError> {
     use std::io::Read;
-    let mut f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut f =
+        std::fs::File::open(file).map_err(|e| BenchError::io(format!("{}", file.display()), e))?;
     let mut buf = vec![0u8; 1 << 20];
     while f
         .read(&mut buf)
-        .map_err(|e| format!("{}: {e}", file.display()))?
+        .map_err(|e| BenchError::io(format!("{}", file.display()), e))?
         > 0
     {}
     Ok(())
 }
 
 /// Bytes of `path` in the page cache (`mincore` of a mapping of it).
-fn cached_bytes(path: &Path) -> Result<u64, String> {
+fn cached_bytes(path: &Path) -> Result<u64, BenchError> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let len = f.metadata().map_err(|e| e.to_string())?.len() as usize;
+    let f =
+        std::fs::File::open(path).map_err(|e| BenchError::io(format!("{}", path.display()), e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| BenchError::io(path.display().to_string(), e))?
+        .len() as usize;
     if len == 0 {
         return Ok(0);
     }
@@ -252,11 +269,11 @@ fn cached_bytes(path: &Path) -> Result<u64, String> {
         )
     };
     if addr == libc::MAP_FAILED {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "{}: mmap: {}",
             path.display(),
             std::io::Error::last_os_error()
-        ));
+        )));
     }
     let page = 4096usize;
     let mut vec = vec![0u8; len.div_ceil(page)];
@@ -266,25 +283,29 @@ fn cached_bytes(path: &Path) -> Result<u64, String> {
     // SAFETY: unmaps exactly the mapping made above.
     unsafe { libc::munmap(addr, len) };
     if rc != 0 {
-        return Err(format!("{}: mincore: {err}", path.display()));
+        return Err(BenchError::scenario(format!(
+            "{}: mincore: {err}",
+            path.display()
+        )));
     }
     Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
 }
 
 /// Syncs `path` and drops its pages from the page cache (a cold start for the next reader).
-fn drop_cache(path: &Path) -> Result<(), String> {
+fn drop_cache(path: &Path) -> Result<(), BenchError> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let f =
+        std::fs::File::open(path).map_err(|e| BenchError::io(format!("{}", path.display()), e))?;
     f.sync_all()
-        .map_err(|e| format!("{}: fsync: {e}", path.display()))?;
+        .map_err(|e| BenchError::io(format!("{}: fsync", path.display()), e))?;
     // SAFETY: posix_fadvise passes no memory; `f` keeps the descriptor open.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "{}: posix_fadvise: {}",
             path.display(),
             std::io::Error::from_raw_os_error(rc)
-        ));
+        )));
     }
     Ok(())
 }
@@ -293,7 +314,7 @@ fn drop_cache(path: &Path) -> Result<(), String> {
 /// quarter of it (real BACKING, no model), then the same pass natively; both start with the
 /// file out of the page cache. Returns (tiercache MB/s, native MB/s, MiB the tiercache pass
 /// left cached).
-fn seq_over_memory(backing: &Path, mp: &Path, size: u64) -> Result<(f64, f64, f64), String> {
+fn seq_over_memory(backing: &Path, mp: &Path, size: u64) -> Result<(f64, f64, f64), BenchError> {
     let data = backing.join("data.bin");
     drop_cache(&data)?;
     let child = start_tiercache(backing, mp, (size / 4).max(1 << 20), &[])?;
@@ -317,7 +338,7 @@ fn cold_run(
     rw: &str,
     bs: &str,
     runtime: u64,
-) -> Result<(f64, f64), String> {
+) -> Result<(f64, f64), BenchError> {
     let child = start_tiercache(backing, mp, memory, &["--emulate", "hdd"])?;
     let _mounts = Mounts {
         daemons: vec![(child, mp.to_path_buf())],
@@ -326,16 +347,16 @@ fn cold_run(
     fio(&mp.join("data.bin"), rw, bs, runtime)
 }
 
-pub fn run(a: FuseBenchArgs) -> Result<(), String> {
+pub fn run(a: FuseBenchArgs) -> Result<(), BenchError> {
     need("fio", "fio")?;
     need("bindfs", "bindfs")?;
-    let size =
-        crate::live::size::parse_size(&a.file_size).map_err(|e| format!("--file-size: {e}"))?;
+    let size = crate::live::size::parse_size(&a.file_size)
+        .map_err(|e| BenchError::flag("file-size", e))?;
     if size < (4 << 20) {
-        return Err("--file-size: at least 4M".into());
+        return Err(BenchError::scenario("--file-size: at least 4M"));
     }
     if a.runtime == 0 {
-        return Err("--runtime: at least 1 second".into());
+        return Err(BenchError::scenario("--runtime: at least 1 second"));
     }
     let root = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tiercache-bench-{}", std::process::id()))
@@ -346,7 +367,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
         root.join("bindfs"),
     );
     for d in [&backing, &mp_tc, &mp_bind] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("{}", d.display()), e))?;
     }
     // Steps: write the files, mount, warm 3 targets, 6 fio runs, the priority file, 2 cold
     // runs, 1 pass larger than memory.
@@ -356,8 +377,9 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     write_random_file(&data, size)?;
     // A copy (not a link: the path decides the class) in a priority directory.
     let hot = backing.join("hot");
-    std::fs::create_dir_all(&hot).map_err(|e| format!("{}: {e}", hot.display()))?;
-    std::fs::copy(&data, hot.join("data.bin")).map_err(|e| format!("{}: {e}", hot.display()))?;
+    std::fs::create_dir_all(&hot).map_err(|e| BenchError::io(format!("{}", hot.display()), e))?;
+    std::fs::copy(&data, hot.join("data.bin"))
+        .map_err(|e| BenchError::io(format!("{}", hot.display()), e))?;
     progress::done(&bar);
     progress::step(&bar, "mounting tiercache and bindfs");
     let mut mounts = Mounts {
@@ -436,7 +458,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
     } else {
         print_table(&r, size, a.runtime);

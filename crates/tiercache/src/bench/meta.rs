@@ -8,6 +8,7 @@
 //! `meta_write`; `--side` picks what runs.
 
 use crate::bench::fuse::{need, start_tiercache, Mounts};
+use crate::bench::BenchError;
 use crate::cmd::progress;
 use clap::Args;
 use serde::Serialize;
@@ -55,8 +56,13 @@ pub enum Side {
 }
 
 /// `UID:GID`, both numeric.
-fn parse_caller(s: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("--as {s:?}: expected UID:GID, two numbers (e.g. 65534:65534)");
+fn parse_caller(s: &str) -> Result<(u32, u32), BenchError> {
+    let bad = || {
+        BenchError::flag(
+            "as",
+            format!("--as {s:?}: expected UID:GID, two numbers (e.g. 65534:65534)"),
+        )
+    };
     let (u, g) = s.split_once(':').ok_or_else(bad)?;
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
@@ -89,15 +95,17 @@ struct MetaBench {
 }
 
 /// Lists and stats every entry below `root`; returns how many entries were seen.
-fn walk(root: &Path) -> Result<usize, String> {
+fn walk(root: &Path) -> Result<usize, BenchError> {
     let mut n = 0usize;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let rd =
+            std::fs::read_dir(&dir).map_err(|e| BenchError::io(format!("{}", dir.display()), e))?;
         for e in rd {
-            let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let e = e.map_err(|e| BenchError::io(format!("{}", dir.display()), e))?;
             let p = e.path();
-            let m = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let m = std::fs::symlink_metadata(&p)
+                .map_err(|e| BenchError::io(format!("{}", p.display()), e))?;
             n += 1;
             if m.is_dir() {
                 stack.push(p);
@@ -109,7 +117,7 @@ fn walk(root: &Path) -> Result<usize, String> {
 
 /// Sets this thread's supplementary groups (none), fsgid and fsuid with the raw system calls,
 /// which change the calling thread only; each is read back.
-fn act_as(uid: u32, gid: u32) -> Result<(), String> {
+fn act_as(uid: u32, gid: u32) -> Result<(), BenchError> {
     // SAFETY: setgroups with a count of 0 reads no memory; the raw call changes only this
     // thread's credentials.
     if unsafe {
@@ -120,10 +128,10 @@ fn act_as(uid: u32, gid: u32) -> Result<(), String> {
         )
     } != 0
     {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "--as: setgroups: {}",
             std::io::Error::last_os_error()
-        ));
+        )));
     }
     for (call, id, what) in [
         (libc::SYS_setfsgid, gid, "gid"),
@@ -136,43 +144,43 @@ fn act_as(uid: u32, gid: u32) -> Result<(), String> {
             libc::syscall(call, -1 as libc::c_long)
         };
         if now != libc::c_long::from(id) {
-            return Err(format!(
+            return Err(BenchError::scenario(format!(
                 "--as: cannot switch to file-system {what} {id} (needs root)"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
-fn timed_walk(root: &Path, want: usize, caller: Option<(u32, u32)>) -> Result<f64, String> {
+fn timed_walk(root: &Path, want: usize, caller: Option<(u32, u32)>) -> Result<f64, BenchError> {
     let t = Instant::now();
     let n = match caller {
         None => walk(root)?,
         Some((uid, gid)) => std::thread::scope(|s| {
             s.spawn(|| act_as(uid, gid).and_then(|()| walk(root)))
                 .join()
-                .unwrap_or_else(|_| Err("the walking thread panicked".to_owned()))
+                .unwrap_or_else(|_| Err(BenchError::scenario("the walking thread panicked")))
         })?,
     };
     let secs = t.elapsed().as_secs_f64();
     if n != want {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "{}: walked {n} entries, expected {want} (an incomplete listing)",
             root.display()
-        ));
+        )));
     }
     Ok(secs)
 }
 
 /// Drops the page, dentry and inode caches (root only).
-fn drop_caches() -> Result<(), String> {
+fn drop_caches() -> Result<(), BenchError> {
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", b"3")
-        .map_err(|e| format!("/proc/sys/vm/drop_caches: {e} (the benchmark needs root)"))
+        .map_err(|e| BenchError::io("/proc/sys/vm/drop_caches (the benchmark needs root)", e))
 }
 
-fn cold_and_warm(root: &Path, want: usize, caller: Option<(u32, u32)>) -> Result<Walk, String> {
+fn cold_and_warm(root: &Path, want: usize, caller: Option<(u32, u32)>) -> Result<Walk, BenchError> {
     drop_caches()?;
     let cold = timed_walk(root, want, caller)?;
     let mut warm = [0.0f64; 3];
@@ -186,9 +194,16 @@ fn cold_and_warm(root: &Path, want: usize, caller: Option<(u32, u32)>) -> Result
     })
 }
 
-fn make_tree(root: &Path, dirs: usize, files: usize) -> Result<(), String> {
-    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
-    let buf = vec![0x5au8; 4000];
+/// Writes `files` files of 0 to `max_len` bytes, spread over `dirs` directories `dNNNNN` under
+/// `root` (`bench meta` walks such a tree, `bench meta`'s write side archives one).
+pub(super) fn make_tree(
+    root: &Path,
+    dirs: usize,
+    files: usize,
+    max_len: usize,
+) -> Result<(), BenchError> {
+    let io = |p: &Path, e: std::io::Error| BenchError::io(p.display().to_string(), e);
+    let buf = vec![0x5au8; max_len];
     for d in 0..dirs {
         let dir = root.join(format!("d{d:05}"));
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
@@ -202,13 +217,17 @@ fn make_tree(root: &Path, dirs: usize, files: usize) -> Result<(), String> {
     Ok(())
 }
 
-pub fn run(a: MetaBenchArgs) -> Result<(), String> {
+pub fn run(a: MetaBenchArgs) -> Result<(), BenchError> {
     need("bindfs", "bindfs")?;
     if a.dirs == 0 || a.files < a.dirs {
-        return Err("--dirs must be positive and at most --files".into());
+        return Err(BenchError::scenario(
+            "--dirs must be positive and at most --files",
+        ));
     }
     if a.write_dirs == 0 || a.write_files < a.write_dirs {
-        return Err("--write-dirs must be positive and at most --write-files".into());
+        return Err(BenchError::scenario(
+            "--write-dirs must be positive and at most --write-files",
+        ));
     }
     need("tar", "tar")?;
     let root = a.dir.clone().unwrap_or_else(|| {
@@ -222,7 +241,8 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
         Side::Read => None,
         Side::Write | Side::Both => {
             let work = root.join("write");
-            std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+            std::fs::create_dir_all(&work)
+                .map_err(|e| BenchError::io(format!("{}", work.display()), e))?;
             let bar = progress::steps(5, a.json);
             let step = |what: String| {
                 progress::done(&bar);
@@ -244,7 +264,7 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
         return Ok(());
     }
@@ -258,21 +278,21 @@ pub fn run(a: MetaBenchArgs) -> Result<(), String> {
 }
 
 /// Walks the tree natively, through tiercache and through bindfs.
-fn read_side(a: &MetaBenchArgs, root: &Path) -> Result<ReadSide, String> {
+fn read_side(a: &MetaBenchArgs, root: &Path) -> Result<ReadSide, BenchError> {
     let (backing, mp_tc, mp_bind) = (
         root.join("backing"),
         root.join("tiercache"),
         root.join("bindfs"),
     );
     for d in [&mp_tc, &mp_bind] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("{}", d.display()), e))?;
     }
     let bar = progress::steps(4, a.json);
     progress::step(
         &bar,
         format!("writing {} files in {} directories", a.files, a.dirs),
     );
-    make_tree(&backing, a.dirs, a.files)?;
+    make_tree(&backing, a.dirs, a.files, 4000)?;
     let want = a.files + a.dirs;
     progress::done(&bar);
     progress::step(&bar, "walking the backing directory");

@@ -7,8 +7,8 @@
 
 use crate::bench::fuse::{start_tiercache, Mounts};
 use crate::bench::remote::stats;
+use crate::bench::BenchError;
 use serde::Serialize;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -47,43 +47,28 @@ pub(super) struct WriteSide {
     pub untar_hdd_model_secs: HddRun,
 }
 
-/// Writes `files` files (0–9 KB) spread over `dirs` directories under `root/tree`.
-fn make_tree(root: &Path, dirs: usize, files: usize) -> Result<(), String> {
-    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
-    let buf = vec![0x5au8; 10_000];
-    for d in 0..dirs {
-        let dir = root.join("tree").join(format!("d{d:04}"));
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        for f in (d..files).step_by(dirs) {
-            let p = dir.join(format!("f{f:07}"));
-            let mut file = std::fs::File::create(&p).map_err(|e| io(&p, e))?;
-            file.write_all(&buf[..(f * 7919) % buf.len()])
-                .map_err(|e| io(&p, e))?;
-        }
-    }
-    Ok(())
-}
-
 /// Runs `cmd`, which must succeed; returns its wall time.
-fn timed(cmd: &mut Command) -> Result<f64, String> {
+fn timed(cmd: &mut Command) -> Result<f64, BenchError> {
     let what = format!("{cmd:?}");
     let t = Instant::now();
-    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| BenchError::io(what.to_string(), e))?;
     let secs = t.elapsed().as_secs_f64();
     if !out.status.success() {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "{what} exited with {}: {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
     Ok(secs)
 }
 
 /// A tar archive of a fresh tree of `files` files in `dirs` directories.
-fn archive(work: &Path, name: &str, dirs: usize, files: usize) -> Result<PathBuf, String> {
+fn archive(work: &Path, name: &str, dirs: usize, files: usize) -> Result<PathBuf, BenchError> {
     let src = work.join(format!("{name}-src"));
-    make_tree(&src, dirs, files)?;
+    super::meta::make_tree(&src.join("tree"), dirs, files, 10_000)?;
     let tar = work.join(format!("{name}.tar"));
     timed(
         Command::new("tar")
@@ -93,12 +78,12 @@ fn archive(work: &Path, name: &str, dirs: usize, files: usize) -> Result<PathBuf
             .arg(&src)
             .arg("tree"),
     )?;
-    std::fs::remove_dir_all(&src).map_err(|e| format!("{}: {e}", src.display()))?;
+    std::fs::remove_dir_all(&src).map_err(|e| BenchError::io(format!("{}", src.display()), e))?;
     Ok(tar)
 }
 
 /// `tar x` of `tar` into `dest`, then `rm -rf` of what it made: (untar, rm) seconds.
-fn untar_and_rm(tar: &Path, dest: &Path) -> Result<(f64, f64), String> {
+fn untar_and_rm(tar: &Path, dest: &Path) -> Result<(f64, f64), BenchError> {
     // Earlier runs' dirty pages do not land on this one.
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
@@ -111,8 +96,8 @@ fn counter(v: &serde_json::Value, a: &str, b: &str) -> u64 {
     v[a][b].as_u64().unwrap_or(0)
 }
 
-fn mkdir(d: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))
+fn mkdir(d: &Path) -> Result<(), BenchError> {
+    std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("{}", d.display()), e))
 }
 
 /// Runs the write side in `work` (which must not be on a FUSE mount).
@@ -122,7 +107,7 @@ pub(super) fn run(
     files: usize,
     hdd_files: usize,
     step: &dyn Fn(String),
-) -> Result<WriteSide, String> {
+) -> Result<WriteSide, BenchError> {
     let mut r = WriteSide {
         untar_files: files,
         hdd_model_files: hdd_files,
@@ -169,7 +154,7 @@ pub(super) fn run(
     mounts.start_bindfs(&backing, &mp)?;
     (r.untar_secs.bindfs, r.rm_secs.bindfs) = untar_and_rm(&tar, &mp)?;
     drop(mounts);
-    std::fs::remove_file(&tar).map_err(|e| format!("{}: {e}", tar.display()))?;
+    std::fs::remove_file(&tar).map_err(|e| BenchError::io(format!("{}", tar.display()), e))?;
 
     if hdd_files > 0 {
         step(format!(
@@ -181,7 +166,7 @@ pub(super) fn run(
 }
 
 /// `tar x` through a fresh mount with `--emulate hdd`, then `tiercache flush`.
-fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, String> {
+fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, BenchError> {
     let tar = archive(work, "hdd", dirs, files)?;
     let (backing, mp) = (work.join("backing-hdd"), work.join("mnt-hdd"));
     mkdir(&backing)?;
@@ -198,12 +183,12 @@ fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, String> {
     let t = Instant::now();
     timed(Command::new("tar").arg("xf").arg(&tar).arg("-C").arg(&mp))?;
     let returned = t.elapsed().as_secs_f64();
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| BenchError::io("current_exe", e))?;
     timed(Command::new(exe).arg("flush").arg(&mp))?;
     let on_backing = t.elapsed().as_secs_f64();
     let seeks = counter(&stats(&mp)?, "device_model", "seeks").saturating_sub(before);
     drop(mounts);
-    std::fs::remove_file(&tar).map_err(|e| format!("{}: {e}", tar.display()))?;
+    std::fs::remove_file(&tar).map_err(|e| BenchError::io(format!("{}", tar.display()), e))?;
     Ok(HddRun {
         returned,
         on_backing,

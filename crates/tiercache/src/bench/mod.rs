@@ -2,6 +2,7 @@
 //! `cmd::bench`): each starts its own mounts, servers and device models, runs the workloads
 //! side by side in one run and returns or prints the ratios README quotes.
 
+mod error;
 pub mod flash;
 pub mod fuse;
 pub mod meta;
@@ -10,3 +11,5 @@ pub mod remote;
 pub mod web;
 pub mod web_env;
 pub mod zerocopy;
+
+pub use error::BenchError;

@@ -14,6 +14,7 @@
 //!   `seq_no_bypass_over_without`.
 
 use super::fuse::{need, start_tiercache, write_random_file, Mounts};
+use crate::bench::BenchError;
 use crate::cmd::progress;
 use clap::Args;
 use rand::seq::SliceRandom;
@@ -85,11 +86,11 @@ struct Servers {
 }
 
 impl Servers {
-    fn start(n: usize) -> Result<Servers, String> {
+    fn start(n: usize) -> Result<Servers, BenchError> {
         let procs = (0..n)
             .map(|_| LocalMemcached::start_with(256))
             .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BenchError::tool(format!("memcached: {e}")))?;
         Ok(Servers { procs })
     }
 
@@ -100,29 +101,29 @@ impl Servers {
 }
 
 /// `tiercache stats MP --json` of a running mount.
-pub(super) fn stats(mp: &Path) -> Result<serde_json::Value, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+pub(super) fn stats(mp: &Path) -> Result<serde_json::Value, BenchError> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::io("current_exe", e))?;
     let out = Command::new(exe)
         .arg("stats")
         .arg(mp)
         .arg("--json")
         .output()
-        .map_err(|e| format!("stats: {e}"))?;
+        .map_err(|e| BenchError::io("tiercache stats", e))?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "stats {}: {}",
             mp.display(),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("stats: {e}"))
+    serde_json::from_slice(&out.stdout).map_err(|e| BenchError::json("stats", e))
 }
 
-fn remote_hits(mp: &Path) -> Result<u64, String> {
+fn remote_hits(mp: &Path) -> Result<u64, BenchError> {
     Ok(stats(mp)?["remote"]["hits"].as_u64().unwrap_or(0))
 }
 
-fn remote_hits_or_zero(mp: &Path, remote: bool) -> Result<u64, String> {
+fn remote_hits_or_zero(mp: &Path, remote: bool) -> Result<u64, BenchError> {
     if remote {
         remote_hits(mp)
     } else {
@@ -131,7 +132,7 @@ fn remote_hits_or_zero(mp: &Path, remote: bool) -> Result<u64, String> {
 }
 
 /// Waits until the background stores into lower tiers are done (at most 30 s).
-fn settle(mp: &Path) -> Result<(), String> {
+fn settle(mp: &Path) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         let v = stats(mp)?;
@@ -142,34 +143,36 @@ fn settle(mp: &Path) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!(
+    Err(BenchError::scenario(format!(
         "{}: background stores did not finish in 30 s",
         mp.display()
-    ))
+    )))
 }
 
 /// Reads every 4 KiB block of `file` once, in the order of `order`; returns seconds.
-fn random_pass(file: &Path, order: &[u64]) -> Result<f64, String> {
-    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+fn random_pass(file: &Path, order: &[u64]) -> Result<f64, BenchError> {
+    let f =
+        std::fs::File::open(file).map_err(|e| BenchError::io(format!("{}", file.display()), e))?;
     let mut buf = vec![0u8; 4096];
     let t0 = Instant::now();
     for &b in order {
         f.read_exact_at(&mut buf, b * 4096)
-            .map_err(|e| format!("{}: read at {}: {e}", file.display(), b * 4096))?;
+            .map_err(|e| BenchError::io(format!("{}: read at {}", file.display(), b * 4096), e))?;
     }
     Ok(t0.elapsed().as_secs_f64())
 }
 
 /// Reads `file` front to back in 128 KiB requests; returns seconds.
-fn sequential_pass(file: &Path, size: u64) -> Result<f64, String> {
-    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+fn sequential_pass(file: &Path, size: u64) -> Result<f64, BenchError> {
+    let f =
+        std::fs::File::open(file).map_err(|e| BenchError::io(format!("{}", file.display()), e))?;
     let mut buf = vec![0u8; 128 << 10];
     let t0 = Instant::now();
     let mut off = 0;
     while off < size {
         let n = f
             .read_at(&mut buf, off)
-            .map_err(|e| format!("{}: read at {off}: {e}", file.display()))?;
+            .map_err(|e| BenchError::io(format!("{}: read at {off}", file.display()), e))?;
         if n == 0 {
             break;
         }
@@ -190,7 +193,7 @@ struct Setup {
 
 impl Setup {
     /// Mounts with the HDD model, and with a remote tier on `url` if given.
-    fn mount(&self, remote: Option<(&str, &str)>, extra: &[&str]) -> Result<Mounts, String> {
+    fn mount(&self, remote: Option<(&str, &str)>, extra: &[&str]) -> Result<Mounts, BenchError> {
         let key = self.key.display().to_string();
         let mut args = vec!["--emulate", "hdd"];
         args.extend_from_slice(extra);
@@ -216,7 +219,7 @@ impl Setup {
         remote: Option<(&str, &str)>,
         servers: usize,
         orders: &[Vec<u64>; 2],
-    ) -> Result<RandRun, String> {
+    ) -> Result<RandRun, BenchError> {
         let _m = self.mount(remote, &[])?;
         let file = self.mp.join("rand.dat");
         let first = random_pass(&file, &orders[0])?;
@@ -241,16 +244,17 @@ impl Setup {
     }
 }
 
-pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
+pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
     need("memcached", "memcached")?;
-    let memory = crate::live::size::parse_size(&a.memory).map_err(|e| format!("--memory: {e}"))?;
+    let memory =
+        crate::live::size::parse_size(&a.memory).map_err(|e| BenchError::flag("memory", e))?;
     let seq_size =
-        crate::live::size::parse_size(&a.seq_size).map_err(|e| format!("--seq-size: {e}"))?;
+        crate::live::size::parse_size(&a.seq_size).map_err(|e| BenchError::flag("seq-size", e))?;
     if memory < (256 << 10) {
-        return Err("--memory: at least 256K".into());
+        return Err(BenchError::scenario("--memory: at least 256K"));
     }
     if seq_size < (1 << 20) {
-        return Err("--seq-size: at least 1M".into());
+        return Err(BenchError::scenario("--seq-size: at least 1M"));
     }
     let counts: Vec<usize> = a
         .servers
@@ -263,9 +267,9 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
         })
         .collect::<Option<_>>()
         .ok_or_else(|| {
-            format!(
-                "--servers `{}`: expected counts 1..16, e.g. 1,2,4",
-                a.servers
+            BenchError::flag(
+                "servers",
+                format!("`{}`: expected counts 1..16, e.g. 1,2,4", a.servers),
             )
         })?;
     let root = a.dir.clone().unwrap_or_else(|| {
@@ -274,7 +278,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     let backing = root.join("backing");
     let mp = root.join("mnt");
     for d in [&backing, &mp] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("{}", d.display()), e))?;
     }
     let steps = 2 + 3 * SEQ_ROUNDS + counts.len() as u64;
     let bar = progress::steps(steps, a.json);
@@ -284,7 +288,8 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     write_random_file(&backing.join("seq.dat"), seq_size)?;
     let key = root.join("remote.key");
     let _ = std::fs::remove_file(&key);
-    tiercache_remote::keyfile::generate(&key).map_err(|e| e.to_string())?;
+    tiercache_remote::keyfile::generate(&key)
+        .map_err(|e| BenchError::scenario(format!("{}: {e}", key.display())))?;
     let max = counts.iter().copied().max().unwrap_or(1);
     let servers = Servers::start(max)?;
     progress::done(&bar);
@@ -392,7 +397,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
         return Ok(());
     }

@@ -19,6 +19,7 @@
 
 use super::fuse::{need, stop_daemon, wait_mounted};
 use super::web_env::{loadavg, write_tree, wrk, Backups, Cgroup, Nginx, WrkRun};
+use crate::bench::BenchError;
 use crate::cmd::progress;
 use crate::live::size::parse_size;
 use clap::Args;
@@ -125,21 +126,26 @@ impl Kind {
         }
     }
 
-    fn parse_list(s: &str) -> Result<Vec<Kind>, String> {
+    fn parse_list(s: &str) -> Result<Vec<Kind>, BenchError> {
         let mut v = Vec::new();
         for name in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             let k = [Kind::PageCache, Kind::Tiercache, Kind::TiercacheLru]
                 .into_iter()
                 .find(|k| k.name() == name)
                 .ok_or_else(|| {
-                    format!("--configs: unknown `{name}` (page_cache, tiercache, tiercache_lru)")
+                    BenchError::flag(
+                        "configs",
+                        format!("unknown `{name}` (page_cache, tiercache, tiercache_lru)"),
+                    )
                 })?;
             if !v.contains(&k) {
                 v.push(k);
             }
         }
         if v.is_empty() {
-            return Err("--configs: name at least one configuration".into());
+            return Err(BenchError::scenario(
+                "--configs: name at least one configuration",
+            ));
         }
         Ok(v)
     }
@@ -158,7 +164,12 @@ struct Env {
 }
 
 /// Starts `exe mount BACKING MNT --foreground ARGS` and waits until it is mounted.
-fn start_mount(exe: &Path, backing: &Path, mnt: &Path, args: &[String]) -> Result<Child, String> {
+fn start_mount(
+    exe: &Path,
+    backing: &Path,
+    mnt: &Path,
+    args: &[String],
+) -> Result<Child, BenchError> {
     let mut child = Command::new(exe)
         .arg("mount")
         .arg(backing)
@@ -168,7 +179,7 @@ fn start_mount(exe: &Path, backing: &Path, mnt: &Path, args: &[String]) -> Resul
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        .map_err(|e| BenchError::io(format!("cannot start {}", exe.display()), e))?;
     if let Err(e) = wait_mounted(mnt, Some(&mut child)) {
         stop_daemon(&mut child, mnt);
         return Err(e);
@@ -186,7 +197,12 @@ impl Drop for Daemon {
 }
 
 /// One configuration on a fresh mount: warm, then with `streams` backup streams.
-fn run_config(a: &WebBenchArgs, env: &Env, kind: Kind, streams: usize) -> Result<WebRun, String> {
+fn run_config(
+    a: &WebBenchArgs,
+    env: &Env,
+    kind: Kind,
+    streams: usize,
+) -> Result<WebRun, BenchError> {
     let memory = env.memory.to_string();
     let (mut args, limit): (Vec<String>, u64) = match kind {
         Kind::PageCache => (
@@ -219,7 +235,9 @@ fn run_config(a: &WebBenchArgs, env: &Env, kind: Kind, streams: usize) -> Result
         for i in 0..a.pages {
             let n = nginx.get(&format!("/p{i:02}.html"))?;
             if n as u64 != env.page_bytes {
-                return Err(format!("nginx sent {n} bytes of page {i}"));
+                return Err(BenchError::scenario(format!(
+                    "nginx sent {n} bytes of page {i}"
+                )));
             }
         }
     }
@@ -244,39 +262,50 @@ fn run_config(a: &WebBenchArgs, env: &Env, kind: Kind, streams: usize) -> Result
 }
 
 /// Checks the arguments; the work tree's paths and sizes.
-fn prepare(a: &WebBenchArgs, root: &Path) -> Result<(Env, u64), String> {
+fn prepare(a: &WebBenchArgs, root: &Path) -> Result<(Env, u64), BenchError> {
     if !(1..=8).contains(&a.backup_streams) {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "--backup-streams {}: must be in 1..=8",
             a.backup_streams
-        ));
+        )));
     }
     if !(1..=100).contains(&a.pages) {
-        return Err(format!("--pages {}: must be in 1..=100", a.pages));
+        return Err(BenchError::scenario(format!(
+            "--pages {}: must be in 1..=100",
+            a.pages
+        )));
     }
     if !(1..=3600).contains(&a.seconds) {
-        return Err(format!("--seconds {}: must be in 1..=3600", a.seconds));
+        return Err(BenchError::scenario(format!(
+            "--seconds {}: must be in 1..=3600",
+            a.seconds
+        )));
     }
     if !(1..=1000).contains(&a.connections) {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "--connections {}: must be in 1..=1000",
             a.connections
-        ));
+        )));
     }
-    let size = |flag: &str, v: &str| parse_size(v).map_err(|e| format!("--{flag}: {e}"));
+    let size = |flag: &str, v: &str| parse_size(v).map_err(|e| BenchError::flag(flag, e));
     let page_bytes = size("page-size", &a.page_size)?;
     let bulk = size("bulk", &a.bulk)?;
     let memory = size("memory", &a.memory)?;
     let app_memory = size("app-memory", &a.app_memory)?;
     if page_bytes == 0 || bulk < (1 << 20) || app_memory < (4 << 20) {
-        return Err("--page-size: above 0; --bulk: at least 1M; --app-memory: at least 4M".into());
+        return Err(BenchError::scenario(
+            "--page-size: above 0; --bulk: at least 1M; --app-memory: at least 4M",
+        ));
     }
     let exe = match &a.mount_with {
         Some(p) => p.clone(),
-        None => std::env::current_exe().map_err(|e| e.to_string())?,
+        None => std::env::current_exe().map_err(|e| BenchError::io("current_exe", e))?,
     };
     if !exe.is_file() {
-        return Err(format!("--mount-with {}: not a file", exe.display()));
+        return Err(BenchError::scenario(format!(
+            "--mount-with {}: not a file",
+            exe.display()
+        )));
     }
     let env = Env {
         exe,
@@ -289,7 +318,7 @@ fn prepare(a: &WebBenchArgs, root: &Path) -> Result<(Env, u64), String> {
         app_memory,
     };
     for d in [&env.backing, &env.mnt, &env.work] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("{}", d.display()), e))?;
     }
     Ok((env, bulk))
 }
@@ -298,7 +327,7 @@ fn ratio(x: Option<&WebRun>, y: Option<&WebRun>, f: fn(&WebRun) -> f64) -> Optio
     Some(f(x?) / f(y?))
 }
 
-pub fn run(a: WebBenchArgs) -> Result<(), String> {
+pub fn run(a: WebBenchArgs) -> Result<(), BenchError> {
     need("nginx", "nginx")?;
     need("wrk", "wrk")?;
     need("tar", "tar")?;
@@ -368,7 +397,7 @@ pub fn run(a: WebBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
     } else {
         print_text(&r);

@@ -2,6 +2,7 @@
 //! streams, `wrk`, and the work tree. Every process it starts is in its own process group and
 //! is stopped (the group killed, waited for) when its guard is dropped, also on error.
 
+use crate::bench::BenchError;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::ffi::OsStringExt;
@@ -21,8 +22,9 @@ pub(crate) struct Cgroup {
 }
 
 /// Where the memory controller is: `(mount directory, cgroup v2)`.
-fn memory_controller() -> Result<(PathBuf, bool), String> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").map_err(|e| e.to_string())?;
+fn memory_controller() -> Result<(PathBuf, bool), BenchError> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts")
+        .map_err(|e| BenchError::io("/proc/self/mounts", e))?;
     let mut v2 = None;
     for l in mounts.lines() {
         let f: Vec<&str> = l.split(' ').collect();
@@ -43,15 +45,16 @@ fn memory_controller() -> Result<(PathBuf, bool), String> {
         }
     }
     v2.map(|d| (d, true)).ok_or_else(|| {
-        "no memory cgroup controller (cgroup v1 `memory` or v2 with `memory`): bench web \
-         needs one to give nginx and tar a memory limit"
-            .to_string()
+        BenchError::scenario(
+            "no memory cgroup controller (cgroup v1 `memory` or v2 with `memory`): bench web \
+             needs one to give nginx and tar a memory limit",
+        )
     })
 }
 
 impl Cgroup {
     /// A new cgroup named `name` limited to `limit` bytes (page cache included).
-    pub(crate) fn new(name: &str, limit: u64) -> Result<Self, String> {
+    pub(crate) fn new(name: &str, limit: u64) -> Result<Self, BenchError> {
         let (root, v2) = memory_controller()?;
         if v2 {
             // Children get the controller only if the parent hands it down.
@@ -59,7 +62,8 @@ impl Cgroup {
         }
         let dir = root.join(name);
         let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).map_err(|e| format!("cgroup {}: {e}", dir.display()))?;
+        std::fs::create_dir(&dir)
+            .map_err(|e| BenchError::io(format!("cgroup {}", dir.display()), e))?;
         let cg = Cgroup {
             procs: dir.join("cgroup.procs"),
             dir,
@@ -71,7 +75,7 @@ impl Cgroup {
         };
         let path = cg.dir.join(knob);
         std::fs::write(&path, limit.to_string())
-            .map_err(|e| format!("cgroup limit {}: {e}", path.display()))?;
+            .map_err(|e| BenchError::io(format!("cgroup limit {}", path.display()), e))?;
         Ok(cg)
     }
 }
@@ -96,7 +100,11 @@ pub(crate) fn sh_quote(s: &str) -> String {
 
 /// Starts `sh -c SCRIPT` in its own process group, after joining `cgroup` (when given) so
 /// everything it runs is charged there from its first page.
-pub(crate) fn spawn_in(cgroup: Option<&Cgroup>, script: &str, out: Stdio) -> Result<Child, String> {
+pub(crate) fn spawn_in(
+    cgroup: Option<&Cgroup>,
+    script: &str,
+    out: Stdio,
+) -> Result<Child, BenchError> {
     let full = match cgroup {
         Some(cg) => format!(
             "echo $$ > {} || exit 97; {script}",
@@ -112,7 +120,7 @@ pub(crate) fn spawn_in(cgroup: Option<&Cgroup>, script: &str, out: Stdio) -> Res
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("sh: {e}"))
+        .map_err(|e| BenchError::io("sh", e))
 }
 
 /// Ends a process group started by [`spawn_in`] and reaps its leader.
@@ -139,11 +147,11 @@ pub(crate) fn stop_group(child: &mut Child) {
 
 /// A free TCP port on loopback (bound and released: another process could take it meanwhile,
 /// which the start of nginx then reports).
-pub(crate) fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("loopback: {e}"))?;
+pub(crate) fn free_port() -> Result<u16, BenchError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| BenchError::io("loopback", e))?;
     l.local_addr()
         .map(|a| a.port())
-        .map_err(|e| format!("loopback: {e}"))
+        .map_err(|e| BenchError::io("loopback", e))
 }
 
 /// nginx with one worker, `sendfile off`, serving `root` on loopback; stopped when dropped.
@@ -153,7 +161,7 @@ pub(crate) struct Nginx {
 }
 
 impl Nginx {
-    pub(crate) fn start(work: &Path, root: &Path, cgroup: &Cgroup) -> Result<Self, String> {
+    pub(crate) fn start(work: &Path, root: &Path, cgroup: &Cgroup) -> Result<Self, BenchError> {
         let port = free_port()?;
         let conf = work.join("nginx.conf");
         let w = work.display();
@@ -166,7 +174,8 @@ impl Nginx {
              \x20 server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
             root.display()
         );
-        std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
+        std::fs::write(&conf, text)
+            .map_err(|e| BenchError::io(format!("{}", conf.display()), e))?;
         let script = format!(
             "exec nginx -p {} -c {} -e {}",
             sh_quote(&work.to_string_lossy()),
@@ -182,13 +191,13 @@ impl Nginx {
         while TcpStream::connect(n.addr).is_err() {
             if let Ok(Some(st)) = n.child.try_wait() {
                 let log = std::fs::read_to_string(work.join("nginx-error.log")).unwrap_or_default();
-                return Err(format!(
+                return Err(BenchError::scenario(format!(
                     "nginx exited with {st}: {}",
                     log.lines().last().unwrap_or("(no log)")
-                ));
+                )));
             }
             if Instant::now() > deadline {
-                return Err("nginx did not listen within 10 s".into());
+                return Err(BenchError::scenario("nginx did not listen within 10 s"));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -196,24 +205,25 @@ impl Nginx {
     }
 
     /// `GET path` over a fresh connection; the body's length (an error unless 200).
-    pub(crate) fn get(&self, path: &str) -> Result<usize, String> {
-        let mut s = TcpStream::connect(self.addr).map_err(|e| format!("nginx: {e}"))?;
+    pub(crate) fn get(&self, path: &str) -> Result<usize, BenchError> {
+        let mut s = TcpStream::connect(self.addr).map_err(|e| BenchError::io("nginx", e))?;
         s.set_read_timeout(Some(Duration::from_secs(60)))
-            .map_err(|e| e.to_string())?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;
+            .map_err(|e| BenchError::io("nginx", e))?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .map_err(|e| BenchError::io("nginx", e))?;
         let mut resp = Vec::new();
         s.read_to_end(&mut resp)
-            .map_err(|e| format!("nginx: {e}"))?;
+            .map_err(|e| BenchError::io("nginx", e))?;
         let head_end = resp
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
-            .ok_or("nginx: no response head")?;
+            .ok_or_else(|| BenchError::tool("nginx: no response head"))?;
         let status = String::from_utf8_lossy(&resp[..head_end.min(64)]).to_string();
         if !status.starts_with("HTTP/1.1 200") {
-            return Err(format!(
+            return Err(BenchError::scenario(format!(
                 "nginx answered {} for {path}",
                 status.lines().next().unwrap_or("")
-            ));
+            )));
         }
         Ok(resp.len() - head_end - 4)
     }
@@ -243,7 +253,7 @@ impl Backups {
         parts: &[String],
         streams: usize,
         cgroup: &Cgroup,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BenchError> {
         let mut b = Backups {
             children: Vec::new(),
             drains: Vec::new(),
@@ -264,7 +274,10 @@ impl Backups {
                 mine.join(" ")
             );
             let mut child = spawn_in(Some(cgroup), &script, Stdio::piped())?;
-            let mut out = child.stdout.take().ok_or("tar: no stdout")?;
+            let mut out = child
+                .stdout
+                .take()
+                .ok_or_else(|| BenchError::tool("tar: no stdout"))?;
             b.children.push(child);
             let (bytes, stop) = (Arc::clone(&b.bytes), Arc::clone(&b.stop));
             let t = std::thread::Builder::new()
@@ -280,7 +293,7 @@ impl Backups {
                         }
                     }
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| BenchError::io("spawn bench-web-drain", e))?;
             b.drains.push(t);
         }
         Ok(b)
@@ -295,10 +308,12 @@ impl Backups {
     }
 
     /// Fails if a stream ended (tar failed: the mount is broken or a file is missing).
-    pub(crate) fn check(&mut self) -> Result<(), String> {
+    pub(crate) fn check(&mut self) -> Result<(), BenchError> {
         for c in &mut self.children {
             if let Ok(Some(st)) = c.try_wait() {
-                return Err(format!("a backup stream (tar) ended: {st}"));
+                return Err(BenchError::scenario(format!(
+                    "a backup stream (tar) ended: {st}"
+                )));
             }
         }
         Ok(())
@@ -346,9 +361,10 @@ pub(crate) fn wrk(
     pages: usize,
     connections: usize,
     seconds: u64,
-) -> Result<WrkRun, String> {
+) -> Result<WrkRun, BenchError> {
     let script = work.join("pages.lua");
-    std::fs::write(&script, wrk_script(pages)).map_err(|e| e.to_string())?;
+    std::fs::write(&script, wrk_script(pages))
+        .map_err(|e| BenchError::io(script.display().to_string(), e))?;
     let out = Command::new("wrk")
         .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")])
         .args(["--timeout", "30s", "-s"])
@@ -356,35 +372,37 @@ pub(crate) fn wrk(
         .arg(format!("http://{addr}/"))
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("wrk: {e}"))?;
+        .map_err(|e| BenchError::io("wrk", e))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
         .find_map(|l| l.strip_prefix("BENCH-WEB "))
         .ok_or_else(|| {
-            format!(
+            BenchError::tool(format!(
                 "wrk printed no summary ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
-            )
+            ))
         })?;
     let f: Vec<f64> = line
         .split_whitespace()
         .map(|x| {
             x.parse::<f64>()
-                .map_err(|e| format!("wrk summary `{line}`: {e}"))
+                .map_err(|e| BenchError::tool(format!("wrk summary `{line}`: {e}")))
         })
         .collect::<Result<_, _>>()?;
     let [requests, duration_us, mean_us, p99_us, errors] = f[..] else {
-        return Err(format!("wrk summary `{line}`: five numbers expected"));
+        return Err(BenchError::scenario(format!(
+            "wrk summary `{line}`: five numbers expected"
+        )));
     };
     if errors > 0.0 {
-        return Err(format!(
+        return Err(BenchError::scenario(format!(
             "wrk: {errors} of {requests} requests failed (see nginx-error.log)"
-        ));
+        )));
     }
     if requests < 1.0 || duration_us <= 0.0 {
-        return Err("wrk completed no request".into());
+        return Err(BenchError::scenario("wrk completed no request"));
     }
     Ok(WrkRun {
         rps: requests / (duration_us / 1e6),
@@ -413,16 +431,16 @@ pub(crate) fn write_tree(
     pages: usize,
     page_bytes: u64,
     bulk_bytes: u64,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, BenchError> {
     let www = backing.join("www");
-    std::fs::create_dir_all(&www).map_err(|e| format!("{}: {e}", www.display()))?;
+    std::fs::create_dir_all(&www).map_err(|e| BenchError::io(format!("{}", www.display()), e))?;
     for i in 0..pages {
         super::fuse::write_random_file(&www.join(format!("p{i:02}.html")), page_bytes)?;
     }
     let parts: Vec<String> = (0..8).map(|j| format!("d{j}")).collect();
     for p in &parts {
         let d = backing.join("bulk").join(p);
-        std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(&d).map_err(|e| BenchError::io(format!("{}", d.display()), e))?;
     }
     let (mut total, mut k) = (0u64, 0usize);
     while total < bulk_bytes {

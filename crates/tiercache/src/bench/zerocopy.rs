@@ -19,6 +19,7 @@
 //! loads, `BlockRef::words`) is measured beside Fig. 2.
 
 use crate::bench::fuse::{start_tiercache, stop_daemon};
+use crate::bench::BenchError;
 use crate::cmd::progress;
 use clap::Args;
 use serde::Serialize;
@@ -110,7 +111,7 @@ fn consume(bytes: &[u8]) -> u64 {
 }
 
 /// Runs `op` (given a step counter) for `secs`; returns ops/s. Checks the clock every 64 ops.
-fn rate(secs: f64, mut op: impl FnMut(u64) -> Result<u64, String>) -> Result<f64, String> {
+fn rate(secs: f64, mut op: impl FnMut(u64) -> Result<u64, BenchError>) -> Result<f64, BenchError> {
     let t0 = Instant::now();
     let limit = Duration::from_secs_f64(secs);
     let (mut n, mut sink) = (0u64, 0u64);
@@ -136,7 +137,7 @@ fn pick(i: u64, modulo: u64) -> u64 {
     x % modulo
 }
 
-fn pread_rate(f: &File, len: usize, secs: f64, random_bytes: bool) -> Result<f64, String> {
+fn pread_rate(f: &File, len: usize, secs: f64, random_bytes: bool) -> Result<f64, BenchError> {
     let mut buf = vec![0u8; len];
     rate(secs, |i| {
         let off = if random_bytes {
@@ -146,32 +147,33 @@ fn pread_rate(f: &File, len: usize, secs: f64, random_bytes: bool) -> Result<f64
         };
         let n = f
             .read_at(&mut buf, off)
-            .map_err(|e| format!("pread: {e}"))?;
+            .map_err(|e| BenchError::io("pread", e))?;
         Ok(consume(&buf[..n]))
     })
 }
 
-pub fn run(a: ZeroCopyBenchArgs) -> Result<(), String> {
+pub fn run(a: ZeroCopyBenchArgs) -> Result<(), BenchError> {
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
-        return Err("--seconds: must be in (0, 600]".into());
+        return Err(BenchError::scenario("--seconds: must be in (0, 600]"));
     }
     let root = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tiercache-bench-zc-{}", std::process::id()))
     });
     let (backing, mp) = (root.join("backing"), root.join("mnt"));
     for d in [&backing, &mp] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|e| BenchError::io(format!("{}", d.display()), e))?;
     }
     let bar = progress::steps(6, a.json);
     progress::step(&bar, "mounting tiercache --zero-copy");
     let data: Vec<u8> = (0..FILE).map(|i| (i * 7 + i / 4096) as u8).collect();
     let native = backing.join("f");
-    std::fs::write(&native, &data).map_err(|e| format!("{}: {e}", native.display()))?;
+    std::fs::write(&native, &data)
+        .map_err(|e| BenchError::io(format!("{}", native.display()), e))?;
     // One shared block for the mount's updaters, another for native ones (a file written
     // through the mount is not on BACKING until write-back).
     for name in ["shared", "shared-native"] {
         std::fs::write(backing.join(name), vec![0u8; BLOCK])
-            .map_err(|e| format!("{}: {e}", backing.display()))?;
+            .map_err(|e| BenchError::io(format!("{}", backing.display()), e))?;
     }
     let mut daemon = start_tiercache(&backing, &mp, 64 << 20, &["--zero-copy"])?;
     progress::done(&bar);
@@ -183,7 +185,7 @@ pub fn run(a: ZeroCopyBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
     } else {
         print_table(&r);
@@ -197,27 +199,37 @@ fn measure(
     backing: &Path,
     mp: &Path,
     data: &[u8],
-) -> Result<ZeroCopyBench, String> {
+) -> Result<ZeroCopyBench, BenchError> {
     let secs = a.seconds;
-    let open = |p: &Path| File::open(p).map_err(|e| format!("{}: {e}", p.display()));
+    let open = |p: &Path| File::open(p).map_err(|e| BenchError::io(format!("{}", p.display()), e));
     let (fuse, native) = (open(&mp.join("f"))?, open(&backing.join("f"))?);
     // Warm: the file is read once through each path (cache and page cache hold it).
     let mut all = vec![0u8; FILE];
-    fuse.read_exact_at(&mut all, 0).map_err(|e| e.to_string())?;
+    fuse.read_exact_at(&mut all, 0)
+        .map_err(|e| BenchError::io("read through the mount", e))?;
     if all != data {
-        return Err("the mount returned other bytes than BACKING holds".into());
+        return Err(BenchError::scenario(
+            "the mount returned other bytes than BACKING holds",
+        ));
     }
     native
         .read_exact_at(&mut all, 0)
-        .map_err(|e| e.to_string())?;
-    let client = tiercache_client::Client::connect(mp).map_err(|e| e.to_string())?;
-    let zf = client.open(mp.join("f")).map_err(|e| e.to_string())?;
-    let whole = zf.read_bytes(0, FILE).map_err(|e| e.to_string())?;
+        .map_err(|e| BenchError::io("read of BACKING", e))?;
+    let client =
+        tiercache_client::Client::connect(mp).map_err(|e| BenchError::client("connect", e))?;
+    let zf = client
+        .open(mp.join("f"))
+        .map_err(|e| BenchError::client("open", e))?;
+    let whole = zf
+        .read_bytes(0, FILE)
+        .map_err(|e| BenchError::client("read_bytes", e))?;
     let mut check = vec![0u8; FILE];
     whole.copy_to(&mut check);
     drop(whole);
     if check != data {
-        return Err("the zero-copy client read other bytes than BACKING holds".into());
+        return Err(BenchError::scenario(
+            "the zero-copy client read other bytes than BACKING holds",
+        ));
     }
     let misses0 = client
         .stats
@@ -229,7 +241,9 @@ fn measure(
     let zc = |n: u64, secs: f64| {
         rate(secs, |i| {
             let first = pick(i, nblocks + 1 - n);
-            let blocks = zf.read_blocks(first, n).map_err(|e| e.to_string())?;
+            let blocks = zf
+                .read_blocks(first, n)
+                .map_err(|e| BenchError::client("read_blocks", e))?;
             // SAFETY: nothing writes `f` while the reads run (as_slice's contract).
             Ok(blocks
                 .iter()
@@ -241,7 +255,7 @@ fn measure(
     let safe4 = rate(secs, |i| {
         let blocks = zf
             .read_blocks(pick(i, nblocks), 1)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BenchError::client("read_blocks", e))?;
         Ok(blocks
             .iter()
             .flat_map(|b| b.words())
@@ -252,7 +266,7 @@ fn measure(
     let pin_only = rate(secs, |i| {
         let blocks = zf
             .read_blocks(pick(i, nblocks), 1)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BenchError::client("read_blocks", e))?;
         Ok(blocks.first().and_then(|b| b.byte(0)).map_or(0, u64::from))
     })?;
     progress::done(bar);
@@ -278,7 +292,9 @@ fn measure(
     for n in [1usize, 16, 256, 4096] {
         let z = rate(secs / 2.0, |i| {
             let off = pick(i, (FILE - n + 1) as u64);
-            let v = zf.read_bytes(off, n).map_err(|e| e.to_string())?;
+            let v = zf
+                .read_bytes(off, n)
+                .map_err(|e| BenchError::client("read_bytes", e))?;
             // SAFETY: nothing writes `f` while the reads run (as_slice's contract).
             Ok(v.pieces()
                 .map(|(b, from, n)| consume(&unsafe { b.as_slice() }[from..from + n]))
@@ -342,8 +358,8 @@ fn measure(
 
 /// Runs `procs` processes (`tiercache zerocopy update`) each bumping its own byte of `file`
 /// for `secs`; checks that every byte ends at its process's count (mod 256); updates/s summed.
-fn updaters(mp: &Path, file: &Path, via: &str, procs: usize, secs: f64) -> Result<f64, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+fn updaters(mp: &Path, file: &Path, via: &str, procs: usize, secs: f64) -> Result<f64, BenchError> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::io("current_exe", e))?;
     let children: Vec<_> = (0..procs)
         .map(|i| {
             Command::new(&exe)
@@ -356,29 +372,31 @@ fn updaters(mp: &Path, file: &Path, via: &str, procs: usize, secs: f64) -> Resul
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("cannot start an updater: {e}"))
+                .map_err(|e| BenchError::io("cannot start an updater", e))
         })
         .collect::<Result<_, _>>()?;
     let mut total = 0.0;
     let mut counts = Vec::new();
     for c in children {
-        let out = c.wait_with_output().map_err(|e| e.to_string())?;
+        let out = c
+            .wait_with_output()
+            .map_err(|e| BenchError::io("updater", e))?;
         if !out.status.success() {
-            return Err(format!(
+            return Err(BenchError::scenario(format!(
                 "updater ({via}): {}",
                 String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            )));
         }
         let text = String::from_utf8_lossy(&out.stdout);
         let mut it = text.split_whitespace();
         let n: u64 = it
             .next()
             .and_then(|v| v.parse().ok())
-            .ok_or("updater: no count")?;
+            .ok_or_else(|| BenchError::tool("updater: no count"))?;
         let secs: f64 = it
             .next()
             .and_then(|v| v.parse().ok())
-            .ok_or("updater: no time")?;
+            .ok_or_else(|| BenchError::tool("updater: no time"))?;
         total += n as f64 / secs;
         counts.push(n);
     }
@@ -386,18 +404,19 @@ fn updaters(mp: &Path, file: &Path, via: &str, procs: usize, secs: f64) -> Resul
     let mut got = [0u8; BLOCK];
     File::open(file)
         .and_then(|f| f.read_exact_at(&mut got, 0))
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+        .map_err(|e| BenchError::io(format!("{}", file.display()), e))?;
     for (i, n) in counts.iter().enumerate() {
         if got[i * 64] != (*n % 256) as u8 {
-            return Err(format!(
+            return Err(BenchError::scenario(format!(
                 "{via}: byte {} is {}, its process made {n} updates",
                 i * 64,
                 got[i * 64]
-            ));
+            )));
         }
     }
     // Start the next run from zeros.
-    std::fs::write(file, [0u8; BLOCK]).map_err(|e| e.to_string())?;
+    std::fs::write(file, [0u8; BLOCK])
+        .map_err(|e| BenchError::io(file.display().to_string(), e))?;
     Ok(total)
 }
 

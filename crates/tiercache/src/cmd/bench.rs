@@ -64,13 +64,18 @@ struct SimBench {
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Sim(a) => sim(a),
-        BenchCommand::Fuse(a) => crate::bench::fuse::run(a),
-        BenchCommand::Meta(a) => crate::bench::meta::run(a),
-        BenchCommand::Remote(a) => crate::bench::remote::run(a),
-        BenchCommand::Flash(a) => crate::bench::flash::run(a),
-        BenchCommand::Zerocopy(a) => crate::bench::zerocopy::run(a),
-        BenchCommand::Web(a) => crate::bench::web::run(a),
+        BenchCommand::Fuse(a) => crate::bench::fuse::run(a).map_err(line),
+        BenchCommand::Meta(a) => crate::bench::meta::run(a).map_err(line),
+        BenchCommand::Remote(a) => crate::bench::remote::run(a).map_err(line),
+        BenchCommand::Flash(a) => crate::bench::flash::run(a).map_err(line),
+        BenchCommand::Zerocopy(a) => crate::bench::zerocopy::run(a).map_err(line),
+        BenchCommand::Web(a) => crate::bench::web::run(a).map_err(line),
     }
+}
+
+/// A scenario's error as the CLI's one line.
+fn line(e: crate::bench::BenchError) -> String {
+    e.to_string()
 }
 
 fn sim(a: SimBenchArgs) -> Result<(), String> {

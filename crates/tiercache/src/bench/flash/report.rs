@@ -4,6 +4,7 @@
 //! `sim --plot`.
 
 use super::{FlashBench, CONFIGS, WORKLOADS};
+use crate::bench::BenchError;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::Path;
@@ -26,15 +27,20 @@ const SERIES: [(&str, RGBColor); 4] = [
 ];
 
 /// Draws `rows` (workload, seconds per configuration) to a PNG at `path`.
-pub(super) fn bars(path: &Path, title: &str, rows: &[(&str, [f64; 4])]) -> Result<(), String> {
+pub(super) fn bars(path: &Path, title: &str, rows: &[(&str, [f64; 4])]) -> Result<(), BenchError> {
     // An embedded font: registration cannot fail in practice; if it did only labels are lost.
     let _ = register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular());
-    let err = |e: &dyn std::fmt::Display| format!("{}: plot failed: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| {
+        BenchError::scenario(format!("{}: plot failed: {e}", path.display()))
+    };
     let values = rows.iter().flat_map(|r| r.1).filter(|v| *v > 0.0);
     let lo = values.clone().fold(f64::INFINITY, f64::min);
     let hi = values.fold(0.0f64, f64::max);
     if !lo.is_finite() || hi <= 0.0 {
-        return Err(format!("{}: nothing to plot", path.display()));
+        return Err(BenchError::scenario(format!(
+            "{}: nothing to plot",
+            path.display()
+        )));
     }
     let y0 = 10f64.powf((lo / 2.0).log10().floor());
     // A decade of headroom above the tallest bar for the legend.
