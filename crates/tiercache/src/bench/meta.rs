@@ -60,7 +60,7 @@ fn parse_caller(s: &str) -> Result<(u32, u32), BenchError> {
     let bad = || {
         BenchError::flag(
             "as",
-            format!("--as {s:?}: expected UID:GID, two numbers (e.g. 65534:65534)"),
+            format!("{s:?}: expected UID:GID, two numbers (e.g. 65534:65534)"),
         )
     };
     let (u, g) = s.split_once(':').ok_or_else(bad)?;
