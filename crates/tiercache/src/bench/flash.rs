@@ -25,6 +25,7 @@ use crate::bench::BenchError;
 mod report;
 
 use super::fuse::{start_tiercache, Mounts};
+use super::pages;
 use super::remote::stats;
 use crate::cmd::progress;
 use clap::Args;
@@ -35,7 +36,6 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -337,64 +337,6 @@ fn rand_read(path: &Path, blocks: &[u64]) -> Result<f64, BenchError> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// Drops the page cache of `path` (its clean pages), so that reads of it go to the device.
-fn drop_page_cache(path: &Path) -> Result<(), BenchError> {
-    let f = File::open(path).map_err(io_err(path, "open"))?;
-    f.sync_data().map_err(io_err(path, "fdatasync"))?;
-    // SAFETY: posix_fadvise on a descriptor we own; no memory is passed.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if r != 0 {
-        return Err(BenchError::scenario(format!(
-            "{}: posix_fadvise: {}",
-            path.display(),
-            std::io::Error::from_raw_os_error(r)
-        )));
-    }
-    Ok(())
-}
-
-/// Bytes of `path` in the page cache (`mincore` over a mapping of it; nothing is read).
-fn page_cache_bytes(path: &Path) -> Result<u64, BenchError> {
-    let f = File::open(path).map_err(io_err(path, "open"))?;
-    let len = f.metadata().map_err(io_err(path, "stat"))?.len() as usize;
-    if len == 0 {
-        return Ok(0);
-    }
-    // SAFETY: a new read-only shared mapping of a file we opened; no existing memory is
-    // touched and the mapping is only given to mincore, never dereferenced.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
-        return Err(BenchError::scenario(format!(
-            "{}: mmap: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
-    }
-    let page = 4096usize;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `map` is the start of a mapping of `len` bytes; `vec` has one byte per page.
-    let rc = unsafe { libc::mincore(map, len, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: unmaps exactly the mapping made above.
-    unsafe { libc::munmap(map, len) };
-    if rc != 0 {
-        return Err(BenchError::scenario(format!(
-            "{}: mincore: {err}",
-            path.display()
-        )));
-    }
-    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
-}
-
 /// What one run of the four workloads needs.
 struct Plan {
     root: PathBuf,
@@ -449,7 +391,7 @@ impl Plan {
                 _ => rand_read(file, &self.read_blocks)?,
             };
             let after = probe()?;
-            out.push(before.detail(&after, secs, g, page_cache_bytes(cached)?));
+            out.push(before.detail(&after, secs, g, pages::resident_bytes(cached)?));
         }
         Ok(out)
     }
@@ -507,7 +449,7 @@ impl Plan {
         };
         let cold = || {
             if flash {
-                drop_page_cache(&cache)
+                pages::drop_cached(&cache)
             } else {
                 Ok(())
             }
@@ -535,7 +477,7 @@ impl Plan {
             std::thread::sleep(min_gap);
             Ok(min_gap.as_secs_f64())
         };
-        let cold = || drop_page_cache(&file);
+        let cold = || pages::drop_cached(&file);
         let probe = || Ok(Counters::default());
         let r = self.workloads(&file, &mut gap, &cold, &probe, &file, bar, "raw");
         let _ = std::fs::remove_file(&file);

@@ -8,6 +8,7 @@
 //! runs with `-o direct_io --multithreaded` too; "native" is the backing directory through the
 //! kernel page cache, the upper bound. fio: psync engine, one job, queue depth 1.
 
+use super::pages;
 use crate::bench::BenchError;
 use crate::cmd::mounts::is_mounted;
 use crate::cmd::progress;
@@ -244,79 +245,13 @@ fn warm(file: &Path) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Bytes of `path` in the page cache (`mincore` of a mapping of it).
-fn cached_bytes(path: &Path) -> Result<u64, BenchError> {
-    use std::os::fd::AsRawFd;
-    let f =
-        std::fs::File::open(path).map_err(|e| BenchError::io(format!("{}", path.display()), e))?;
-    let len = f
-        .metadata()
-        .map_err(|e| BenchError::io(path.display().to_string(), e))?
-        .len() as usize;
-    if len == 0 {
-        return Ok(0);
-    }
-    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open file; nothing else
-    // uses the address, and it is unmapped below before returning.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(BenchError::scenario(format!(
-            "{}: mmap: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
-    }
-    let page = 4096usize;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `addr` maps `len` bytes; `vec` has one byte per page of them.
-    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: unmaps exactly the mapping made above.
-    unsafe { libc::munmap(addr, len) };
-    if rc != 0 {
-        return Err(BenchError::scenario(format!(
-            "{}: mincore: {err}",
-            path.display()
-        )));
-    }
-    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
-}
-
-/// Syncs `path` and drops its pages from the page cache (a cold start for the next reader).
-fn drop_cache(path: &Path) -> Result<(), BenchError> {
-    use std::os::fd::AsRawFd;
-    let f =
-        std::fs::File::open(path).map_err(|e| BenchError::io(format!("{}", path.display()), e))?;
-    f.sync_all()
-        .map_err(|e| BenchError::io(format!("{}: fsync", path.display()), e))?;
-    // SAFETY: posix_fadvise passes no memory; `f` keeps the descriptor open.
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(BenchError::scenario(format!(
-            "{}: posix_fadvise: {}",
-            path.display(),
-            std::io::Error::from_raw_os_error(rc)
-        )));
-    }
-    Ok(())
-}
-
 /// One cold sequential pass over `backing/data.bin` through a mount whose memory tier holds a
 /// quarter of it (real BACKING, no model), then the same pass natively; both start with the
 /// file out of the page cache. Returns (tiercache MB/s, native MB/s, MiB the tiercache pass
 /// left cached).
 fn seq_over_memory(backing: &Path, mp: &Path, size: u64) -> Result<(f64, f64, f64), BenchError> {
     let data = backing.join("data.bin");
-    drop_cache(&data)?;
+    pages::drop_cached(&data)?;
     let child = start_tiercache(backing, mp, (size / 4).max(1 << 20), &[])?;
     let mounts = Mounts {
         daemons: vec![(child, mp.to_path_buf())],
@@ -324,8 +259,8 @@ fn seq_over_memory(backing: &Path, mp: &Path, size: u64) -> Result<(f64, f64, f6
     };
     let tc = fio(&mp.join("data.bin"), "read", "1m", 0)?.1;
     drop(mounts);
-    let left = cached_bytes(&data)? as f64 / (1 << 20) as f64;
-    drop_cache(&data)?;
+    let left = pages::resident_bytes(&data)? as f64 / (1 << 20) as f64;
+    pages::drop_cached(&data)?;
     let native = fio(&data, "read", "1m", 0)?.1;
     Ok((tc, native, left))
 }

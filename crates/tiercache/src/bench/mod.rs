@@ -7,6 +7,7 @@ pub mod flash;
 pub mod fuse;
 pub mod meta;
 mod meta_write;
+mod pages;
 pub mod remote;
 pub mod web;
 pub mod web_env;
