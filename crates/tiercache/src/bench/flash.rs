@@ -78,6 +78,10 @@ pub struct FlashBenchArgs {
     /// [default: the mount's, auto].
     #[arg(long, value_name = "MODE")]
     pub flash_io: Option<String>,
+    /// `--backing-cache` of both tier configurations (`keep`: BACKING's pages stay in the kernel
+    /// page cache, as before the mount dropped them) [default: the mount's, drop].
+    #[arg(long, value_name = "keep|drop")]
+    pub backing_cache: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -573,6 +577,11 @@ pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
         a.flash_io
             .iter()
             .flat_map(|m| ["--flash-io".to_string(), m.clone()]),
+    )
+    .chain(
+        a.backing_cache
+            .iter()
+            .flat_map(|m| ["--backing-cache".to_string(), m.clone()]),
     )
     .collect();
     let (buf, data_at) = pattern(a.unaligned);

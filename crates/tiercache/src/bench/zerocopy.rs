@@ -193,17 +193,23 @@ pub fn run(a: ZeroCopyBenchArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-fn measure(
-    a: &ZeroCopyBenchArgs,
-    bar: &Option<indicatif::ProgressBar>,
+/// The open paths to the test file: through the mount, on BACKING, and the zero-copy client.
+struct Readers<'c> {
+    fuse: File,
+    native: File,
+    zf: tiercache_client::ZcFile<'c>,
+}
+
+/// Opens the three paths and reads the file once through each (cache and page cache then hold
+/// it), checking every path returns BACKING's bytes.
+fn warm_readers<'c>(
+    client: &'c tiercache_client::Client,
     backing: &Path,
     mp: &Path,
     data: &[u8],
-) -> Result<ZeroCopyBench, BenchError> {
-    let secs = a.seconds;
+) -> Result<Readers<'c>, BenchError> {
     let open = |p: &Path| File::open(p).map_err(|e| BenchError::io(format!("{}", p.display()), e));
     let (fuse, native) = (open(&mp.join("f"))?, open(&backing.join("f"))?);
-    // Warm: the file is read once through each path (cache and page cache hold it).
     let mut all = vec![0u8; FILE];
     fuse.read_exact_at(&mut all, 0)
         .map_err(|e| BenchError::io("read through the mount", e))?;
@@ -215,8 +221,6 @@ fn measure(
     native
         .read_exact_at(&mut all, 0)
         .map_err(|e| BenchError::io("read of BACKING", e))?;
-    let client =
-        tiercache_client::Client::connect(mp).map_err(|e| BenchError::client("connect", e))?;
     let zf = client
         .open(mp.join("f"))
         .map_err(|e| BenchError::client("open", e))?;
@@ -231,70 +235,77 @@ fn measure(
             "the zero-copy client read other bytes than BACKING holds",
         ));
     }
-    let misses0 = client
-        .stats
-        .misses
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let nblocks = (FILE / BLOCK) as u64;
+    Ok(Readers { fuse, native, zf })
+}
 
-    progress::step(bar, "Fig. 2: 4 KiB block reads");
-    let zc = |n: u64, secs: f64| {
-        rate(secs, |i| {
-            let first = pick(i, nblocks + 1 - n);
-            let blocks = zf
-                .read_blocks(first, n)
-                .map_err(|e| BenchError::client("read_blocks", e))?;
-            // SAFETY: nothing writes `f` while the reads run (as_slice's contract).
-            Ok(blocks
-                .iter()
-                .map(|b| consume(unsafe { b.as_slice() }))
-                .fold(0, u64::wrapping_add))
-        })
-    };
-    let z4 = zc(1, secs)?;
-    let safe4 = rate(secs, |i| {
+const NBLOCKS: u64 = (FILE / BLOCK) as u64;
+
+/// Zero-copy reads of `n` blocks at random block offsets for `secs`; reads/s.
+fn zc_rate(zf: &tiercache_client::ZcFile, n: u64, secs: f64) -> Result<f64, BenchError> {
+    rate(secs, |i| {
+        let first = pick(i, NBLOCKS + 1 - n);
         let blocks = zf
-            .read_blocks(pick(i, nblocks), 1)
+            .read_blocks(first, n)
             .map_err(|e| BenchError::client("read_blocks", e))?;
+        // SAFETY: nothing writes `f` while the reads run (as_slice's contract).
+        Ok(blocks
+            .iter()
+            .map(|b| consume(unsafe { b.as_slice() }))
+            .fold(0, u64::wrapping_add))
+    })
+}
+
+/// Fig. 2's figures: (zero-copy, safe words view, pin only, FUSE pread, native pread) 4 KiB
+/// reads/s.
+fn fig2(r: &Readers<'_>, secs: f64) -> Result<[f64; 5], BenchError> {
+    let z4 = zc_rate(&r.zf, 1, secs)?;
+    let safe4 = rate(secs, |i| {
+        let blocks =
+            r.zf.read_blocks(pick(i, NBLOCKS), 1)
+                .map_err(|e| BenchError::client("read_blocks", e))?;
         Ok(blocks
             .iter()
             .flat_map(|b| b.words())
             .fold(0, u64::wrapping_add))
     })?;
-    let f4 = pread_rate(&fuse, BLOCK, secs, false)?;
-    let n4 = pread_rate(&native, BLOCK, secs, false)?;
     let pin_only = rate(secs, |i| {
-        let blocks = zf
-            .read_blocks(pick(i, nblocks), 1)
-            .map_err(|e| BenchError::client("read_blocks", e))?;
+        let blocks =
+            r.zf.read_blocks(pick(i, NBLOCKS), 1)
+                .map_err(|e| BenchError::client("read_blocks", e))?;
         Ok(blocks.first().and_then(|b| b.byte(0)).map_or(0, u64::from))
     })?;
-    progress::done(bar);
+    let f4 = pread_rate(&r.fuse, BLOCK, secs, false)?;
+    let n4 = pread_rate(&r.native, BLOCK, secs, false)?;
+    Ok([z4, safe4, pin_only, f4, n4])
+}
 
-    progress::step(bar, "Fig. 3: n-block reads");
+/// Fig. 3: n-block reads through each path.
+fn fig3(r: &Readers<'_>, secs: f64) -> Result<Vec<(u64, Paths)>, BenchError> {
     let mut nblock = Vec::new();
     for n in [1u64, 2, 4, 8, 16, 32] {
         let len = n as usize * BLOCK;
         nblock.push((
             n,
             Paths {
-                zerocopy: zc(n, secs / 2.0)?,
-                fuse: pread_rate(&fuse, len, secs / 2.0, false)?,
-                native: pread_rate(&native, len, secs / 2.0, false)?,
+                zerocopy: zc_rate(&r.zf, n, secs / 2.0)?,
+                fuse: pread_rate(&r.fuse, len, secs / 2.0, false)?,
+                native: pread_rate(&r.native, len, secs / 2.0, false)?,
                 zerocopy_commit_each: None,
             },
         ));
     }
-    progress::done(bar);
+    Ok(nblock)
+}
 
-    progress::step(bar, "Fig. 4: random n-byte reads");
+/// Fig. 4: random n-byte reads through each path.
+fn fig4(r: &Readers<'_>, secs: f64) -> Result<Vec<(usize, Paths)>, BenchError> {
     let mut nbyte = Vec::new();
     for n in [1usize, 16, 256, 4096] {
         let z = rate(secs / 2.0, |i| {
             let off = pick(i, (FILE - n + 1) as u64);
-            let v = zf
-                .read_bytes(off, n)
-                .map_err(|e| BenchError::client("read_bytes", e))?;
+            let v =
+                r.zf.read_bytes(off, n)
+                    .map_err(|e| BenchError::client("read_bytes", e))?;
             // SAFETY: nothing writes `f` while the reads run (as_slice's contract).
             Ok(v.pieces()
                 .map(|(b, from, n)| consume(&unsafe { b.as_slice() }[from..from + n]))
@@ -304,22 +315,17 @@ fn measure(
             n,
             Paths {
                 zerocopy: z,
-                fuse: pread_rate(&fuse, n, secs / 2.0, true)?,
-                native: pread_rate(&native, n, secs / 2.0, true)?,
+                fuse: pread_rate(&r.fuse, n, secs / 2.0, true)?,
+                native: pread_rate(&r.native, n, secs / 2.0, true)?,
                 zerocopy_commit_each: None,
             },
         ));
     }
-    progress::done(bar);
-    let zerocopy_misses = client
-        .stats
-        .misses
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - misses0;
-    drop(zf);
-    drop(client);
+    Ok(nbyte)
+}
 
-    progress::step(bar, "Fig. 5: processes updating one block");
+/// Fig. 5: 1–3 processes updating one block, through each path.
+fn fig5(backing: &Path, mp: &Path, secs: f64) -> Result<Vec<(usize, Paths)>, BenchError> {
     let mut update = Vec::new();
     for procs in 1..=3usize {
         let mut p = Paths::default();
@@ -339,6 +345,41 @@ fn measure(
         )?);
         update.push((procs, p));
     }
+    Ok(update)
+}
+
+fn measure(
+    a: &ZeroCopyBenchArgs,
+    bar: &Option<indicatif::ProgressBar>,
+    backing: &Path,
+    mp: &Path,
+    data: &[u8],
+) -> Result<ZeroCopyBench, BenchError> {
+    let secs = a.seconds;
+    let client =
+        tiercache_client::Client::connect(mp).map_err(|e| BenchError::client("connect", e))?;
+    let r = warm_readers(&client, backing, mp, data)?;
+    let misses = || {
+        client
+            .stats
+            .misses
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let misses0 = misses();
+    progress::step(bar, "Fig. 2: 4 KiB block reads");
+    let [z4, safe4, pin_only, f4, n4] = fig2(&r, secs)?;
+    progress::done(bar);
+    progress::step(bar, "Fig. 3: n-block reads");
+    let nblock = fig3(&r, secs)?;
+    progress::done(bar);
+    progress::step(bar, "Fig. 4: random n-byte reads");
+    let nbyte = fig4(&r, secs)?;
+    progress::done(bar);
+    let zerocopy_misses = misses() - misses0;
+    drop(r);
+    drop(client);
+    progress::step(bar, "Fig. 5: processes updating one block");
+    let update = fig5(backing, mp, secs)?;
     progress::done(bar);
     Ok(ZeroCopyBench {
         seconds: secs,
