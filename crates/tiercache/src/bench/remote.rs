@@ -244,8 +244,8 @@ impl Setup {
     }
 }
 
-pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
-    need("memcached", "memcached")?;
+/// The flags' values: (memory tier bytes, sequential file bytes, server counts).
+fn checked(a: &RemoteBenchArgs) -> Result<(u64, u64, Vec<usize>), BenchError> {
     let memory =
         crate::live::size::parse_size(&a.memory).map_err(|e| BenchError::flag("memory", e))?;
     let seq_size =
@@ -272,6 +272,114 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
                 format!("`{}`: expected counts 1..16, e.g. 1,2,4", a.servers),
             )
         })?;
+    Ok((memory, seq_size, counts))
+}
+
+/// The sequential passes, in alternating rounds; (seconds per kind, blocks the no-bypass
+/// kind read from the remote tier, the remote tier's threshold).
+fn seq_rounds(
+    setup: &Setup,
+    servers: &Servers,
+    seq_size: u64,
+    bar: &Option<indicatif::ProgressBar>,
+) -> Result<([f64; 3], u64, u64), BenchError> {
+    // Alternating rounds (without, with, with but no bypass, ...) so drift on a shared machine
+    // hits every side alike. "No bypass" (threshold 4096 blocks) shows what the bypass saves.
+    let kinds: [(&str, Option<&[&str]>); 3] = [
+        ("without remote tier", None),
+        ("with remote tier", Some(&[])),
+        (
+            "with remote tier, no bypass",
+            Some(&["--remote-threshold", "4096"]),
+        ),
+    ];
+    let mut seq = [0.0f64; 3];
+    let mut threshold = 0;
+    let mut no_bypass_hits = 0;
+    for round in 0..SEQ_ROUNDS {
+        for (i, (label, remote)) in kinds.iter().enumerate() {
+            progress::step(
+                bar,
+                format!(
+                    "sequential reads, two passes, {label} (round {})",
+                    round + 1
+                ),
+            );
+            // A fresh namespace per mount: nothing stored by an earlier one is found.
+            let ns = format!("bench-{}-seq-{round}-{i}", std::process::id());
+            let url = servers.url(1);
+            let _m = setup.mount(
+                remote.map(|_| (url.as_str(), ns.as_str())),
+                remote.unwrap_or(&[]),
+            )?;
+            let file = setup.mp.join("seq.dat");
+            seq[i] += sequential_pass(&file, seq_size)?;
+            if remote.is_some() {
+                // Let the background stores land (not timed): the second pass then finds in
+                // the remote tier whatever the first stored there.
+                settle(&setup.mp)?;
+            }
+            let hits = remote_hits_or_zero(&setup.mp, remote.is_some())?;
+            seq[i] += sequential_pass(&file, seq_size)?;
+            if i == 2 {
+                no_bypass_hits += remote_hits_or_zero(&setup.mp, true)? - hits;
+            }
+            if i == 1 {
+                threshold = stats(&setup.mp)?["remote"]["threshold"]
+                    .as_u64()
+                    .unwrap_or(0);
+            }
+            progress::done(bar);
+        }
+    }
+    Ok((seq, no_bypass_hits, threshold))
+}
+
+/// The human-readable table of a run.
+fn print_table(r: &RemoteBench, without: &RandRun, with: &[RandRun]) {
+    let speedup = |x: &RandRun| without.second_pass_secs / x.second_pass_secs.max(1e-9);
+    let (memory, rand_size, seq_size) = (r.memory_bytes, r.rand_file_bytes, r.seq_file_bytes);
+    println!(
+        "BACKING behind the HDD device MODEL; memory tier {} KiB; random file {} KiB, 4 KiB reads",
+        memory >> 10,
+        rand_size >> 10
+    );
+    println!(
+        "{:<24} {:>12} {:>12} {:>12} {:>10}",
+        "", "pass 1 (s)", "pass 2 (s)", "remote hits", "speedup"
+    );
+    println!(
+        "{:<24} {:>12.2} {:>12.2} {:>12} {:>10}",
+        "without remote tier", without.first_pass_secs, without.second_pass_secs, "-", "1.00"
+    );
+    for w in with {
+        println!(
+            "{:<24} {:>12.2} {:>12.2} {:>12} {:>10.1}",
+            format!("{} memcached server(s)", w.servers),
+            w.first_pass_secs,
+            w.second_pass_secs,
+            w.second_pass_remote_hits,
+            speedup(w)
+        );
+    }
+    println!(
+        "sequential 128 KiB reads of {} MiB, two passes × {SEQ_ROUNDS} rounds: {:.0} MB/s without, \
+         {:.0} MB/s with the remote tier (ratio {:.2}; threshold {} blocks), {:.0} MB/s with it \
+         but no bypass (ratio {:.2}; {} blocks read from the remote tier)",
+        seq_size >> 20,
+        r.seq_without_mbps,
+        r.seq_with_mbps,
+        r.seq_with_remote_over_without,
+        r.threshold,
+        r.seq_no_bypass_mbps,
+        r.seq_no_bypass_over_without,
+        r.seq_no_bypass_remote_hits
+    );
+}
+
+pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
+    need("memcached", "memcached")?;
+    let (memory, seq_size, counts) = checked(&a)?;
     let root = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tiercache-bench-remote-{}", std::process::id()))
     });
@@ -310,7 +418,6 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
     let without = setup.rand_run(None, 0, &orders)?;
     progress::done(&bar);
     let mut with = Vec::new();
-    let mut threshold = 0;
     for &n in &counts {
         progress::step(
             &bar,
@@ -321,54 +428,7 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
         with.push(setup.rand_run(Some((&servers.url(n), &ns)), n, &orders)?);
         progress::done(&bar);
     }
-    // Alternating rounds (without, with, with but no bypass, ...) so drift on a shared machine
-    // hits every side alike. "No bypass" (threshold 4096 blocks) shows what the bypass saves.
-    let kinds: [(&str, Option<&[&str]>); 3] = [
-        ("without remote tier", None),
-        ("with remote tier", Some(&[])),
-        (
-            "with remote tier, no bypass",
-            Some(&["--remote-threshold", "4096"]),
-        ),
-    ];
-    let mut seq = [0.0f64; 3];
-    let mut no_bypass_hits = 0;
-    for round in 0..SEQ_ROUNDS {
-        for (i, (label, remote)) in kinds.iter().enumerate() {
-            progress::step(
-                &bar,
-                format!(
-                    "sequential reads, two passes, {label} (round {})",
-                    round + 1
-                ),
-            );
-            // A fresh namespace per mount: nothing stored by an earlier one is found.
-            let ns = format!("bench-{}-seq-{round}-{i}", std::process::id());
-            let url = servers.url(1);
-            let _m = setup.mount(
-                remote.map(|_| (url.as_str(), ns.as_str())),
-                remote.unwrap_or(&[]),
-            )?;
-            let file = setup.mp.join("seq.dat");
-            seq[i] += sequential_pass(&file, seq_size)?;
-            if remote.is_some() {
-                // Let the background stores land (not timed): the second pass then finds in
-                // the remote tier whatever the first stored there.
-                settle(&setup.mp)?;
-            }
-            let hits = remote_hits_or_zero(&setup.mp, remote.is_some())?;
-            seq[i] += sequential_pass(&file, seq_size)?;
-            if i == 2 {
-                no_bypass_hits += remote_hits_or_zero(&setup.mp, true)? - hits;
-            }
-            if i == 1 {
-                threshold = stats(&setup.mp)?["remote"]["threshold"]
-                    .as_u64()
-                    .unwrap_or(0);
-            }
-            progress::done(&bar);
-        }
-    }
+    let (seq, no_bypass_hits, threshold) = seq_rounds(&setup, &servers, seq_size, &bar)?;
     progress::finish(bar);
     drop(servers);
     if a.dir.is_none() {
@@ -399,43 +459,8 @@ pub fn run(a: RemoteBenchArgs) -> Result<(), BenchError> {
             "{}",
             serde_json::to_string_pretty(&r).map_err(|e| BenchError::json("report", e))?
         );
-        return Ok(());
+    } else {
+        print_table(&r, &without, &with);
     }
-    println!(
-        "BACKING behind the HDD device MODEL; memory tier {} KiB; random file {} KiB, 4 KiB reads",
-        memory >> 10,
-        rand_size >> 10
-    );
-    println!(
-        "{:<24} {:>12} {:>12} {:>12} {:>10}",
-        "", "pass 1 (s)", "pass 2 (s)", "remote hits", "speedup"
-    );
-    println!(
-        "{:<24} {:>12.2} {:>12.2} {:>12} {:>10}",
-        "without remote tier", without.first_pass_secs, without.second_pass_secs, "-", "1.00"
-    );
-    for w in &with {
-        println!(
-            "{:<24} {:>12.2} {:>12.2} {:>12} {:>10.1}",
-            format!("{} memcached server(s)", w.servers),
-            w.first_pass_secs,
-            w.second_pass_secs,
-            w.second_pass_remote_hits,
-            speedup(w)
-        );
-    }
-    println!(
-        "sequential 128 KiB reads of {} MiB, two passes × {SEQ_ROUNDS} rounds: {:.0} MB/s without, \
-         {:.0} MB/s with the remote tier (ratio {:.2}; threshold {} blocks), {:.0} MB/s with it \
-         but no bypass (ratio {:.2}; {} blocks read from the remote tier)",
-        seq_size >> 20,
-        r.seq_without_mbps,
-        r.seq_with_mbps,
-        r.seq_with_remote_over_without,
-        r.threshold,
-        r.seq_no_bypass_mbps,
-        r.seq_no_bypass_over_without,
-        r.seq_no_bypass_remote_hits
-    );
     Ok(())
 }
