@@ -513,7 +513,8 @@ fn pattern(unaligned: bool) -> (Vec<u8>, usize) {
     (v, at)
 }
 
-pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
+/// The flags' sizes: (memory tier bytes, cache bytes, sequential file bytes).
+fn sizes(a: &FlashBenchArgs) -> Result<(u64, u64, u64), BenchError> {
     let size = |flag: &str, s: &str| {
         crate::live::size::parse_size(s).map_err(|e| BenchError::flag(flag, e))
     };
@@ -543,7 +544,12 @@ pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
             "--rand-writes/--rand-reads: at most {blocks} (the blocks of the sequential file)"
         )));
     }
-    let root = match &a.dir {
+    Ok((memory, cache, seq))
+}
+
+/// The work directory: `--dir`, or a new private one under the temporary directory.
+fn work_dir(a: &FlashBenchArgs) -> Result<PathBuf, BenchError> {
+    Ok(match &a.dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(io_err(d, "mkdir"))?;
             d.clone()
@@ -560,8 +566,12 @@ pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
                 .map_err(io_err(&d, "mkdir"))?;
             d
         }
-    };
-    let flash_flags: Vec<String> = [
+    })
+}
+
+/// The `--flash*` (and `--backing-cache`) flags both tier configurations mount with.
+fn tier_flags(a: &FlashBenchArgs) -> Vec<String> {
+    [
         "--flash-free-floor",
         &a.free_floor,
         "--flash-wait",
@@ -583,7 +593,14 @@ pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
             .iter()
             .flat_map(|m| ["--backing-cache".to_string(), m.clone()]),
     )
-    .collect();
+    .collect()
+}
+
+pub fn run(a: FlashBenchArgs) -> Result<(), BenchError> {
+    let (memory, cache, seq) = sizes(&a)?;
+    let blocks = seq / BLOCK;
+    let root = work_dir(&a)?;
+    let flash_flags = tier_flags(&a);
     let (buf, data_at) = pattern(a.unaligned);
     let plan = Plan {
         root: root.clone(),

@@ -282,6 +282,55 @@ fn cold_run(
     fio(&mp.join("data.bin"), rw, bs, runtime)
 }
 
+/// The warm runs through tiercache, bindfs and natively: (4 KiB IOPS per target,
+/// 1 MiB MB/s per target, tiercache's priority file 4 KiB IOPS). The mounts go at the end.
+fn warm_runs(
+    backing: &Path,
+    mp_tc: &Path,
+    mp_bind: &Path,
+    data: &Path,
+    memory: u64,
+    runtime: u64,
+    bar: &Option<indicatif::ProgressBar>,
+) -> Result<(Vec<f64>, Vec<f64>, f64), BenchError> {
+    let mut mounts = Mounts {
+        daemons: Vec::new(),
+        bindfs: Vec::new(),
+    };
+    let tc = start_tiercache(backing, mp_tc, memory, &["--priority", "hot"])?;
+    mounts.daemons.push((tc, mp_tc.to_path_buf()));
+    mounts.start_bindfs(backing, mp_bind)?;
+    let targets = [
+        mp_tc.join("data.bin"),
+        mp_bind.join("data.bin"),
+        data.to_path_buf(),
+    ];
+    progress::done(bar);
+    let names = ["tiercache", "bindfs", "native"];
+    for (t, name) in targets.iter().zip(names) {
+        progress::step(bar, format!("warming {name}"));
+        warm(t)?;
+        progress::done(bar);
+    }
+    let mut r4 = Vec::new();
+    let mut r1 = Vec::new();
+    for (t, name) in targets.iter().zip(names) {
+        progress::step(bar, format!("fio 4 KiB random reads, {name}"));
+        r4.push(fio(t, "randread", "4k", runtime)?.0);
+        progress::done(bar);
+        progress::step(bar, format!("fio 1 MiB sequential reads, {name}"));
+        r1.push(fio(t, "read", "1m", runtime)?.1);
+        progress::done(bar);
+    }
+    progress::step(bar, "fio 4 KiB random reads, tiercache priority file");
+    let hot_file = mp_tc.join("hot/data.bin");
+    warm(&hot_file)?;
+    let priority4 = fio(&hot_file, "randread", "4k", runtime)?.0;
+    progress::done(bar);
+    drop(mounts);
+    Ok((r4, r1, priority4))
+}
+
 pub fn run(a: FuseBenchArgs) -> Result<(), BenchError> {
     need("fio", "fio")?;
     need("bindfs", "bindfs")?;
@@ -317,43 +366,10 @@ pub fn run(a: FuseBenchArgs) -> Result<(), BenchError> {
         .map_err(|e| BenchError::io(format!("{}", hot.display()), e))?;
     progress::done(&bar);
     progress::step(&bar, "mounting tiercache and bindfs");
-    let mut mounts = Mounts {
-        daemons: Vec::new(),
-        bindfs: Vec::new(),
-    };
     // Memory holds both files plus room: the warm runs measure hits.
     let memory = 2 * size + size / 4 + (16 << 20);
-    let tc = start_tiercache(&backing, &mp_tc, memory, &["--priority", "hot"])?;
-    mounts.daemons.push((tc, mp_tc.clone()));
-    mounts.start_bindfs(&backing, &mp_bind)?;
-    let targets = [
-        mp_tc.join("data.bin"),
-        mp_bind.join("data.bin"),
-        data.clone(),
-    ];
-    progress::done(&bar);
-    let names = ["tiercache", "bindfs", "native"];
-    for (t, name) in targets.iter().zip(names) {
-        progress::step(&bar, format!("warming {name}"));
-        warm(t)?;
-        progress::done(&bar);
-    }
-    let mut r4 = Vec::new();
-    let mut r1 = Vec::new();
-    for (t, name) in targets.iter().zip(names) {
-        progress::step(&bar, format!("fio 4 KiB random reads, {name}"));
-        r4.push(fio(t, "randread", "4k", a.runtime)?.0);
-        progress::done(&bar);
-        progress::step(&bar, format!("fio 1 MiB sequential reads, {name}"));
-        r1.push(fio(t, "read", "1m", a.runtime)?.1);
-        progress::done(&bar);
-    }
-    progress::step(&bar, "fio 4 KiB random reads, tiercache priority file");
-    let hot_file = mp_tc.join("hot/data.bin");
-    warm(&hot_file)?;
-    let priority4 = fio(&hot_file, "randread", "4k", a.runtime)?.0;
-    progress::done(&bar);
-    drop(mounts);
+    let (r4, r1, priority4) =
+        warm_runs(&backing, &mp_tc, &mp_bind, &data, memory, a.runtime, &bar)?;
     // Cold: each run on a fresh tiercache mount behind the HDD device MODEL; the sequential run
     // makes one pass, since a timed run would wrap around and re-read what it just cached.
     progress::step(&bar, "cold 4 KiB random reads, HDD model");
