@@ -117,6 +117,16 @@ where
     Ok(())
 }
 
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A drawing error at `path`, as a [`PlotError`].
+fn draw_err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> PlotError + '_ {
+    move |e| PlotError::Draw {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    }
+}
+
 /// Draws `rows` to a PNG at `path`. `title` names the run.
 pub fn plot_png(
     path: &Path,
@@ -125,10 +135,7 @@ pub fn plot_png(
     rows: &[WindowRow],
 ) -> Result<(), PlotError> {
     ensure_font();
-    let err = |e: &dyn std::fmt::Display| PlotError::Draw {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    };
+    let err = draw_err(path);
     if rows.is_empty() {
         return Err(PlotError::Empty {
             path: path.to_path_buf(),
@@ -149,9 +156,24 @@ pub fn plot_png(
     } else {
         (root.clone(), None)
     };
-    let x_max = rows.last().map_or(1, |r| r.request).max(1);
+    hit_ratio_panel(&upper, rows, tier_names, partitioned, &err)?;
+    if let Some(lower) = lower {
+        pool_panel(&lower, rows, &err)?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
 
-    let (upper, upper_legend) = upper.split_horizontally(1100);
+/// The upper panel: each class's and each tier's hit ratio per window.
+fn hit_ratio_panel(
+    area: &Area<'_>,
+    rows: &[WindowRow],
+    tier_names: &[String],
+    partitioned: bool,
+    err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
+) -> Result<(), PlotError> {
+    let x_max = rows.last().map_or(1, |r| r.request).max(1);
+    let (upper, upper_legend) = area.split_horizontally(1100);
     let caption = if partitioned {
         "hit ratio per window (gaps: no accesses)".to_string()
     } else {
@@ -198,45 +220,47 @@ pub fn plot_png(
         draw_gapped(&mut c, &pts, color).map_err(|e| err(&e))?;
         entries.push((name, color));
     }
-    legend(&upper_legend, &entries).map_err(|e| err(&e))?;
+    legend(&upper_legend, &entries).map_err(|e| err(&e))
+}
 
-    if let Some(lower) = lower {
-        let (lower, lower_legend) = lower.split_horizontally(1100);
-        let y_max = rows
-            .iter()
-            .map(|r| r.s_target.unwrap_or(0).max(r.s_cur))
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let mut c = ChartBuilder::on(&lower)
-            .margin(12)
-            .margin_right(24)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .caption("protected pool (top tier)", ("sans-serif", 16))
-            .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
-            .map_err(|e| err(&e))?;
-        c.configure_mesh()
-            .x_desc("requests")
-            .y_desc("blocks")
-            .draw()
-            .map_err(|e| err(&e))?;
-        let target: Vec<(u64, Option<u64>)> =
-            rows.iter().map(|r| (r.request, r.s_target)).collect();
-        let red = RED.to_rgba();
-        let blue = BLUE.to_rgba();
-        draw_gapped(&mut c, &target, red).map_err(|e| err(&e))?;
-        let cur: Vec<(u64, Option<u64>)> =
-            rows.iter().map(|r| (r.request, Some(r.s_cur))).collect();
-        draw_gapped(&mut c, &cur, blue).map_err(|e| err(&e))?;
-        legend(
-            &lower_legend,
-            &[("S_target".to_string(), red), ("S_cur".to_string(), blue)],
-        )
+/// The lower panel: the protected pool's target and current size per window.
+fn pool_panel(
+    area: &Area<'_>,
+    rows: &[WindowRow],
+    err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
+) -> Result<(), PlotError> {
+    let x_max = rows.last().map_or(1, |r| r.request).max(1);
+    let (lower, lower_legend) = area.split_horizontally(1100);
+    let y_max = rows
+        .iter()
+        .map(|r| r.s_target.unwrap_or(0).max(r.s_cur))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut c = ChartBuilder::on(&lower)
+        .margin(12)
+        .margin_right(24)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .caption("protected pool (top tier)", ("sans-serif", 16))
+        .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
         .map_err(|e| err(&e))?;
-    }
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    c.configure_mesh()
+        .x_desc("requests")
+        .y_desc("blocks")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let target: Vec<(u64, Option<u64>)> = rows.iter().map(|r| (r.request, r.s_target)).collect();
+    let red = RED.to_rgba();
+    let blue = BLUE.to_rgba();
+    draw_gapped(&mut c, &target, red).map_err(|e| err(&e))?;
+    let cur: Vec<(u64, Option<u64>)> = rows.iter().map(|r| (r.request, Some(r.s_cur))).collect();
+    draw_gapped(&mut c, &cur, blue).map_err(|e| err(&e))?;
+    legend(
+        &lower_legend,
+        &[("S_target".to_string(), red), ("S_cur".to_string(), blue)],
+    )
+    .map_err(|e| err(&e))
 }
 
 #[cfg(test)]
