@@ -12,6 +12,8 @@
 //! - [`setindex`]: a set-associative index (paper 001's layout), the flash tier's in `sim`;
 //! - [`placement`]: the planner deciding where a block goes on an access and an eviction
 //!   (inclusive, exclusive, pinned), shared by the simulator and the live cache;
+//! - [`mrc`]: miss-ratio curves of LRU, exact (Mattson) and estimated online in fixed memory
+//!   (SHARDS), for sizing classes from their curves;
 //! - [`seqrun`]: sequential-run bypass of a tier (paper 002's threshold `n`, fixed or `auto`);
 //! - [`hierarchy`]: an ordered list of tiers applying the planner's decisions to metadata;
 //! - [`stats`]: counters per tier, pool and class.
@@ -25,6 +27,7 @@ pub mod hierarchy;
 pub mod ids;
 pub mod index;
 mod keymap;
+pub mod mrc;
 pub mod partition;
 pub mod placement;
 pub mod policy;

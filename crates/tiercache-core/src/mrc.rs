@@ -1,0 +1,366 @@
+//! Miss-ratio curves of an LRU cache: the miss ratio at every cache size, from one pass over
+//! the accesses (Mattson's stack algorithm: an access hits in an LRU cache of `c` blocks iff
+//! fewer than `c` distinct blocks were touched since the previous access to the same block —
+//! its *reuse distance*).
+//!
+//! - [`ExactMrc`] computes every access's reuse distance: memory grows with the distinct blocks
+//!   seen; the offline reference.
+//! - [`Shards`] estimates the curve online in fixed memory with spatially hashed sampling
+//!   (SHARDS: Waldspurger, Park, Garthwaite, Ahmad, FAST '15, fixed-size variant with the
+//!   `adj` correction): only blocks whose hash falls under a threshold are tracked, their
+//!   distances scaled up by the sampling rate; when more than `max_samples` blocks are tracked,
+//!   the threshold drops to the largest tracked hash and those blocks are forgotten.
+//!
+//! Both only *observe*: they decide nothing and do no I/O, so the simulator and the mount can
+//! feed them the very same accesses.
+//!
+//! Invariants: a [`ReuseTracker`] holds at most one live mark per tracked block, at that
+//! block's last access; `Shards` tracks at most `max_samples` blocks, all with hash < the
+//! current threshold.
+
+use std::collections::{BTreeSet, HashMap};
+
+/// A Fenwick (binary indexed) tree of 0/1 marks over access times, for counting the distinct
+/// blocks touched since a given time.
+#[derive(Debug, Default)]
+struct Fenwick {
+    tree: Vec<u32>,
+}
+
+impl Fenwick {
+    fn with_len(n: usize) -> Self {
+        Self {
+            tree: vec![0; n + 1],
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.tree.len() - 1
+    }
+
+    /// Adds `v` at position `i` (0-based).
+    fn add(&mut self, i: usize, v: i32) {
+        let mut i = i + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(v);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Sum of positions `0..i`.
+    fn prefix(&self, i: usize) -> u64 {
+        let mut i = i.min(self.len());
+        let mut s = 0u64;
+        while i > 0 {
+            s += u64::from(self.tree[i]);
+            i &= i - 1;
+        }
+        s
+    }
+}
+
+/// Reuse distances of the accesses it is given, over the blocks it tracks.
+#[derive(Debug)]
+struct ReuseTracker {
+    /// Each tracked block's last access time (its one live mark in `marks`).
+    last: HashMap<u64, usize>,
+    marks: Fenwick,
+    /// The next access time; `< marks.len()` (compacted when it would not be).
+    now: usize,
+}
+
+impl ReuseTracker {
+    fn new() -> Self {
+        Self {
+            last: HashMap::new(),
+            marks: Fenwick::with_len(1024),
+            now: 0,
+        }
+    }
+
+    /// Records an access to `key`: `Some(d)` with `d` distinct tracked blocks touched since its
+    /// previous access, or `None` for its first (a cold miss).
+    fn access(&mut self, key: u64) -> Option<u64> {
+        if self.now == self.marks.len() {
+            self.compact();
+        }
+        let t = self.now;
+        self.now += 1;
+        let prev = self.last.insert(key, t);
+        let d = prev.map(|p| {
+            let since = self.marks.prefix(t) - self.marks.prefix(p + 1);
+            self.marks.add(p, -1);
+            since
+        });
+        self.marks.add(t, 1);
+        d
+    }
+
+    /// Stops tracking `key`.
+    fn forget(&mut self, key: u64) {
+        if let Some(p) = self.last.remove(&key) {
+            self.marks.add(p, -1);
+        }
+    }
+
+    /// Renumbers the live marks 0.. in time order, into a tree with room to grow: amortized
+    /// O(log n) per access, memory proportional to the tracked blocks.
+    fn compact(&mut self) {
+        let mut live: Vec<(usize, u64)> = self.last.iter().map(|(&k, &t)| (t, k)).collect();
+        live.sort_unstable();
+        let mut marks = Fenwick::with_len((live.len() * 2).max(1024));
+        for (i, (_, k)) in live.iter().enumerate() {
+            self.last.insert(*k, i);
+            marks.add(i, 1);
+        }
+        self.marks = marks;
+        self.now = live.len();
+    }
+
+    fn tracked(&self) -> usize {
+        self.last.len()
+    }
+}
+
+/// A histogram of reuse distances in buckets of `bucket` blocks; what a curve is made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MissRatioCurve {
+    bucket: u64,
+    /// Weight of accesses whose distance falls in each bucket (`[i·bucket, (i+1)·bucket)`).
+    hist: Vec<f64>,
+    /// Weight of cold accesses (first touch: a miss at every size).
+    cold: f64,
+    total: f64,
+}
+
+impl MissRatioCurve {
+    fn new(bucket: u64) -> Self {
+        Self {
+            bucket: bucket.max(1),
+            hist: Vec::new(),
+            cold: 0.0,
+            total: 0.0,
+        }
+    }
+
+    fn record(&mut self, distance: Option<f64>, weight: f64) {
+        self.total += weight;
+        match distance {
+            None => self.cold += weight,
+            Some(d) => {
+                let i = (d.max(0.0) / self.bucket as f64) as usize;
+                if i >= self.hist.len() {
+                    self.hist.resize(i + 1, 0.0);
+                }
+                self.hist[i] += weight;
+            }
+        }
+    }
+
+    /// Accesses (weighted) the curve was built from.
+    pub fn accesses(&self) -> f64 {
+        self.total
+    }
+
+    /// The bucket width in blocks: sizes are resolved to multiples of it.
+    pub fn bucket(&self) -> u64 {
+        self.bucket
+    }
+
+    /// The miss ratio of an LRU cache of `blocks` blocks (1.0 with no accesses). An access of
+    /// distance `d` hits iff `d < blocks`; within a bucket, sizes round down to its start.
+    pub fn miss_ratio(&self, blocks: u64) -> f64 {
+        if self.total <= 0.0 {
+            return 1.0;
+        }
+        let full = (blocks / self.bucket) as usize;
+        let hits: f64 = self.hist.iter().take(full).sum();
+        (1.0 - hits / self.total).clamp(0.0, 1.0)
+    }
+
+    /// `(blocks, miss ratio)` at every bucket boundary up to `max_blocks`.
+    pub fn points(&self, max_blocks: u64) -> Vec<(u64, f64)> {
+        (0..=max_blocks / self.bucket)
+            .map(|i| {
+                let b = i * self.bucket;
+                (b, self.miss_ratio(b))
+            })
+            .collect()
+    }
+
+    /// The fewest blocks whose miss ratio is at most `1 - hit_ratio`, searched up to
+    /// `max_blocks`; `None` if no size up to there reaches it (an unreachable target).
+    pub fn blocks_for_hit_ratio(&self, hit_ratio: f64, max_blocks: u64) -> Option<u64> {
+        self.points(max_blocks)
+            .into_iter()
+            .find(|&(_, m)| m <= 1.0 - hit_ratio + 1e-12)
+            .map(|(b, _)| b)
+    }
+
+    /// Mean absolute difference of the two curves' miss ratios at each bucket boundary of
+    /// `self` up to `max_blocks` (SHARDS' error measure).
+    pub fn mean_abs_error(&self, other: &MissRatioCurve, max_blocks: u64) -> f64 {
+        let pts = self.points(max_blocks);
+        let n = pts.len().max(1) as f64;
+        pts.iter()
+            .map(|&(b, m)| (m - other.miss_ratio(b)).abs())
+            .sum::<f64>()
+            / n
+    }
+}
+
+/// The exact curve: every access's reuse distance.
+#[derive(Debug)]
+pub struct ExactMrc {
+    tracker: ReuseTracker,
+    curve: MissRatioCurve,
+}
+
+impl ExactMrc {
+    /// Buckets of `bucket` blocks.
+    pub fn new(bucket: u64) -> Self {
+        Self {
+            tracker: ReuseTracker::new(),
+            curve: MissRatioCurve::new(bucket),
+        }
+    }
+
+    /// Records an access to block `key`.
+    pub fn access(&mut self, key: u64) {
+        let d = self.tracker.access(key);
+        self.curve.record(d.map(|d| d as f64), 1.0);
+    }
+
+    pub fn curve(&self) -> &MissRatioCurve {
+        &self.curve
+    }
+}
+
+/// The hash space SHARDS samples in: a block is tracked iff `hash(key) mod P < threshold`.
+const P: u64 = 1 << 24;
+
+/// A fixed 64-bit mix (splitmix64's finalizer): spatial sampling needs the same decision for
+/// every access to one block, and no randomness.
+fn spatial_hash(key: u64) -> u64 {
+    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % P
+}
+
+/// The online estimate: fixed-size SHARDS.
+#[derive(Debug)]
+pub struct Shards {
+    tracker: ReuseTracker,
+    curve: MissRatioCurve,
+    /// Tracked blocks by hash, largest evicted first when over `max_samples`.
+    by_hash: BTreeSet<(u64, u64)>,
+    threshold: u64,
+    max_samples: usize,
+    /// Accesses seen in all, and sampled ones (weighted by 1/rate at their time).
+    seen: u64,
+    sampled_weight: f64,
+}
+
+impl Shards {
+    /// Tracks at most `max_samples` blocks (memory is proportional to it); starts at
+    /// `initial_rate` (e.g. 0.01, SHARDS' 1 %) and lowers the rate as needed to stay within
+    /// `max_samples`. Buckets of `bucket` blocks.
+    pub fn new(max_samples: usize, initial_rate: f64, bucket: u64) -> Self {
+        let threshold = ((initial_rate.clamp(1e-6, 1.0) * P as f64) as u64).max(1);
+        Self {
+            tracker: ReuseTracker::new(),
+            curve: MissRatioCurve::new(bucket),
+            by_hash: BTreeSet::new(),
+            threshold,
+            max_samples: max_samples.max(1),
+            seen: 0,
+            sampled_weight: 0.0,
+        }
+    }
+
+    /// The current sampling rate.
+    pub fn rate(&self) -> f64 {
+        self.threshold as f64 / P as f64
+    }
+
+    /// Blocks tracked now (≤ `max_samples`).
+    pub fn tracked(&self) -> usize {
+        self.tracker.tracked()
+    }
+
+    /// Records an access to block `key`; most are dismissed by one hash and compare.
+    pub fn access(&mut self, key: u64) {
+        self.seen += 1;
+        let h = spatial_hash(key);
+        if h >= self.threshold {
+            return;
+        }
+        let rate = self.rate();
+        let d = self.tracker.access(key);
+        self.by_hash.insert((h, key));
+        self.curve.record(d.map(|d| d as f64 / rate), 1.0 / rate);
+        self.sampled_weight += 1.0 / rate;
+        while self.tracker.tracked() > self.max_samples {
+            self.lower_threshold();
+        }
+    }
+
+    /// Drops the tracked blocks with the largest hash and makes it the new threshold.
+    fn lower_threshold(&mut self) {
+        let Some(&(h, _)) = self.by_hash.iter().next_back() else {
+            return;
+        };
+        while let Some(&(hh, k)) = self.by_hash.iter().next_back() {
+            if hh < h {
+                break;
+            }
+            self.by_hash.remove(&(hh, k));
+            self.tracker.forget(k);
+        }
+        self.threshold = h.max(1);
+    }
+
+    /// The estimated curve, with SHARDS' `adj` correction: the difference between the
+    /// accesses seen and the sampled weight is credited to the first bucket, which removes
+    /// the bias a lucky or unlucky sample puts on every size.
+    pub fn curve(&self) -> MissRatioCurve {
+        let mut c = self.curve.clone();
+        let diff = self.seen as f64 - self.sampled_weight;
+        if c.hist.is_empty() {
+            c.hist.push(0.0);
+        }
+        c.hist[0] = (c.hist[0] + diff).max(0.0);
+        c.total = self.seen as f64;
+        c
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_distance_counts_distinct_blocks_in_between() {
+        let mut t = ReuseTracker::new();
+        assert_eq!(t.access(1), None);
+        assert_eq!(t.access(2), None);
+        assert_eq!(t.access(2), Some(0));
+        assert_eq!(t.access(3), None);
+        // 2 and 3 were touched since 1's last access; 2 twice counts once.
+        assert_eq!(t.access(1), Some(2));
+        assert_eq!(t.access(3), Some(1));
+    }
+
+    #[test]
+    fn compaction_keeps_distances() {
+        let mut t = ReuseTracker::new();
+        let mut m = ReuseTracker::new();
+        m.marks = Fenwick::with_len(1 << 16);
+        for i in 0..5000u64 {
+            let k = (i * 7919) % 37;
+            assert_eq!(t.access(k), m.access(k), "access {i}");
+        }
+    }
+}
