@@ -18,6 +18,9 @@
 //! block's last access; `Shards` tracks at most `max_samples` blocks, all with hash < the
 //! current threshold.
 
+mod alloc;
+
+pub use alloc::{allocate, Allocation, ClassDemand};
 use std::collections::{BTreeSet, HashMap};
 
 /// A Fenwick (binary indexed) tree of 0/1 marks over access times, for counting the distinct
