@@ -368,12 +368,12 @@ impl FlashDevice for FileDevice {
             IoMode::Dontcache => {
                 pagecache::read_exact_flags(&self.file, buf, off, self.dontcache(off))?;
                 // Read-ahead pages never read stay (they drop when read).
-                self.behind.note(&self.file, buf.len());
+                self.behind.note_read(&self.file, off, buf.len());
                 Ok(())
             }
             IoMode::Fadvise => {
                 self.file.read_exact_at(buf, off)?;
-                self.behind.note(&self.file, buf.len());
+                self.behind.note_read(&self.file, off, buf.len());
                 Ok(())
             }
             _ => self.file.read_exact_at(buf, off),

@@ -402,9 +402,14 @@ pub(crate) fn drop_cached(file: &File) -> io::Result<()> {
 
 /// [`drop_cached`] from byte `from` to the end of the file.
 fn drop_cached_from(file: &File, from: u64) -> io::Result<()> {
-    let from = off_t(from)?;
+    drop_cached_range(file, from, 0)
+}
+
+/// Drops the clean pages of `len` bytes from `from` (`len` 0: to the end of the file).
+fn drop_cached_range(file: &File, from: u64, len: u64) -> io::Result<()> {
+    let (from, len) = (off_t(from)?, off_t(len)?);
     // SAFETY: posix_fadvise on a descriptor `file` owns; no memory is involved.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), from, 0, libc::POSIX_FADV_DONTNEED) };
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), from, len, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
@@ -497,6 +502,14 @@ const REDROPS: u32 = 50;
 /// the next 50 ticks.
 pub const HEAD_LINGER: u32 = 500;
 
+/// Bytes past the end of the latest read that the busy drops spare: the read-ahead a sequential
+/// reader of the file has been given and not reached yet. Dropping it made the kernel read it
+/// again (a sequential read of the cache file read about twice its bytes from the disk with
+/// read-ahead windows of 8 MiB, this machine's `read_ahead_kb`). It is what the kernel reads
+/// ahead anyway; it goes with the next busy drop once the reader has moved on, and with the
+/// quiet drops.
+pub const READ_AHEAD_SPARE: u64 = 8 << 20;
+
 /// Counts the bytes that may have left pages behind and drops the file's clean pages every
 /// [`DROP_EVERY`] of them and after every sync ("busy" drops), and once the file is quiet (no
 /// I/O between two [`Self::settle`] calls), again on [`REDROPS`] quiet calls after that: so
@@ -526,6 +539,9 @@ pub(crate) struct DropBehind {
     hot: AtomicU64,
     /// Quiet `settle` calls in a row (saturating).
     quiet: AtomicU32,
+    /// End of the latest read (0: none since the last quiet drop): the busy drops spare
+    /// [`READ_AHEAD_SPARE`] bytes from there.
+    read_end: AtomicU64,
 }
 
 impl DropBehind {
@@ -537,6 +553,13 @@ impl DropBehind {
     /// Whether `off` is in the head the busy drops spare.
     pub fn is_hot(&self, off: u64) -> bool {
         off < self.hot.load(Ordering::Relaxed)
+    }
+
+    /// A read of `n` bytes at `off` on `file`: counted as [`Self::note`], and remembered so the
+    /// busy drops spare the read-ahead past it.
+    pub fn note_read(&self, file: &File, off: u64, n: usize) {
+        self.read_end.store(off + n as u64, Ordering::Relaxed);
+        self.note(file, n);
     }
 
     /// `n` more bytes of I/O on `file`.
@@ -568,6 +591,8 @@ impl DropBehind {
             .quiet
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
             .map_or(u32::MAX, |n| n + 1);
+        // Quiet: no reader is ahead of its read-ahead any more.
+        self.read_end.store(0, Ordering::Relaxed);
         if (HEAD_LINGER..HEAD_LINGER + REDROPS).contains(&quiet) {
             Self::drop_logged(file, 0);
         } else if self.since.load(Ordering::Relaxed) > 0 {
@@ -587,10 +612,21 @@ impl DropBehind {
         Self::drop_logged(file, 0);
     }
 
-    /// Drops the file's clean pages but the head's, and counts afresh.
+    /// Drops the file's clean pages but the head's and a reader's read-ahead, and counts
+    /// afresh.
     fn drop_busy(&self, file: &File) {
         self.rearm();
-        Self::drop_logged(file, self.hot.load(Ordering::Relaxed));
+        let hot = self.hot.load(Ordering::Relaxed);
+        let read_end = self.read_end.load(Ordering::Relaxed);
+        if read_end <= hot {
+            return Self::drop_logged(file, hot);
+        }
+        // The head, then up to the latest read, then past its spared read-ahead.
+        for (from, len) in [(hot, read_end - hot), (read_end + READ_AHEAD_SPARE, 0)] {
+            if let Err(e) = drop_cached_range(file, from, len) {
+                log::debug!("posix_fadvise(DONTNEED) on the flash cache: {e}");
+            }
+        }
     }
 
     /// A drop is under way: count afresh, and drop again on the next quiet calls.
