@@ -7,8 +7,10 @@
 //! - [`replay`]: tier specs, setups and the replay loop over `tiercache_core::hierarchy`;
 //! - [`remote`]: the `remote` tier kind (paper 002's sequential-run bypass);
 //! - [`report`]: the `--json` report and text tables;
+//! - [`curves`]: each class's LRU miss-ratio curve, exact and SHARDS-estimated (`--curves`);
 //! - [`timeseries`] and [`plot`]: per-window rows, CSV and PNG (paper 000's Fig. 5).
 
+pub mod curves;
 pub mod plot;
 pub mod remote;
 pub mod replay;

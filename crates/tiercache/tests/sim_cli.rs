@@ -283,3 +283,50 @@ fn bad_flags_are_errors_naming_the_flag() {
         }
     }
 }
+
+#[test]
+fn curves_give_each_class_its_exact_and_estimated_miss_ratio_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("curves.csv");
+    let out = tiercache(&[
+        "sim",
+        "--workload",
+        "zipf:blocks=50000,alpha=0.9,class=priority,weight=1",
+        "--workload",
+        "scan:blocks=100000,weight=2",
+        "--tier",
+        "mem:5000:lru",
+        "--requests",
+        "300000",
+        "--curves",
+        csv.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("class,blocks,exact_miss_ratio,estimated_miss_ratio")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for class in ["priority", "normal"] {
+        let mine: Vec<_> = rows.iter().filter(|r| r[0] == class).collect();
+        assert_eq!(mine.len(), 101, "{class}: one row per 1/100 of 4× the tier");
+        let m = |r: &Vec<&str>, i: usize| r[i].parse::<f64>().unwrap();
+        // Monotone, 1 at size 0, and the estimate close to the exact curve everywhere.
+        assert_eq!(m(mine[0], 2), 1.0);
+        assert!(mine.windows(2).all(|w| m(w[1], 2) <= m(w[0], 2) + 1e-12));
+        let worst = mine
+            .iter()
+            .map(|r| (m(r, 2) - m(r, 3)).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 0.1, "{class}: estimate {worst} off somewhere");
+        assert!(err.contains(&format!("{class} curve:")), "{err}");
+    }
+    // A scan larger than 4× the tier never hits: its exact curve stays at 1.
+    assert!(rows
+        .iter()
+        .filter(|r| r[0] == "normal")
+        .all(|r| r[2] == "1.000000"));
+}

@@ -79,6 +79,12 @@ pub struct SimArgs {
     /// Window length of the time series in requests (default: ω, else the top tier's capacity).
     #[arg(long, value_name = "N")]
     pub window: Option<u64>,
+    /// Write each class's LRU miss-ratio curve to a CSV file: the exact curve and SHARDS'
+    /// fixed-memory estimate (sampling from 10 % down, at most 8,192 blocks tracked per class), at every
+    /// 1/100 of 4× the top tier's capacity; each class's accesses, final sampling rate and mean
+    /// absolute error go to stderr.
+    #[arg(long, value_name = "FILE.csv")]
+    pub curves: Option<PathBuf>,
 }
 
 const DEFAULT_REQUESTS: usize = 1_000_000;
@@ -107,6 +113,9 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     }
     for o in &outcomes {
         write_series(&args, o, outcomes.len() > 1)?;
+    }
+    if let Some(p) = &args.curves {
+        write_curves(p, &requests, top_capacity)?;
     }
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -327,6 +336,31 @@ fn per_setup(path: &Path, label: &str, many: bool) -> PathBuf {
         .map(|e| format!(".{}", e.to_string_lossy()))
         .unwrap_or_default();
     path.with_file_name(format!("{stem}-{label}{ext}"))
+}
+
+/// `--curves`: the classes' curves up to 4× the top tier's capacity, to `path`.
+fn write_curves(path: &Path, requests: &[Access], top_capacity: u64) -> Result<(), String> {
+    use tiercache_sim::curves;
+    let max_blocks = 4 * top_capacity.max(1);
+    let bucket = (max_blocks / 100).max(1);
+    let cs = curves::class_curves(requests, bucket, max_blocks);
+    let f = File::create(path).map_err(|e| format!("--curves {}: {e}", path.display()))?;
+    let mut w = BufWriter::new(f);
+    curves::write_csv(&mut w, &cs, max_blocks)
+        .and_then(|_| w.flush())
+        .map_err(|e| format!("--curves {}: {e}", path.display()))?;
+    for c in &cs {
+        // On stderr: stdout may be the JSON document.
+        eprintln!(
+            "tiercache: {} curve: {} accesses, sampling rate {:.3} %, mean absolute error {:.4}",
+            c.class,
+            c.accesses,
+            100.0 * c.rate,
+            c.error
+        );
+    }
+    eprintln!("tiercache: wrote {}", path.display());
+    Ok(())
 }
 
 fn write_series(args: &SimArgs, o: &Outcome, many: bool) -> Result<(), String> {
