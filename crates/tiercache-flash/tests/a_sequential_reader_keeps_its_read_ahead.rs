@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use tiercache_flash::{FileDevice, FlashDevice, IoChoice, IoMode, DROP_EVERY};
+use tiercache_flash::{FlashDevice, IoMode, DROP_EVERY};
 
 const LEN: u64 = 64 << 20;
 const CHUNK: usize = 64 << 10;
@@ -22,12 +22,7 @@ fn resident(path: &Path, range: std::ops::Range<u64>) -> usize {
 fn run(mode: IoMode) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flash.cache");
-    let dev = FileDevice::open(&path, Some(LEN), IoChoice::Only(mode)).unwrap_or_else(|e| {
-        panic!(
-            "{mode}: {e} (this test needs the cache file on a disk file system with \
-             RWF_DONTCACHE: Linux 6.14 or later, e.g. ext4 or xfs)"
-        )
-    });
+    let dev = open_file_device(&path, LEN, mode);
     let data = vec![0x5au8; CHUNK];
     for off in (0..LEN).step_by(CHUNK) {
         dev.write_at(&data, off).unwrap();

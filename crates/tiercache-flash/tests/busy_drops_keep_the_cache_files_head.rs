@@ -13,7 +13,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use std::sync::Arc;
-use tiercache_flash::{FileDevice, FlashDevice, FlashTier, IoChoice, IoMode, HEAD_LINGER};
+use tiercache_flash::{FlashDevice, FlashTier, IoMode, HEAD_LINGER};
 use tiercache_tier::DataTier;
 
 const LEN: u64 = 64 << 20;
@@ -31,12 +31,7 @@ fn count(v: &[bool]) -> usize {
 fn run(mode: IoMode) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flash.cache");
-    let dev = FileDevice::open(&path, Some(LEN), IoChoice::Only(mode)).unwrap_or_else(|e| {
-        panic!(
-            "{mode}: {e} (this test needs the cache file on a disk file system with \
-             RWF_DONTCACHE: Linux 6.14 or later, e.g. ext4 or xfs)"
-        )
-    });
+    let dev = open_file_device(&path, LEN, mode);
     let d: Arc<dyn FlashDevice> = Arc::new(dev);
     let t = FlashTier::create(d, config()).unwrap();
     let geo = t.geometry();

@@ -106,3 +106,19 @@ pub fn resident_pages(path: &std::path::Path, range: std::ops::Range<u64>) -> Ve
     assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     v.iter().map(|&b| b & 1 != 0).collect()
 }
+
+/// A cache file of `len` bytes at `path` read and written in `mode`; a machine where the mode
+/// does not work fails the test naming what it needs (never a silent skip).
+pub fn open_file_device(
+    path: &std::path::Path,
+    len: u64,
+    mode: tiercache_flash::IoMode,
+) -> tiercache_flash::FileDevice {
+    tiercache_flash::FileDevice::open(path, Some(len), tiercache_flash::IoChoice::Only(mode))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{mode}: {e} (this test needs the cache file on a disk file system with \
+                 RWF_DONTCACHE: Linux 6.14 or later, e.g. ext4 or xfs)"
+            )
+        })
+}
