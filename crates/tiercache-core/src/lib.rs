@@ -9,6 +9,7 @@
 //!   (`none`, `basic`, `dirprio` = paper 000's controller, `static`);
 //! - [`tier`]: one cache level = key map + slots + pools + partitioner;
 //! - [`index`]: the [`index::TierIndex`] trait a tier's index implements (`Tier`, `SetIndex`);
+//! - [`setchoice`]: the set choice (free set, or coldest clean set) of the SSD tier and `sim`;
 //! - [`setindex`]: a set-associative index (paper 001's layout), the flash tier's in `sim`;
 //! - [`placement`]: the planner deciding where a block goes on an access and an eviction
 //!   (inclusive, exclusive, pinned), shared by the simulator and the live cache;
@@ -32,6 +33,7 @@ pub mod partition;
 pub mod placement;
 pub mod policy;
 pub mod seqrun;
+pub mod setchoice;
 pub mod setindex;
 pub mod stats;
 pub mod tier;

@@ -10,10 +10,10 @@
 //! engine's own [`Lru`] policy over set numbers: a hit, or a block coming into a mapped set,
 //! makes the set most recently used; a block of an unmapped backing set takes a free set, or
 //! else the least recently used set without dirty blocks, dropping every block it held (a
-//! *set eviction*). A set whose last block is removed goes back to the free list. This is the
-//! live flash tier's rule (`tiercache-flash`'s index): same mapping, same reuse of the LRU
-//! set; the live tier scans at most 64 sets from the cold end for a clean one without
-//! reordering them, this index moves a skipped dirty set to the hot end as [`Tier`] does.
+//! *set eviction*). A set whose last block is removed goes back to the free list. The choice
+//! of the set is [`crate::setchoice::choose_set`], the very code the live flash tier
+//! (`tiercache-flash`) runs: at most 64 sets from the cold end are scanned for a clean one,
+//! and a dirty set passed over keeps its place.
 //!
 //! A set eviction drops up to `set_blocks` blocks at once: [`Inserted::evicted`] names the
 //! first, [`TierIndex::next_evicted`] hands out the rest (from a buffer sized at construction,
@@ -33,6 +33,7 @@ use crate::index::TierIndex;
 use crate::keymap::KeyMap;
 use crate::partition::{NoPartition, Partitioner};
 use crate::policy::{EvictionPolicy, Lru, PolicyKind};
+use crate::setchoice::{choose_set, SetChoice, DEFAULT_ALLOC_SCAN};
 use crate::stats::TierStats;
 use crate::tier::{Evicted, Inserted, SlotMeta};
 
@@ -40,9 +41,6 @@ use crate::tier::{Evicted, Inserted, SlotMeta};
 pub const DEFAULT_SET_BLOCKS: usize = 256;
 /// The largest set size accepted (2^16 blocks).
 pub const MAX_SET_BLOCKS: usize = 1 << 16;
-/// How many dirty sets a set eviction passes over before giving up with `Retry` (as the live
-/// tier's `alloc_scan`).
-const MAX_SKIPS: usize = 64;
 
 /// The geometry and set-level counters of a set-associative index (`sim`'s report).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -246,15 +244,14 @@ impl SetIndex {
     /// The least recently used set without dirty blocks, its blocks dropped into the spill
     /// buffer, unmapped and free again.
     fn evict_set(&mut self) -> Result<(), CoreError> {
-        for _ in 0..MAX_SKIPS.min(self.order.len()) {
-            let Some(SlotId(set)) = self.order.victim(None) else {
-                break;
-            };
+        let choice = choose_set(
+            false,
+            self.order.coldest_first(),
+            DEFAULT_ALLOC_SCAN,
+            |set| self.dirty[self.words_of(set)].iter().any(|&w| w != 0),
+        );
+        if let SetChoice::Reuse(set) = choice {
             let r = self.words_of(set);
-            if self.dirty[r.clone()].iter().any(|&w| w != 0) {
-                self.order.touch(SlotId(set));
-                continue;
-            }
             let mut dropped = 0usize;
             for (k, i) in r.enumerate() {
                 dropped += self.valid[i].count_ones() as usize;

@@ -6,6 +6,7 @@
 use crate::index::Index;
 use crate::sums::Checked;
 use crate::tier::{check_len, seq_of, FlashTier, State};
+use tiercache_core::setchoice::{choose_set, SetChoice};
 use tiercache_tier::{Admit, Lookup, Spill, TierError, TierKey};
 
 /// What a store is.
@@ -18,16 +19,19 @@ pub(crate) enum Store {
 
 impl FlashTier {
     /// A free set, or the least recently used set without dirty blocks (its clean blocks go,
-    /// to `spill` when given).
+    /// to `spill` when given): the choice is core's [`choose_set`], which `sim` replays.
     pub(crate) fn allocate(&self, st: &mut State, spill: Option<&mut Spill<'_>>) -> Option<u32> {
-        if let Some(id) = st.idx.free.pop() {
-            return Some(id);
-        }
-        let victim = st
-            .idx
-            .lru_from_cold()
-            .take(self.cfg.alloc_scan)
-            .find(|&id| !st.idx.set_dirty_any(id))?;
+        let choice = choose_set(
+            !st.idx.free.is_empty(),
+            st.idx.lru_from_cold(),
+            self.cfg.alloc_scan,
+            |id| st.idx.set_dirty_any(id),
+        );
+        let victim = match choice {
+            SetChoice::Free => return st.idx.free.pop(),
+            SetChoice::Reuse(id) => id,
+            SetChoice::Full => return None,
+        };
         if let Some(spill) = spill {
             self.spill_set(st, victim, spill);
         }

@@ -57,7 +57,8 @@ pub struct FlashConfig {
     pub set_shift: u8,
     /// Device errors after which the tier is degraded (default 16).
     pub max_errors: u64,
-    /// Sets looked at from the LRU end for a clean one to reuse (default 64).
+    /// Sets looked at from the LRU end for a clean one to reuse (default 64, as `sim`:
+    /// `tiercache_core::setchoice::DEFAULT_ALLOC_SCAN`).
     pub alloc_scan: usize,
     /// The cleaning policy behind `on_request`/`on_tick` (default: idle mode, `free_floor`
     /// 0 = a tenth of the sets, at least 1; wait 1 s; 4 sets at once; `dirty_max` 0.8).
@@ -74,7 +75,7 @@ impl FlashConfig {
             block_shift: 12,
             set_shift: 8,
             max_errors: 16,
-            alloc_scan: 64,
+            alloc_scan: tiercache_core::setchoice::DEFAULT_ALLOC_SCAN,
             cleaner: CleanerConfig::new(CleanerMode::Idle, 0),
             clean_only: false,
         }

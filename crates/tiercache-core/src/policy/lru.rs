@@ -16,6 +16,16 @@ impl Lru {
             list: SlotLists::new(slots),
         }
     }
+
+    /// The slots from the least recently used on, reordering nothing.
+    pub fn coldest_first(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut cur = self.list.tail(0);
+        std::iter::from_fn(move || {
+            let s = cur?;
+            cur = self.list.newer(s);
+            Some(s)
+        })
+    }
 }
 
 impl EvictionPolicy for Lru {
