@@ -446,7 +446,7 @@ impl MemCache {
         // Read after the open: a concurrent open that found the file changed may have moved it
         // already, and the newer version is the one to report (it only drops more).
         if let Some(f) = self.inner.lock().files.get(&file) {
-            out.content_version = f.version;
+            out.content_version = f.version();
         }
         Ok(out)
     }
@@ -524,7 +524,7 @@ impl MemCache {
     /// must not wait for write-back. Later failures are remembered anew.
     pub fn take_writeback_error(&self, file: FileId) -> Option<io::Error> {
         let mut eng = self.inner.lock();
-        let e = eng.files.get_mut(&file)?.error.take()?;
+        let e = eng.files.get_mut(&file)?.take_error()?;
         Some(e.to_io())
     }
 

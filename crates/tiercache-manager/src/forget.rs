@@ -26,7 +26,7 @@
 //! before is the open-handles case above (never the state of an open handle).
 
 use crate::cache::Inner;
-use crate::files::{FileShared, ReadAhead};
+use crate::files::FileShared;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -49,21 +49,21 @@ impl Inner {
             let Some(f) = eng.files.get_mut(&file) else {
                 return 0;
             };
-            if !Arc::ptr_eq(&f.shared, &shared) {
+            if !Arc::ptr_eq(f.shared(), &shared) {
                 return 0; // opened anew meanwhile: not the file that was forgotten
             }
-            f.ra = ReadAhead::default();
-            if f.handles > 0 {
-                f.forget_at_release = true;
-                if f.born.is_some() {
+            f.reset_read_ahead();
+            if f.handles() > 0 {
+                f.forget_at_release();
+                if f.born().is_some() {
                     return 0;
                 }
                 return eng.drop_file_blocks(file, false).0;
             }
-            if f.dirty.is_empty() && f.lower_dirty.is_empty() {
+            if f.dirty().is_empty() && f.lower_dirty().is_empty() {
                 None
             } else {
-                f.backing.clone()
+                f.backing().cloned()
             }
         };
         let unlinked = fd
@@ -85,11 +85,11 @@ impl Inner {
             if !eng
                 .files
                 .get(&file)
-                .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared))
+                .is_some_and(|f| Arc::ptr_eq(f.shared(), &shared))
             {
                 return 0;
             }
-            if eng.files.get(&file).is_some_and(|f| f.handles > 0) {
+            if eng.files.get(&file).is_some_and(|f| f.handles() > 0) {
                 // Opened again during the write-back (a new lookup of the same inode: the
                 // kernel knows it again, so this forget is stale): the state belongs to the
                 // open handle and must stay. Its dirty blocks are on BACKING already.
@@ -99,13 +99,13 @@ impl Inner {
                 && eng
                     .files
                     .get(&file)
-                    .is_some_and(|f| f.born.is_some() && written.is_ok());
+                    .is_some_and(|f| f.born().is_some() && written.is_ok());
             if keep_clean {
                 // The kernel dropped its inode (memory pressure, drop_caches), not the file:
                 // the clean blocks stay, forgotten, and the next open reuses them only for the
                 // same inode (same stamp and birth time); eviction takes them otherwise.
                 if let Some(f) = eng.files.get_mut(&file) {
-                    f.forgotten = true;
+                    f.mark_forgotten();
                 }
                 // Logical times were the old node's; BACKING's are the file's from now on.
                 eng.ctimes.remove(file);
@@ -116,9 +116,9 @@ impl Inner {
             }
             if let Some(f) = eng.files.get_mut(&file) {
                 if unlinked {
-                    f.lower_dirty.clear(); // its data is meaningless now
+                    f.discard_lower_dirty(); // its data is meaningless now
                 }
-                if let (Some(fk), true) = (f.fkey, f.lower_dirty.is_empty()) {
+                if let (Some(fk), true) = (f.fkey(), f.lower_dirty().is_empty()) {
                     // Without a birth time (or once unlinked) the identity may be reused.
                     // Dropped below after the engine lock (the file is quiesced).
                     invalidate_below = Some(fk);
@@ -132,14 +132,14 @@ impl Inner {
                 );
             }
             match eng.files.get_mut(&file) {
-                Some(f) if f.blocks.is_empty() && f.lower_dirty.is_empty() => {
-                    let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
+                Some(f) if f.blocks().is_empty() && f.lower_dirty().is_empty() => {
+                    let fd = eng.files.remove(&file).and_then(|mut f| f.take_backing());
                     eng.ctimes.remove(file);
                     (clean + dirty, fd)
                 }
                 Some(f) => {
-                    f.forgotten = true;
-                    let left = f.dirty.len();
+                    f.mark_forgotten();
+                    let left = f.dirty().len();
                     let why = match &written {
                         Err(e) => e.to_string(),
                         Ok(()) => "blocks busy".to_string(),
@@ -192,15 +192,14 @@ impl Inner {
         if !eng
             .files
             .get(&file)
-            .is_some_and(|f| Arc::ptr_eq(&f.shared, shared))
+            .is_some_and(|f| Arc::ptr_eq(f.shared(), shared))
         {
             return Some((None, 0)); // written back and gone already
         }
         let (clean, mut dirty) = eng.drop_file_blocks(file, true);
         if let Some(f) = eng.files.get_mut(&file) {
-            dirty += f.lower_dirty.len();
-            f.lower_dirty.clear();
-            *invalidate_below = f.fkey;
+            dirty += f.discard_lower_dirty();
+            *invalidate_below = f.fkey();
         }
         if dirty > 0 {
             log::error!(
@@ -209,14 +208,14 @@ impl Inner {
                 file.0
             );
         }
-        if eng.files.get(&file).is_some_and(|f| !f.blocks.is_empty()) {
+        if eng.files.get(&file).is_some_and(|f| !f.blocks().is_empty()) {
             log::error!(
                 "file {}: blocks busy while replacing a forgotten file",
                 file.0
             );
             return None;
         }
-        let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
+        let fd = eng.files.remove(&file).and_then(|mut f| f.take_backing());
         eng.ctimes.remove(file);
         Some((fd, clean + dirty))
     }

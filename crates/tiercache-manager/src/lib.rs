@@ -54,6 +54,7 @@ mod cache;
 mod config;
 mod engine;
 mod error;
+mod file_state;
 mod files;
 mod flusher;
 mod forget;

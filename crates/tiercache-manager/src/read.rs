@@ -159,15 +159,15 @@ impl Inner {
         let mut eng = self.lock();
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
-        let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
-        let size = f.size;
+        let fd = f.backing().cloned().ok_or_else(|| unknown_file(file))?;
+        let size = f.size();
         if offset >= size {
             return Ok(Planned::Eof);
         }
         let end = offset.saturating_add(len as u64).min(size);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
         if hits_only {
-            let class = f.class;
+            let class = f.class();
             let valid = |block| {
                 let key = Self::key(file, block);
                 eng.tier
@@ -180,17 +180,17 @@ impl Inner {
             }
         }
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
-        let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
+        let window = f.advance_read_ahead(offset, end, self.cfg.readahead_max_blocks);
         let skip = match &self.lower {
             Some(l) if l.bypass.any() => {
-                let run = f.ra.run.advance(b0, b1 - b0 + 1);
+                let run = f.read_ahead_mut().run.advance(b0, b1 - b0 + 1);
                 l.bypass.skip_mask(run, b1 - b0 + 1)
             }
             _ => 0,
         };
-        let class = f.class;
-        let (fkey, version) = (f.fkey, f.version);
-        let any_lower_dirty = !f.lower_dirty.is_empty();
+        let class = f.class();
+        let (fkey, version) = (f.fkey(), f.version());
+        let any_lower_dirty = !f.lower_dirty().is_empty();
         let last = (size - 1) >> self.shift;
         for block in b0..=b1 {
             let key = Self::key(file, block);
@@ -209,7 +209,7 @@ impl Inner {
                 && eng
                     .files
                     .get(&file)
-                    .is_some_and(|f| f.lower_dirty.contains(&block));
+                    .is_some_and(|f| f.lower_dirty().contains(&block));
             steps.push(Step {
                 block,
                 plan,
@@ -229,7 +229,7 @@ impl Inner {
                     && eng
                         .files
                         .get(&file)
-                        .is_some_and(|f| f.lower_dirty.contains(&block));
+                        .is_some_and(|f| f.lower_dirty().contains(&block));
                 match eng.insert_fresh(&self.arena, key, class) {
                     Some(slot) => steps.push(Step {
                         block,
