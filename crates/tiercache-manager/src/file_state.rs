@@ -156,7 +156,8 @@ pub(crate) struct FileState {
     /// The ctime to report while a write-back is changing BACKING (see `times`):
     /// [`Self::hide_ctime`] .. [`Self::take_wb_ctime`] (`backing_write` only).
     wb_ctime: Option<SystemTime>,
-    /// Sequential-stream detector: [`Self::advance_read_ahead`] (`read`), reset by
+    /// Sequential-stream detector: [`Self::advance_read_ahead`] and [`Self::advance_seq_run`]
+    /// (`read`), reset by
     /// [`Self::reset_read_ahead`] (`files`, `forget`) and the byte-changing transitions.
     ra: ReadAhead,
     /// The kernel forgot the inode but the write-back at `forget` failed: only dirty blocks are
@@ -532,10 +533,10 @@ impl FileState {
     pub(crate) fn reset_read_ahead(&mut self) {
         self.ra = ReadAhead::default();
     }
-    /// The read-ahead state, for the sequential-run check of `read` (narrow: only the run
-    /// counter is updated through it, under the engine lock like every other change).
-    pub(crate) fn read_ahead_mut(&mut self) -> &mut ReadAhead {
-        &mut self.ra
+    /// Notes a read of `count` blocks from `first` in the sequential run (kept only for
+    /// tiers that long runs bypass); returns the run's length in blocks.
+    pub(crate) fn advance_seq_run(&mut self, first: u64, count: u64) -> u64 {
+        self.ra.run.advance(first, count)
     }
 
     // ---- forget (`forget`, `files`) ----

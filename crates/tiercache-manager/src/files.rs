@@ -34,6 +34,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, MutexGuard};
 use std::time::SystemTime;
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
+use tiercache_tier::FileKey;
 
 /// What `open` did with the blocks cached from an earlier version of the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,6 +79,41 @@ fn drop_stale_blocks(eng: &mut Engine, file: FileId, blocks: Vec<u64>) -> usize 
     dropped
 }
 
+/// What `open` knows of the caller's descriptor (its steps share it).
+struct Opening {
+    file: FileId,
+    backing: Arc<File>,
+    /// Access mode of `backing`.
+    mode: i32,
+    class: Class,
+    born: Option<BirthTime>,
+    fkey: Option<FileKey>,
+}
+
+impl Opening {
+    fn new_state(&self, stamp: FileStamp, version: u64) -> FileState {
+        let fd = Arc::clone(&self.backing);
+        FileState::new(
+            fd,
+            self.mode,
+            self.class,
+            (stamp, version),
+            self.born,
+            self.fkey,
+        )
+    }
+}
+
+/// The outcome of one of `open`'s steps.
+enum Step<T, D = OpenOutcome> {
+    /// Opened: return this.
+    Done(D),
+    /// The state locked went away meanwhile: start over.
+    Retry,
+    /// Go on to the next step with this.
+    Next(T),
+}
+
 impl Inner {
     /// The per-file locks of a known file.
     pub(crate) fn shared(&self, file: FileId) -> io::Result<Arc<FileShared>> {
@@ -101,29 +137,21 @@ impl Inner {
             Some(_) => Some(file_key(&backing, born)?),
             None => None,
         };
+        let a = Opening {
+            file,
+            backing,
+            mode,
+            class,
+            born,
+            fkey,
+        };
         // Stale-stamp checks quiesce the file; they start over when the state they locked went
         // away meanwhile (closed and evicted, or forgotten and replaced).
         let mut fresh: Option<FileStamp> = None;
         loop {
-            let shared = {
-                let mut eng = self.lock();
-                let Some(f) = eng.files.get_mut(&file) else {
-                    let st = fresh.unwrap_or(stamp);
-                    let v = eng.kept.take(file, &st, born);
-                    eng.files.insert(
-                        file,
-                        FileState::new(backing, mode, class, (st, v), born, fkey),
-                    );
-                    return Ok(OpenOutcome::default());
-                };
-                if f.stamp() == stamp && !f.forgotten() {
-                    let reused_blocks = self.attach(eng, file, backing, mode, class, born);
-                    return Ok(OpenOutcome {
-                        reused_blocks,
-                        ..OpenOutcome::default()
-                    });
-                }
-                Arc::clone(f.shared())
+            let shared = match self.open_unchanged(&a, fresh.unwrap_or(stamp), stamp) {
+                Ok(outcome) => return Ok(outcome),
+                Err(shared) => shared,
             };
             // The stamp differs (or the kernel forgot the file). Quiesce the file (no
             // write-back, write-through or truncate can run) and look at BACKING ourselves,
@@ -131,135 +159,192 @@ impl Inner {
             // predate our own latest write-back, which already refreshed the stored stamp.
             let _io = crate::cache::lock(&shared.io);
             let _op = crate::cache::write_lock(&shared.op);
-            let now = *fresh.get_or_insert_with(|| match FileStamp::of_file(&backing) {
+            let now = *fresh.get_or_insert_with(|| match FileStamp::of_file(&a.backing) {
                 Ok(s) => s,
                 Err(e) => {
                     log::warn!("file {}: fstat at open failed: {e}", file.0);
                     stamp
                 }
             });
-            let replace = {
-                let eng = self.lock();
-                match eng.files.get(&file) {
-                    Some(f) if Arc::ptr_eq(f.shared(), &shared) => {
-                        f.forgotten() && (f.stamp() != now || reborn(f.born(), born))
-                    }
-                    _ => continue,
-                }
+            match self.replace_forgotten(&a, &shared, now) {
+                Step::Done(outcome) => return Ok(outcome),
+                Step::Retry => continue,
+                Step::Next(()) => {}
+            }
+            let (changed, now) = match self.clean_below_at_open(&a, &shared, now)? {
+                Step::Done(never) => match never {},
+                Step::Retry => continue,
+                Step::Next(r) => r,
             };
-            if replace {
-                // A forgotten state is another file as far as this open is concerned: its data
-                // goes to its own inode (through its own handle) and the state goes.
-                if let Some((old_fd, dropped)) = self.drop_forgotten_state(file, &shared) {
-                    drop(old_fd);
-                    let mut eng = self.lock();
-                    if eng.files.contains_key(&file) {
-                        continue; // another open of the id came first
-                    }
-                    let v = eng.kept.take(file, &now, born);
-                    eng.files.insert(
-                        file,
-                        FileState::new(backing, mode, class, (now, v), born, fkey),
-                    );
-                    return Ok(OpenOutcome {
-                        dropped_blocks: dropped,
-                        ..OpenOutcome::default()
-                    });
-                }
-                // Could not be dropped (logged): handled as a change behind our back below.
+            if changed {
+                fresh = Some(now);
             }
-            // Whether the file changed behind our back is decided on the stamp from before any
-            // cleaning below (which moves BACKING's stamp itself). Then our writes still only
-            // in the tier below go to BACKING, before the version changes: they win over an
-            // outside change, like memory's dirty blocks.
-            let (changed, below) = {
-                let eng = self.lock();
-                match eng.files.get(&file) {
-                    Some(f) if Arc::ptr_eq(f.shared(), &shared) => (
-                        f.stamp() != now || (f.forgotten() && reborn(f.born(), born)),
-                        !f.lower_dirty().is_empty(),
-                    ),
-                    _ => continue,
-                }
-            };
-            let mut now = now;
-            if below {
-                match self.clean_lower_locked(file) {
-                    Ok(_) => {}
-                    // Unchanged file: what could not be cleaned stays listed and reads of it
-                    // fail alone (a detached tier's leftovers); the open itself is fine.
-                    Err(e) if !changed => {
-                        log::warn!("file {}: cleaning at open: {e}", file.0);
-                    }
-                    Err(e) => return Err(e),
-                }
-                if changed {
-                    // The reset below takes BACKING as it is after our cleaning.
-                    now = FileStamp::of_file(&backing).unwrap_or(now);
-                    fresh = Some(now);
-                }
+            match self.open_quiesced(&a, &shared, changed, now) {
+                Some(outcome) => return Ok(outcome),
+                None => continue,
             }
-            let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
-                continue;
-            };
-            if !Arc::ptr_eq(f.shared(), &shared) {
-                continue;
-            }
-            if !changed {
-                f.remembered();
-                let reused_blocks = self.attach(eng, file, backing, mode, class, born);
-                return Ok(OpenOutcome {
-                    reused_blocks,
-                    ..OpenOutcome::default()
-                });
-            }
-            let (blocks, old) = f.reset_to(now);
-            let kept_dirty = f.dirty().len();
-            // Dropped below after the engine lock (the file is quiesced: `io` + `op`).
-            let invalidate_below = f.fkey();
-            let dropped = drop_stale_blocks(&mut eng, file, blocks);
-            if kept_dirty > 0 {
-                log::warn!(
-                    "file {} changed behind the cache ({old:?} -> {now:?}); dropped {dropped} \
-                     clean blocks, kept {kept_dirty} dirty blocks that will overwrite it",
-                    file.0
-                );
-            } else if dropped > 0 {
-                log::info!(
-                    "file {} changed behind the cache; dropped {dropped} stale blocks",
-                    file.0
-                );
-            }
-            self.attach(eng, file, backing, mode, class, born);
-            if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
-                lower.invalidate_file(fk, 0);
-            }
+        }
+    }
+
+    /// `open`'s first step, under the engine lock alone: a new state for an unknown file
+    /// (with stamp `st`), or a new handle of a known one whose stamp is still `stamp`.
+    /// Otherwise returns the file's locks, to quiesce it for a closer look.
+    fn open_unchanged(
+        &self,
+        a: &Opening,
+        st: FileStamp,
+        stamp: FileStamp,
+    ) -> Result<OpenOutcome, Arc<FileShared>> {
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&a.file) else {
+            let v = eng.kept.take(a.file, &st, a.born);
+            eng.files.insert(a.file, a.new_state(st, v));
+            return Ok(OpenOutcome::default());
+        };
+        if f.stamp() == stamp && !f.forgotten() {
+            let reused_blocks = self.attach(eng, a);
             return Ok(OpenOutcome {
-                reused_blocks: 0,
-                dropped_blocks: dropped,
-                kept_dirty,
+                reused_blocks,
                 ..OpenOutcome::default()
             });
         }
+        Err(Arc::clone(f.shared()))
+    }
+
+    /// `open` of a quiesced file whose state is forgotten and is another file (stamp `now`
+    /// or the birth time differs): its data goes to its own inode (through its own handle)
+    /// and the state is replaced by a new one.
+    fn replace_forgotten(&self, a: &Opening, shared: &Arc<FileShared>, now: FileStamp) -> Step<()> {
+        let replace = {
+            let eng = self.lock();
+            match eng.files.get(&a.file) {
+                Some(f) if Arc::ptr_eq(f.shared(), shared) => {
+                    f.forgotten() && (f.stamp() != now || reborn(f.born(), a.born))
+                }
+                _ => return Step::Retry,
+            }
+        };
+        if !replace {
+            return Step::Next(());
+        }
+        let Some((old_fd, dropped)) = self.drop_forgotten_state(a.file, shared) else {
+            // Could not be dropped (logged): handled as a change behind our back.
+            return Step::Next(());
+        };
+        drop(old_fd);
+        let mut eng = self.lock();
+        if eng.files.contains_key(&a.file) {
+            return Step::Retry; // another open of the id came first
+        }
+        let v = eng.kept.take(a.file, &now, a.born);
+        eng.files.insert(a.file, a.new_state(now, v));
+        Step::Done(OpenOutcome {
+            dropped_blocks: dropped,
+            ..OpenOutcome::default()
+        })
+    }
+
+    /// Whether the quiesced file changed behind our back, decided on the stamp from before
+    /// any cleaning (which moves BACKING's stamp itself); then our writes still only in the
+    /// tier below go to BACKING, before the version changes: they win over an outside change,
+    /// like memory's dirty blocks. Returns whether it changed and BACKING's stamp to take.
+    fn clean_below_at_open(
+        &self,
+        a: &Opening,
+        shared: &Arc<FileShared>,
+        now: FileStamp,
+    ) -> io::Result<Step<(bool, FileStamp), std::convert::Infallible>> {
+        let (changed, below) = {
+            let eng = self.lock();
+            match eng.files.get(&a.file) {
+                Some(f) if Arc::ptr_eq(f.shared(), shared) => (
+                    f.stamp() != now || (f.forgotten() && reborn(f.born(), a.born)),
+                    !f.lower_dirty().is_empty(),
+                ),
+                _ => return Ok(Step::Retry),
+            }
+        };
+        if !below {
+            return Ok(Step::Next((changed, now)));
+        }
+        match self.clean_lower_locked(a.file) {
+            Ok(_) => {}
+            // Unchanged file: what could not be cleaned stays listed and reads of it
+            // fail alone (a detached tier's leftovers); the open itself is fine.
+            Err(e) if !changed => {
+                log::warn!("file {}: cleaning at open: {e}", a.file.0);
+            }
+            Err(e) => return Err(e),
+        }
+        // A reset takes BACKING as it is after our cleaning.
+        let now = match changed {
+            true => FileStamp::of_file(&a.backing).unwrap_or(now),
+            false => now,
+        };
+        Ok(Step::Next((changed, now)))
+    }
+
+    /// `open`'s last step on the quiesced file: a new handle of the same file, or (`changed`)
+    /// a new version at stamp `now` whose clean blocks, here and below, are dropped. `None`
+    /// when the state went meanwhile (start over).
+    fn open_quiesced(
+        &self,
+        a: &Opening,
+        shared: &Arc<FileShared>,
+        changed: bool,
+        now: FileStamp,
+    ) -> Option<OpenOutcome> {
+        let mut eng = self.lock();
+        let f = eng.files.get_mut(&a.file)?;
+        if !Arc::ptr_eq(f.shared(), shared) {
+            return None;
+        }
+        if !changed {
+            f.remembered();
+            let reused_blocks = self.attach(eng, a);
+            return Some(OpenOutcome {
+                reused_blocks,
+                ..OpenOutcome::default()
+            });
+        }
+        let (blocks, old) = f.reset_to(now);
+        let kept_dirty = f.dirty().len();
+        // Dropped below after the engine lock (the file is quiesced: `io` + `op`).
+        let invalidate_below = f.fkey();
+        let dropped = drop_stale_blocks(&mut eng, a.file, blocks);
+        if kept_dirty > 0 {
+            log::warn!(
+                "file {} changed behind the cache ({old:?} -> {now:?}); dropped {dropped} \
+                 clean blocks, kept {kept_dirty} dirty blocks that will overwrite it",
+                a.file.0
+            );
+        } else if dropped > 0 {
+            log::info!(
+                "file {} changed behind the cache; dropped {dropped} stale blocks",
+                a.file.0
+            );
+        }
+        self.attach(eng, a);
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, 0);
+        }
+        Some(OpenOutcome {
+            reused_blocks: 0,
+            dropped_blocks: dropped,
+            kept_dirty,
+            ..OpenOutcome::default()
+        })
     }
 
     /// Counts a new handle of the known `file`: offers its descriptor as the backing handle,
     /// applies its class, and closes the descriptor not kept once the engine lock is let go.
     /// Returns the file's cached blocks.
-    fn attach(
-        &self,
-        mut eng: MutexGuard<'_, Engine>,
-        file: FileId,
-        backing: Arc<File>,
-        mode: i32,
-        class: Class,
-        born: Option<BirthTime>,
-    ) -> usize {
+    fn attach(&self, mut eng: MutexGuard<'_, Engine>, a: &Opening) -> usize {
+        let (file, class) = (a.file, a.class);
         let Some(f) = eng.files.get_mut(&file) else {
             return 0;
         };
-        let (unused, reclass) = f.attach(backing, mode, class, born);
+        let (unused, reclass) = f.attach(Arc::clone(&a.backing), a.mode, class, a.born);
         let blocks = f.blocks().len();
         if reclass {
             self.reclassify(&mut eng, file, class);
