@@ -11,7 +11,7 @@
 //!   BACKING under a write-through of the same block and cache the old bytes;
 //! - a slot is removed from the tier only when unpinned (`Tier::remove` does not check pins).
 
-use crate::files::FileState;
+use crate::file_state::FileState;
 use crate::lower::Lower;
 use crate::stats::Windows;
 use crate::times::CtimeTable;

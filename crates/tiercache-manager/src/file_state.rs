@@ -11,7 +11,9 @@
 //! - `backing_size ≤ size` after every transition that changes either ([`FileState::wrote_through`],
 //!   [`FileState::wrote_to_backing`] cap at `size`; truncation and direct changes set both);
 //! - `mtime` (logical modification time) is only set while cached writes are pending
-//!   (`dirty` or `lower_dirty` not empty) and cleared when the last ones reach BACKING;
+//!   (`dirty` or `lower_dirty` not empty); write-back clears it when the last ones reach
+//!   BACKING, unless a newer time was set meanwhile (this is the callers' care: `set_mtime`
+//!   does not check it);
 //! - `wb_ctime` is `Some` only between step 1 and step 4 of a BACKING write
 //!   (`backing_write`: [`FileState::hide_ctime`] .. [`FileState::take_wb_ctime`]);
 //! - `generation` and the shared change counter only grow; every change of the file's bytes
@@ -27,11 +29,27 @@ use crate::error::{ErrorLog, StoredError};
 use crate::stamp::{version_of, BirthTime, FileStamp};
 use std::collections::BTreeSet;
 use std::fs::File;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
-use tiercache_core::Class;
+use tiercache_core::{Class, FileId};
 use tiercache_tier::{FileHandle, FileKey};
+
+/// What `open` did with the blocks cached from an earlier version of the file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOutcome {
+    /// The file was already known with cached blocks and an identical stamp.
+    pub reused_blocks: usize,
+    /// Clean blocks dropped because the file changed behind the cache's back.
+    pub dropped_blocks: usize,
+    /// Dirty blocks kept although the file changed behind the cache's back (logged).
+    pub kept_dirty: usize,
+    /// The file's content version after the open (`FileState::version`): it moves when the
+    /// file is found changed behind the cache's back, never for the cache's own changes, so a
+    /// page cache in front of the tier may keep what it read while it holds.
+    pub content_version: u64,
+}
 
 /// Per-file locks, shared by the requests on that file (outside the engine lock).
 #[derive(Debug, Default)]
@@ -151,7 +169,8 @@ pub(crate) struct FileState {
     dev: Option<u64>,
     /// Logical modification time while cached writes are not all on BACKING: the time of the
     /// last write, or of a later truncate or explicit `set_times` (see `times`). Changed by
-    /// [`Self::set_mtime`] (`write`, `files`, `flusher` when the last pending write went).
+    /// [`Self::set_mtime`] (`write`, `files`, `flusher` when the last pending write went) and
+    /// [`Self::changed_directly`].
     mtime: Option<SystemTime>,
     /// The ctime to report while a write-back is changing BACKING (see `times`):
     /// [`Self::hide_ctime`] .. [`Self::take_wb_ctime`] (`backing_write` only).
@@ -588,6 +607,17 @@ impl Drop for FileState {
         // (see `lower`); a later state of the same file has a counter of its own, so once this
         // state is gone they must not land.
         self.shared.change.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Checks, under the engine lock, that a request still works on the state whose locks it took
+/// (a closed, clean, fully evicted file may have been forgotten and opened anew meanwhile).
+pub(crate) fn same_state(f: &FileState, shared: &Arc<FileShared>, file: FileId) -> io::Result<()> {
+    if Arc::ptr_eq(f.shared(), shared) {
+        Ok(())
+    } else {
+        log::warn!("file {}: request raced with forget/reopen; retry", file.0);
+        Err(io::Error::from_raw_os_error(libc::EAGAIN))
     }
 }
 

@@ -23,7 +23,7 @@
 use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
 use crate::error::unknown_file;
-pub(crate) use crate::file_state::{FileShared, FileState};
+pub(crate) use crate::file_state::{FileShared, FileState, OpenOutcome};
 pub use crate::stamp::FileStamp;
 use crate::stamp::{birth_time, file_key, reborn, BirthTime};
 use crate::times::LogicalTimes;
@@ -35,21 +35,6 @@ use std::sync::{Arc, MutexGuard};
 use std::time::SystemTime;
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
 use tiercache_tier::FileKey;
-
-/// What `open` did with the blocks cached from an earlier version of the file.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OpenOutcome {
-    /// The file was already known with cached blocks and an identical stamp.
-    pub reused_blocks: usize,
-    /// Clean blocks dropped because the file changed behind the cache's back.
-    pub dropped_blocks: usize,
-    /// Dirty blocks kept although the file changed behind the cache's back (logged).
-    pub kept_dirty: usize,
-    /// The file's content version after the open (`FileState::version`): it moves when the
-    /// file is found changed behind the cache's back, never for the cache's own changes, so a
-    /// page cache in front of the tier may keep what it read while it holds.
-    pub content_version: u64,
-}
 
 /// The access mode (`fcntl(F_GETFL) & O_ACCMODE`) of an open descriptor.
 pub(crate) fn access_mode(f: &File) -> io::Result<i32> {
@@ -642,16 +627,5 @@ impl Inner {
                 None
             }
         }
-    }
-}
-
-/// Checks, under the engine lock, that a request still works on the state whose locks it took
-/// (a closed, clean, fully evicted file may have been forgotten and opened anew meanwhile).
-pub(crate) fn same_state(f: &FileState, shared: &Arc<FileShared>, file: FileId) -> io::Result<()> {
-    if Arc::ptr_eq(f.shared(), shared) {
-        Ok(())
-    } else {
-        log::warn!("file {}: request raced with forget/reopen; retry", file.0);
-        Err(io::Error::from_raw_os_error(libc::EAGAIN))
     }
 }

@@ -31,8 +31,8 @@
 use crate::backing_write::MAX_RUN_BYTES;
 use crate::cache::{lock, Inner};
 use crate::error::unknown_file;
-use crate::files::FileStamp;
 use crate::lower_wb::Snap;
+use crate::stamp::FileStamp;
 use crate::stats::Counters;
 use std::collections::HashSet;
 use std::fs::File;
@@ -292,7 +292,7 @@ impl Inner {
         }
         // What a persistent tier below still holds dirty goes to BACKING too: after `flush`
         // (and a clean unmount) BACKING is current; the tier keeps clean copies.
-        let below: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
+        let below: Vec<(FileId, Arc<crate::file_state::FileShared>)> = self.files_below();
         let mut cleaned_any = false;
         for (file, shared) in below {
             let _io = lock(&shared.io);

@@ -26,7 +26,7 @@
 //! before is the open-handles case above (never the state of an open handle).
 
 use crate::cache::Inner;
-use crate::files::FileShared;
+use crate::file_state::FileShared;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;

@@ -60,6 +60,7 @@ mod flusher;
 mod forget;
 pub mod handle;
 mod live_set;
+mod locks;
 mod lower;
 mod lower_bypass;
 mod lower_transit;
@@ -84,7 +85,8 @@ pub use backing::{
 pub use cache::MemCache;
 pub use config::MemConfig;
 pub use error::MemError;
-pub use files::{FileStamp, OpenOutcome};
+pub use file_state::OpenOutcome;
+pub use files::FileStamp;
 pub use lower::{LowerStats, LowerTier, SeqBypassStats};
 pub use lower_bypass::MeasuredCosts;
 pub use nowait::NoWait;

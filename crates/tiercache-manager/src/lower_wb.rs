@@ -25,7 +25,7 @@
 
 use crate::backing_write::MAX_RUN_BYTES;
 use crate::cache::Inner;
-use crate::files::FileStamp;
+use crate::stamp::FileStamp;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
@@ -95,7 +95,7 @@ struct CleanSnap {
     blocks: Vec<u64>,
     /// The time of the writes while some are pending (`None`: BACKING's own).
     mtime: Option<SystemTime>,
-    shared: Arc<crate::files::FileShared>,
+    shared: Arc<crate::file_state::FileShared>,
 }
 
 impl Inner {
@@ -635,7 +635,7 @@ impl Inner {
         for b in blocks {
             by_key.entry(b.key.file).or_default().insert(b.key.block.0);
         }
-        let files: Vec<(FileId, Arc<crate::files::FileShared>, HashSet<u64>)> = {
+        let files: Vec<(FileId, Arc<crate::file_state::FileShared>, HashSet<u64>)> = {
             let eng = self.lock();
             eng.files
                 .iter()
@@ -727,7 +727,7 @@ impl Inner {
     /// Blocks that could not be read stay listed: reading them fails with EIO rather than
     /// returning BACKING's older bytes.
     fn detach_dirty_tier(&self, lower: &crate::lower::Lower) {
-        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
+        let files: Vec<(FileId, Arc<crate::file_state::FileShared>)> = self.files_below();
         let mut failed = 0usize;
         for (file, shared) in files {
             let _io = crate::cache::lock(&shared.io);
@@ -750,7 +750,7 @@ impl Inner {
     }
 
     /// The files with blocks whose newest bytes are only below, with their per-file locks.
-    pub(crate) fn files_below(&self) -> Vec<(FileId, Arc<crate::files::FileShared>)> {
+    pub(crate) fn files_below(&self) -> Vec<(FileId, Arc<crate::file_state::FileShared>)> {
         self.lock()
             .files
             .iter()
@@ -771,7 +771,7 @@ impl Inner {
         {
             return;
         }
-        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
+        let files: Vec<(FileId, Arc<crate::file_state::FileShared>)> = self.files_below();
         for (file, shared) in files {
             let Ok(_io) = shared.io.try_lock() else {
                 continue;

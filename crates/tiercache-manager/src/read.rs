@@ -17,7 +17,7 @@
 use crate::cache::{read_lock, try_read_lock, Inner};
 use crate::engine::Engine;
 use crate::error::unknown_file;
-use crate::files::{same_state, FileShared};
+use crate::file_state::{same_state, FileShared};
 use crate::stats::Counters;
 use crate::NoWait;
 use std::fs::File;

@@ -19,7 +19,7 @@
 //! holds, could go with the inode unseen), except for forgotten files (see `forget`).
 
 use crate::cache::{lock, Inner};
-use crate::files::FileShared;
+use crate::file_state::FileShared;
 use crate::flusher::Why;
 use crate::stats::Counters;
 use std::collections::BTreeMap;

@@ -17,7 +17,8 @@
 use crate::cache::{lock, read_lock, try_read_lock, write_lock, Inner};
 use crate::engine::Dropped;
 use crate::error::unknown_file;
-use crate::files::{same_state, FileShared, FileStamp};
+use crate::file_state::{same_state, FileShared};
+use crate::stamp::FileStamp;
 use crate::stats::Counters;
 use crate::NoWait;
 use std::fs::File;
@@ -161,7 +162,7 @@ impl Inner {
     fn writes_without_io(
         &self,
         eng: &crate::engine::Engine,
-        f: &crate::files::FileState,
+        f: &crate::file_state::FileState,
         file: FileId,
         offset: u64,
         end: u64,
