@@ -26,12 +26,11 @@ impl Inner {
     /// noted (batched syncs group by it). False if the file is not in the table.
     pub(crate) fn hide_backing_ctime(&self, file: FileId, before: &Metadata) -> bool {
         let mut eng = self.lock();
-        let pending = eng.files.get(&file).and_then(|f| f.mtime);
+        let pending = eng.files.get(&file).and_then(|f| f.mtime());
         let logical = eng.ctimes.resolve(file, ctime_of(before), None, pending);
         match eng.files.get_mut(&file) {
             Some(f) => {
-                f.wb_ctime = Some(logical);
-                f.dev = Some(std::os::unix::fs::MetadataExt::dev(before));
+                f.hide_ctime(logical, std::os::unix::fs::MetadataExt::dev(before));
                 true
             }
             None => false,
@@ -70,13 +69,12 @@ impl Engine {
         end_ctime: Option<SystemTime>,
         wrote_end: u64,
     ) {
-        let during = self.files.get_mut(&file).and_then(|f| f.wb_ctime.take());
+        let during = self.files.get_mut(&file).and_then(|f| f.take_wb_ctime());
         if let (Some(logical), Some(ours)) = (during, end_ctime) {
             self.ctimes.set(file, CtimeMap { ours, logical });
         }
         if let (true, Some(f)) = (wrote_end > 0, self.files.get_mut(&file)) {
-            f.backing_size = f.backing_size.max(wrote_end.min(f.size));
-            f.needs_sync = true;
+            f.wrote_to_backing(wrote_end);
         }
     }
 }

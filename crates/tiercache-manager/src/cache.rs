@@ -12,9 +12,10 @@ use crate::backing::{BackingIo, UncachedBacking};
 use crate::config::MemConfig;
 use crate::engine::Engine;
 use crate::error::MemError;
-use crate::files::{FileStamp, OpenOutcome};
+use crate::file_state::OpenOutcome;
 use crate::lower::{Lower, LowerTier};
 use crate::nowait::NoWait;
+use crate::stamp::FileStamp;
 use crate::stats::{
     classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
 };
@@ -23,9 +24,7 @@ use crate::trace::TraceSink;
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::atomic::AtomicU64;
-use std::sync::{
-    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 use tiercache_core::tier::{Tier, TierConfig};
@@ -34,26 +33,7 @@ use tiercache_memtier::arena::Arena;
 use tiercache_memtier::shm::ClientId;
 use tiercache_tier::{TierKind, TierSnapshot};
 
-/// Locks a mutex; a poisoned lock is taken over (nothing in this crate panics while holding
-/// one, and the protected data stays structurally valid).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(PoisonError::into_inner)
-}
-pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(PoisonError::into_inner)
-}
-/// A shared guard if nobody holds `l` exclusively (or waits to: std's `RwLock` lets a waiting
-/// writer go first).
-pub(crate) fn try_read_lock<T>(l: &RwLock<T>) -> Option<RwLockReadGuard<'_, T>> {
-    match l.try_read() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
-}
+pub(crate) use crate::locks::{lock, read_lock, try_read_lock, write_lock};
 
 /// Flusher wake-up state.
 #[derive(Debug, Default)]
@@ -446,7 +426,7 @@ impl MemCache {
         // Read after the open: a concurrent open that found the file changed may have moved it
         // already, and the newer version is the one to report (it only drops more).
         if let Some(f) = self.inner.lock().files.get(&file) {
-            out.content_version = f.version;
+            out.content_version = f.version();
         }
         Ok(out)
     }
@@ -524,7 +504,7 @@ impl MemCache {
     /// must not wait for write-back. Later failures are remembered anew.
     pub fn take_writeback_error(&self, file: FileId) -> Option<io::Error> {
         let mut eng = self.inner.lock();
-        let e = eng.files.get_mut(&file)?.error.take()?;
+        let e = eng.files.get_mut(&file)?.take_error()?;
         Some(e.to_io())
     }
 

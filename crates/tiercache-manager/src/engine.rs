@@ -11,7 +11,7 @@
 //!   BACKING under a write-through of the same block and cache the old bytes;
 //! - a slot is removed from the tier only when unpinned (`Tier::remove` does not check pins).
 
-use crate::files::FileState;
+use crate::file_state::FileState;
 use crate::lower::Lower;
 use crate::stats::Windows;
 use crate::times::CtimeTable;
@@ -140,9 +140,9 @@ impl Engine {
             if let (Some(lower), Some(g)) = (&self.lower, &guard) {
                 if lower.demotes() && g.state().holds(ev.key) {
                     if let Some(f) = self.files.get(&ev.key.file) {
-                        if let Some(fk) = f.fkey {
+                        if let Some(fk) = f.fkey() {
                             let tk = TierKey::new(fk, ev.key.block.0);
-                            lower.demote_victim(tk, f.version, ev.class, g.data(), &f.shared);
+                            lower.demote_victim(tk, f.version(), ev.class, g.data(), f.shared());
                         }
                     }
                 }
@@ -164,7 +164,7 @@ impl Engine {
             }
         }
         if let Some(f) = self.files.get_mut(&key.file) {
-            f.blocks.insert(key.block.0);
+            f.note_cached(key.block.0);
         }
         self.pin(ins.slot);
         Some(ins.slot)
@@ -175,7 +175,7 @@ impl Engine {
     pub fn holds_tier_key(&self, key: &TierKey) -> bool {
         self.files
             .get(&FileId(key.file.ino))
-            .is_some_and(|f| f.fkey == Some(key.file) && f.blocks.contains(&key.block.0))
+            .is_some_and(|f| f.fkey() == Some(key.file) && f.blocks().contains(&key.block.0))
     }
 
     /// Takes `key` (in `slot`) out of the tier. In a shared arena the slot's header is retired
@@ -237,7 +237,7 @@ impl Engine {
     /// Bookkeeping for a block the tier pushed out (it was clean and unpinned).
     fn on_evicted(&mut self, ev: Evicted) {
         if let Some(f) = self.files.get_mut(&ev.key.file) {
-            f.blocks.remove(&ev.key.block.0);
+            f.note_gone(ev.key.block.0);
         }
         self.gc_file(ev.key.file);
     }
@@ -254,8 +254,7 @@ impl Engine {
             self.dirty_blocks += 1;
         }
         if let Some(f) = self.files.get_mut(&key.file) {
-            f.dirty.insert(key.block.0);
-            f.dirtied_at.get_or_insert(now);
+            f.mark_dirty(key.block.0, now);
         }
     }
 
@@ -275,10 +274,7 @@ impl Engine {
             self.dirty_blocks = self.dirty_blocks.saturating_sub(1);
         }
         if let Some(f) = self.files.get_mut(&key.file) {
-            f.dirty.remove(&key.block.0);
-            if f.dirty.is_empty() {
-                f.dirtied_at = None;
-            }
+            f.mark_clean(key.block.0);
         }
     }
 
@@ -300,7 +296,7 @@ impl Engine {
         }
         self.remove_slot(key, slot);
         if let Some(f) = self.files.get_mut(&key.file) {
-            f.blocks.remove(&key.block.0);
+            f.note_gone(key.block.0);
         }
         Dropped::Yes
     }
@@ -312,9 +308,9 @@ impl Engine {
             return (0, 0);
         };
         let blocks: Vec<(u64, bool)> = f
-            .blocks
+            .blocks()
             .iter()
-            .map(|&b| (b, f.dirty.contains(&b)))
+            .map(|&b| (b, f.dirty().contains(&b)))
             .collect();
         let (mut clean, mut dirty) = (0, 0);
         for (b, was_dirty) in blocks {
@@ -347,7 +343,7 @@ impl Engine {
             if !state.holds(key) {
                 self.remove_slot(key, slot);
                 if let Some(f) = self.files.get_mut(&key.file) {
-                    f.blocks.remove(&key.block.0);
+                    f.note_gone(key.block.0);
                 }
                 self.gc_file(key.file);
             }
@@ -363,31 +359,31 @@ impl Engine {
     /// nothing is.
     pub fn gc_file(&mut self, id: FileId) -> Option<Arc<File>> {
         let f = self.files.get_mut(&id)?;
-        if f.handles > 0 || !f.dirty.is_empty() || !f.lower_dirty.is_empty() {
+        if f.handles() > 0 || !f.dirty().is_empty() || !f.lower_dirty().is_empty() {
             return None;
         }
-        if f.forgotten {
-            if !f.blocks.is_empty() {
+        if f.forgotten() {
+            if !f.blocks().is_empty() {
                 // Clean blocks kept across a FORGET need no descriptor: the next open brings
                 // its own, and reuses them only for the same stamp and birth time. (Dirty ones
                 // keep it, above: it pins the inode for their retries.) Holding it would cost
                 // one descriptor per file the kernel ever forgot.
-                return f.backing.take();
+                return f.take_backing();
             }
             self.ctimes.remove(id);
             let mut f = self.files.remove(&id)?;
-            if f.born.is_some() {
+            if f.born().is_some() {
                 // told apart from a reused inode number by its birth time, as at `open`
                 self.keep_version(id, &f);
             }
-            return f.backing.take();
+            return f.take_backing();
         }
-        if f.needs_sync {
+        if f.needs_sync() {
             return None;
         }
-        let fd = f.backing.take();
+        let fd = f.take_backing();
         // A write-back error not reported yet keeps the state (for the next fsync or close).
-        if f.blocks.is_empty() && f.error.is_none() {
+        if f.blocks().is_empty() && f.error().is_none() {
             if let Some(f) = self.files.remove(&id) {
                 self.keep_version(id, &f);
             }
@@ -397,8 +393,8 @@ impl Engine {
 
     /// The state of `id` went: its version stays for the blocks below memory (see `versions`).
     fn keep_version(&mut self, id: FileId, f: &FileState) {
-        if f.fkey.is_some() {
-            self.kept.keep(id, f.stamp, f.born, f.version);
+        if f.fkey().is_some() {
+            self.kept.keep(id, f.stamp(), f.born(), f.version());
         }
     }
 
@@ -408,7 +404,7 @@ impl Engine {
         let mut dirty = 0usize;
         let mut blocks = 0usize;
         for (id, f) in &self.files {
-            for &b in &f.blocks {
+            for &b in f.blocks() {
                 let key = BlockKey {
                     file: *id,
                     block: tiercache_core::BlockIndex(b),
@@ -420,7 +416,7 @@ impl Engine {
                     )));
                 };
                 let m = self.tier.meta(slot);
-                if m.dirty != f.dirty.contains(&b) {
+                if m.dirty != f.dirty().contains(&b) {
                     return Err(InvariantViolation::from(format!(
                         "file {} block {b}: dirty flags disagree",
                         id.0
@@ -433,14 +429,14 @@ impl Engine {
                     )));
                 }
             }
-            if !f.dirty.is_subset(&f.blocks) {
+            if !f.dirty().is_subset(f.blocks()) {
                 return Err(InvariantViolation::from(format!(
                     "file {}: dirty blocks not cached",
                     id.0
                 )));
             }
-            dirty += f.dirty.len();
-            blocks += f.blocks.len();
+            dirty += f.dirty().len();
+            blocks += f.blocks().len();
         }
         if dirty != self.dirty_blocks {
             return Err(InvariantViolation::from(format!(

@@ -22,219 +22,19 @@
 
 use crate::cache::Inner;
 use crate::engine::{Dropped, Engine};
-use crate::error::{unknown_file, ErrorLog, StoredError};
+use crate::error::unknown_file;
+pub(crate) use crate::file_state::{FileShared, FileState, OpenOutcome};
 pub use crate::stamp::FileStamp;
-use crate::stamp::{birth_time, file_key, reborn, version_of, BirthTime};
+use crate::stamp::{birth_time, file_key, reborn, BirthTime};
 use crate::times::LogicalTimes;
-use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{Instant, SystemTime};
+
+use std::sync::{Arc, MutexGuard};
+use std::time::SystemTime;
 use tiercache_core::{BlockIndex, BlockKey, Class, FileId};
 use tiercache_tier::FileKey;
-
-/// What `open` did with the blocks cached from an earlier version of the file.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OpenOutcome {
-    /// The file was already known with cached blocks and an identical stamp.
-    pub reused_blocks: usize,
-    /// Clean blocks dropped because the file changed behind the cache's back.
-    pub dropped_blocks: usize,
-    /// Dirty blocks kept although the file changed behind the cache's back (logged).
-    pub kept_dirty: usize,
-    /// The file's content version after the open (`FileState::version`): it moves when the
-    /// file is found changed behind the cache's back, never for the cache's own changes, so a
-    /// page cache in front of the tier may keep what it read while it holds.
-    pub content_version: u64,
-}
-
-/// Per-file locks, shared by the requests on that file (outside the engine lock).
-#[derive(Debug, Default)]
-pub(crate) struct FileShared {
-    /// Shared by reads and writes; exclusive for truncate and invalidation.
-    pub op: RwLock<()>,
-    /// Held by write-back of this file and by truncate.
-    pub io: Mutex<()>,
-    /// Bumped before and after every change of the file's bytes (write, truncate, change
-    /// behind our back): a lower-tier store whose bytes were read at another value is undone
-    /// (see `lower`).
-    pub change: AtomicU64,
-    /// Writes served without waiting (`Inner::try_write`) between their plan and their
-    /// finish: they invalidate the tiers below once, at the plan, so while any is under way
-    /// no lower-tier store of this file is current (see `lower_transit::Guard`).
-    pub no_wait_writes: AtomicU64,
-    /// Held while blocks only in the tier below are cleaned or patched in place there (a
-    /// write-through of such a block); taken after `io` or `op`, before the engine lock.
-    pub below: Mutex<()>,
-    /// Where the last BACKING read of this file ended, plus one (0: none yet): a read that
-    /// starts there found the disk positioned (`lower_bypass` cost samples).
-    pub backing_next: AtomicU64,
-}
-
-/// Sequential-stream detector.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ReadAhead {
-    /// Where the next read must start to count as sequential.
-    pub next: u64,
-    /// Current window in blocks (0 = not sequential).
-    pub window: u32,
-    /// The sequential run in blocks, for tiers that long runs bypass (tracked only then).
-    pub run: tiercache_core::seqrun::SeqRun,
-}
-
-impl ReadAhead {
-    /// Initial window of a sequential stream, in blocks.
-    const INITIAL: u32 = 4;
-
-    /// Notes a read of `[offset, end)` and returns how many blocks to read ahead after it.
-    pub fn advance(&mut self, offset: u64, end: u64, max: u32) -> u32 {
-        self.window = if offset == self.next && max > 0 {
-            if self.window == 0 {
-                Self::INITIAL.min(max)
-            } else {
-                self.window.saturating_mul(2).min(max)
-            }
-        } else {
-            0
-        };
-        self.next = end;
-        self.window
-    }
-}
-
-/// Everything the tier knows about one file (guarded by the engine lock).
-#[derive(Debug)]
-pub(crate) struct FileState {
-    pub shared: Arc<FileShared>,
-    pub backing: Option<Arc<File>>,
-    /// Access mode of `backing` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
-    pub backing_mode: i32,
-    pub class: Class,
-    pub stamp: FileStamp,
-    pub size: u64,
-    pub backing_size: u64,
-    /// Bumped on every write and truncate.
-    pub generation: u64,
-    /// Open handles: successful `open`s minus `release`s (0 = closed).
-    pub handles: u32,
-    /// Cached block indices, in order.
-    pub blocks: BTreeSet<u64>,
-    /// Dirty block indices, in order (⊆ `blocks`).
-    pub dirty: BTreeSet<u64>,
-    /// Blocks whose newest bytes were written back into the lower tier that takes dirty data
-    /// and are not on BACKING yet (the cleaner puts them there). A read of one that the tier
-    /// cannot serve is an error, never BACKING's older bytes. The state (and its backing
-    /// handle) stays while this is not empty.
-    pub lower_dirty: BTreeSet<u64>,
-    /// When the file went from clean to dirty.
-    pub dirtied_at: Option<Instant>,
-    /// A background write-back error not yet reported by `fsync`/`flush`.
-    pub error: Option<StoredError>,
-    /// Rate limit of the write-back error log of this file.
-    pub error_log: ErrorLog,
-    /// Data was written to BACKING since the last sync.
-    pub needs_sync: bool,
-    /// BACKING's device of the file (`st_dev`), once a write-back saw it: the file system a
-    /// batched sync covers it with (see `sync_batch`).
-    pub dev: Option<u64>,
-    /// Logical modification time while cached writes are not all on BACKING: the time of the
-    /// last write, or of a later truncate or explicit `set_times` (see `times`).
-    pub mtime: Option<SystemTime>,
-    /// The ctime to report while a write-back is changing BACKING (see `times`).
-    pub wb_ctime: Option<SystemTime>,
-    pub ra: ReadAhead,
-    /// The kernel forgot the inode but the write-back at `forget` failed: only dirty blocks are
-    /// kept (with the backing handle, which pins the inode) and the state goes once they are
-    /// written back. The next `open` reuses it only with an identical stamp.
-    pub forgotten: bool,
-    /// `forget` came while handles were open: it is carried out at the last `release`.
-    pub forget_at_release: bool,
-    /// The backing inode's birth time (`statx` btime), when BACKING reports one: with it a
-    /// forgotten file keeps its clean blocks, as a reused inode number shows a new birth time.
-    pub born: Option<BirthTime>,
-    /// Identity in the tiers below memory (only computed when there are some).
-    pub fkey: Option<FileKey>,
-    /// Content version lower copies are stored with: a fingerprint of the stamp the state
-    /// started from (or the version an earlier state left for that stamp, see `versions`),
-    /// renewed when the file is found changed behind the cache's back (not by the cache's own
-    /// writes, which invalidate the blocks they change).
-    pub version: u64,
-    /// BACKING file handle, kept with dirty blocks in a persistent tier (computed at the first
-    /// write-back into one; `None` until then or when BACKING has no handles).
-    pub handle: Option<tiercache_tier::FileHandle>,
-}
-
-impl FileState {
-    fn new(
-        backing: Arc<File>,
-        mode: i32,
-        class: Class,
-        (stamp, version): (FileStamp, u64),
-        born: Option<BirthTime>,
-        fkey: Option<FileKey>,
-    ) -> Self {
-        Self {
-            fkey,
-            version,
-            shared: Arc::new(FileShared::default()),
-            backing: Some(backing),
-            backing_mode: mode,
-            class,
-            stamp,
-            size: stamp.size,
-            backing_size: stamp.size,
-            generation: 0,
-            handles: 1,
-            blocks: BTreeSet::new(),
-            lower_dirty: BTreeSet::new(),
-            handle: None,
-            dirty: BTreeSet::new(),
-            dirtied_at: None,
-            error: None,
-            error_log: ErrorLog::default(),
-            needs_sync: false,
-            dev: None,
-            mtime: None,
-            wb_ctime: None,
-            ra: ReadAhead::default(),
-            forgotten: false,
-            forget_at_release: false,
-            born,
-        }
-    }
-
-    /// Installs `fd` (access mode `mode`) as the backing handle unless the current one is at
-    /// least as capable; returns the handle no longer used (to be closed outside the lock).
-    fn offer_backing(&mut self, fd: Arc<File>, mode: i32) -> Option<Arc<File>> {
-        if self.backing.is_some() && mode_rank(mode) <= mode_rank(self.backing_mode) {
-            return Some(fd);
-        }
-        self.backing_mode = mode;
-        self.backing.replace(fd)
-    }
-}
-
-impl Drop for FileState {
-    fn drop(&mut self) {
-        // Stores below still queued with this state's bytes are checked against this counter
-        // (see `lower`); a later state of the same file has a counter of its own, so once this
-        // state is gone they must not land.
-        self.shared.change.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// How useful a descriptor is as the backing handle: read-write serves reads, fills and
-/// write-back; read-only serves reads; write-only cannot fill partial blocks.
-fn mode_rank(mode: i32) -> u8 {
-    match mode {
-        libc::O_RDWR => 2,
-        libc::O_RDONLY => 1,
-        _ => 0,
-    }
-}
 
 /// The access mode (`fcntl(F_GETFL) & O_ACCMODE`) of an open descriptor.
 pub(crate) fn access_mode(f: &File) -> io::Result<i32> {
@@ -244,34 +44,6 @@ pub(crate) fn access_mode(f: &File) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(flags & libc::O_ACCMODE)
-}
-
-impl FileState {
-    /// The file changed behind the cache (BACKING's stamp is now `now`): a new version —
-    /// generation and change counter bumped, read-ahead, remembered errors and sync need
-    /// reset, the size BACKING's (or larger, while dirty blocks that will overwrite it are
-    /// kept). Returns the blocks cached (the clean ones are stale) and the old stamp.
-    pub(crate) fn reset_to(&mut self, now: FileStamp) -> (Vec<u64>, FileStamp) {
-        let blocks: Vec<u64> = self.blocks.iter().copied().collect();
-        let old = self.stamp;
-        self.forgotten = false;
-        self.stamp = now;
-        self.backing_size = now.size;
-        self.size = if self.dirty.is_empty() {
-            now.size
-        } else {
-            self.size.max(now.size)
-        };
-        self.generation += 1;
-        self.shared.change.fetch_add(1, Ordering::SeqCst);
-        self.version = version_of(&now) ^ self.generation.rotate_left(32);
-        self.ra = ReadAhead::default();
-        // What the tier remembered of the old version is not this version's.
-        self.error = None;
-        self.error_log = ErrorLog::default();
-        self.needs_sync = false;
-        (blocks, old)
-    }
 }
 
 /// Drops the clean ones of `file`'s `blocks` from memory (a changed file's stale blocks);
@@ -292,13 +64,48 @@ fn drop_stale_blocks(eng: &mut Engine, file: FileId, blocks: Vec<u64>) -> usize 
     dropped
 }
 
+/// What `open` knows of the caller's descriptor (its steps share it).
+struct Opening {
+    file: FileId,
+    backing: Arc<File>,
+    /// Access mode of `backing`.
+    mode: i32,
+    class: Class,
+    born: Option<BirthTime>,
+    fkey: Option<FileKey>,
+}
+
+impl Opening {
+    fn new_state(&self, stamp: FileStamp, version: u64) -> FileState {
+        let fd = Arc::clone(&self.backing);
+        FileState::new(
+            fd,
+            self.mode,
+            self.class,
+            (stamp, version),
+            self.born,
+            self.fkey,
+        )
+    }
+}
+
+/// The outcome of one of `open`'s steps.
+enum Step<T, D = OpenOutcome> {
+    /// Opened: return this.
+    Done(D),
+    /// The state locked went away meanwhile: start over.
+    Retry,
+    /// Go on to the next step with this.
+    Next(T),
+}
+
 impl Inner {
     /// The per-file locks of a known file.
     pub(crate) fn shared(&self, file: FileId) -> io::Result<Arc<FileShared>> {
         let eng = self.lock();
         eng.files
             .get(&file)
-            .map(|f| Arc::clone(&f.shared))
+            .map(|f| Arc::clone(f.shared()))
             .ok_or_else(|| unknown_file(file))
     }
 
@@ -315,29 +122,21 @@ impl Inner {
             Some(_) => Some(file_key(&backing, born)?),
             None => None,
         };
+        let a = Opening {
+            file,
+            backing,
+            mode,
+            class,
+            born,
+            fkey,
+        };
         // Stale-stamp checks quiesce the file; they start over when the state they locked went
         // away meanwhile (closed and evicted, or forgotten and replaced).
         let mut fresh: Option<FileStamp> = None;
         loop {
-            let shared = {
-                let mut eng = self.lock();
-                let Some(f) = eng.files.get_mut(&file) else {
-                    let st = fresh.unwrap_or(stamp);
-                    let v = eng.kept.take(file, &st, born);
-                    eng.files.insert(
-                        file,
-                        FileState::new(backing, mode, class, (st, v), born, fkey),
-                    );
-                    return Ok(OpenOutcome::default());
-                };
-                if f.stamp == stamp && !f.forgotten {
-                    let reused_blocks = self.attach(eng, file, backing, mode, class, born);
-                    return Ok(OpenOutcome {
-                        reused_blocks,
-                        ..OpenOutcome::default()
-                    });
-                }
-                Arc::clone(&f.shared)
+            let shared = match self.open_unchanged(&a, fresh.unwrap_or(stamp), stamp) {
+                Ok(outcome) => return Ok(outcome),
+                Err(shared) => shared,
             };
             // The stamp differs (or the kernel forgot the file). Quiesce the file (no
             // write-back, write-through or truncate can run) and look at BACKING ourselves,
@@ -345,141 +144,193 @@ impl Inner {
             // predate our own latest write-back, which already refreshed the stored stamp.
             let _io = crate::cache::lock(&shared.io);
             let _op = crate::cache::write_lock(&shared.op);
-            let now = *fresh.get_or_insert_with(|| match FileStamp::of_file(&backing) {
+            let now = *fresh.get_or_insert_with(|| match FileStamp::of_file(&a.backing) {
                 Ok(s) => s,
                 Err(e) => {
                     log::warn!("file {}: fstat at open failed: {e}", file.0);
                     stamp
                 }
             });
-            let replace = {
-                let eng = self.lock();
-                match eng.files.get(&file) {
-                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => {
-                        f.forgotten && (f.stamp != now || reborn(f.born, born))
-                    }
-                    _ => continue,
-                }
+            match self.replace_forgotten(&a, &shared, now) {
+                Step::Done(outcome) => return Ok(outcome),
+                Step::Retry => continue,
+                Step::Next(()) => {}
+            }
+            let (changed, now) = match self.clean_below_at_open(&a, &shared, now)? {
+                Step::Done(never) => match never {},
+                Step::Retry => continue,
+                Step::Next(r) => r,
             };
-            if replace {
-                // A forgotten state is another file as far as this open is concerned: its data
-                // goes to its own inode (through its own handle) and the state goes.
-                if let Some((old_fd, dropped)) = self.drop_forgotten_state(file, &shared) {
-                    drop(old_fd);
-                    let mut eng = self.lock();
-                    if eng.files.contains_key(&file) {
-                        continue; // another open of the id came first
-                    }
-                    let v = eng.kept.take(file, &now, born);
-                    eng.files.insert(
-                        file,
-                        FileState::new(backing, mode, class, (now, v), born, fkey),
-                    );
-                    return Ok(OpenOutcome {
-                        dropped_blocks: dropped,
-                        ..OpenOutcome::default()
-                    });
-                }
-                // Could not be dropped (logged): handled as a change behind our back below.
+            if changed {
+                fresh = Some(now);
             }
-            // Whether the file changed behind our back is decided on the stamp from before any
-            // cleaning below (which moves BACKING's stamp itself). Then our writes still only
-            // in the tier below go to BACKING, before the version changes: they win over an
-            // outside change, like memory's dirty blocks.
-            let (changed, below) = {
-                let eng = self.lock();
-                match eng.files.get(&file) {
-                    Some(f) if Arc::ptr_eq(&f.shared, &shared) => (
-                        f.stamp != now || (f.forgotten && reborn(f.born, born)),
-                        !f.lower_dirty.is_empty(),
-                    ),
-                    _ => continue,
-                }
-            };
-            let mut now = now;
-            if below {
-                match self.clean_lower_locked(file) {
-                    Ok(_) => {}
-                    // Unchanged file: what could not be cleaned stays listed and reads of it
-                    // fail alone (a detached tier's leftovers); the open itself is fine.
-                    Err(e) if !changed => {
-                        log::warn!("file {}: cleaning at open: {e}", file.0);
-                    }
-                    Err(e) => return Err(e),
-                }
-                if changed {
-                    // The reset below takes BACKING as it is after our cleaning.
-                    now = FileStamp::of_file(&backing).unwrap_or(now);
-                    fresh = Some(now);
-                }
+            match self.open_quiesced(&a, &shared, changed, now) {
+                Some(outcome) => return Ok(outcome),
+                None => continue,
             }
-            let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
-                continue;
-            };
-            if !Arc::ptr_eq(&f.shared, &shared) {
-                continue;
-            }
-            if !changed {
-                f.forgotten = false;
-                let reused_blocks = self.attach(eng, file, backing, mode, class, born);
-                return Ok(OpenOutcome {
-                    reused_blocks,
-                    ..OpenOutcome::default()
-                });
-            }
-            let (blocks, old) = f.reset_to(now);
-            let kept_dirty = f.dirty.len();
-            // Dropped below after the engine lock (the file is quiesced: `io` + `op`).
-            let invalidate_below = f.fkey;
-            let dropped = drop_stale_blocks(&mut eng, file, blocks);
-            if kept_dirty > 0 {
-                log::warn!(
-                    "file {} changed behind the cache ({old:?} -> {now:?}); dropped {dropped} \
-                     clean blocks, kept {kept_dirty} dirty blocks that will overwrite it",
-                    file.0
-                );
-            } else if dropped > 0 {
-                log::info!(
-                    "file {} changed behind the cache; dropped {dropped} stale blocks",
-                    file.0
-                );
-            }
-            self.attach(eng, file, backing, mode, class, born);
-            if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
-                lower.invalidate_file(fk, 0);
-            }
+        }
+    }
+
+    /// `open`'s first step, under the engine lock alone: a new state for an unknown file
+    /// (with stamp `st`), or a new handle of a known one whose stamp is still `stamp`.
+    /// Otherwise returns the file's locks, to quiesce it for a closer look.
+    fn open_unchanged(
+        &self,
+        a: &Opening,
+        st: FileStamp,
+        stamp: FileStamp,
+    ) -> Result<OpenOutcome, Arc<FileShared>> {
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&a.file) else {
+            let v = eng.kept.take(a.file, &st, a.born);
+            eng.files.insert(a.file, a.new_state(st, v));
+            return Ok(OpenOutcome::default());
+        };
+        if f.stamp() == stamp && !f.forgotten() {
+            let reused_blocks = self.attach(eng, a);
             return Ok(OpenOutcome {
-                reused_blocks: 0,
-                dropped_blocks: dropped,
-                kept_dirty,
+                reused_blocks,
                 ..OpenOutcome::default()
             });
         }
+        Err(Arc::clone(f.shared()))
+    }
+
+    /// `open` of a quiesced file whose state is forgotten and is another file (stamp `now`
+    /// or the birth time differs): its data goes to its own inode (through its own handle)
+    /// and the state is replaced by a new one.
+    fn replace_forgotten(&self, a: &Opening, shared: &Arc<FileShared>, now: FileStamp) -> Step<()> {
+        let replace = {
+            let eng = self.lock();
+            match eng.files.get(&a.file) {
+                Some(f) if Arc::ptr_eq(f.shared(), shared) => {
+                    f.forgotten() && (f.stamp() != now || reborn(f.born(), a.born))
+                }
+                _ => return Step::Retry,
+            }
+        };
+        if !replace {
+            return Step::Next(());
+        }
+        let Some((old_fd, dropped)) = self.drop_forgotten_state(a.file, shared) else {
+            // Could not be dropped (logged): handled as a change behind our back.
+            return Step::Next(());
+        };
+        drop(old_fd);
+        let mut eng = self.lock();
+        if eng.files.contains_key(&a.file) {
+            return Step::Retry; // another open of the id came first
+        }
+        let v = eng.kept.take(a.file, &now, a.born);
+        eng.files.insert(a.file, a.new_state(now, v));
+        Step::Done(OpenOutcome {
+            dropped_blocks: dropped,
+            ..OpenOutcome::default()
+        })
+    }
+
+    /// Whether the quiesced file changed behind our back, decided on the stamp from before
+    /// any cleaning (which moves BACKING's stamp itself); then our writes still only in the
+    /// tier below go to BACKING, before the version changes: they win over an outside change,
+    /// like memory's dirty blocks. Returns whether it changed and BACKING's stamp to take.
+    fn clean_below_at_open(
+        &self,
+        a: &Opening,
+        shared: &Arc<FileShared>,
+        now: FileStamp,
+    ) -> io::Result<Step<(bool, FileStamp), std::convert::Infallible>> {
+        let (changed, below) = {
+            let eng = self.lock();
+            match eng.files.get(&a.file) {
+                Some(f) if Arc::ptr_eq(f.shared(), shared) => (
+                    f.stamp() != now || (f.forgotten() && reborn(f.born(), a.born)),
+                    !f.lower_dirty().is_empty(),
+                ),
+                _ => return Ok(Step::Retry),
+            }
+        };
+        if !below {
+            return Ok(Step::Next((changed, now)));
+        }
+        match self.clean_lower_locked(a.file) {
+            Ok(_) => {}
+            // Unchanged file: what could not be cleaned stays listed and reads of it
+            // fail alone (a detached tier's leftovers); the open itself is fine.
+            Err(e) if !changed => {
+                log::warn!("file {}: cleaning at open: {e}", a.file.0);
+            }
+            Err(e) => return Err(e),
+        }
+        // A reset takes BACKING as it is after our cleaning.
+        let now = match changed {
+            true => FileStamp::of_file(&a.backing).unwrap_or(now),
+            false => now,
+        };
+        Ok(Step::Next((changed, now)))
+    }
+
+    /// `open`'s last step on the quiesced file: a new handle of the same file, or (`changed`)
+    /// a new version at stamp `now` whose clean blocks, here and below, are dropped. `None`
+    /// when the state went meanwhile (start over).
+    fn open_quiesced(
+        &self,
+        a: &Opening,
+        shared: &Arc<FileShared>,
+        changed: bool,
+        now: FileStamp,
+    ) -> Option<OpenOutcome> {
+        let mut eng = self.lock();
+        let f = eng.files.get_mut(&a.file)?;
+        if !Arc::ptr_eq(f.shared(), shared) {
+            return None;
+        }
+        if !changed {
+            f.remembered();
+            let reused_blocks = self.attach(eng, a);
+            return Some(OpenOutcome {
+                reused_blocks,
+                ..OpenOutcome::default()
+            });
+        }
+        let (blocks, old) = f.reset_to(now);
+        let kept_dirty = f.dirty().len();
+        // Dropped below after the engine lock (the file is quiesced: `io` + `op`).
+        let invalidate_below = f.fkey();
+        let dropped = drop_stale_blocks(&mut eng, a.file, blocks);
+        if kept_dirty > 0 {
+            log::warn!(
+                "file {} changed behind the cache ({old:?} -> {now:?}); dropped {dropped} \
+                 clean blocks, kept {kept_dirty} dirty blocks that will overwrite it",
+                a.file.0
+            );
+        } else if dropped > 0 {
+            log::info!(
+                "file {} changed behind the cache; dropped {dropped} stale blocks",
+                a.file.0
+            );
+        }
+        self.attach(eng, a);
+        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+            lower.invalidate_file(fk, 0);
+        }
+        Some(OpenOutcome {
+            reused_blocks: 0,
+            dropped_blocks: dropped,
+            kept_dirty,
+            ..OpenOutcome::default()
+        })
     }
 
     /// Counts a new handle of the known `file`: offers its descriptor as the backing handle,
     /// applies its class, and closes the descriptor not kept once the engine lock is let go.
     /// Returns the file's cached blocks.
-    fn attach(
-        &self,
-        mut eng: MutexGuard<'_, Engine>,
-        file: FileId,
-        backing: Arc<File>,
-        mode: i32,
-        class: Class,
-        born: Option<BirthTime>,
-    ) -> usize {
+    fn attach(&self, mut eng: MutexGuard<'_, Engine>, a: &Opening) -> usize {
+        let (file, class) = (a.file, a.class);
         let Some(f) = eng.files.get_mut(&file) else {
             return 0;
         };
-        f.handles += 1;
-        f.born = born;
-        f.forget_at_release = false; // the kernel knows the inode again
-        let unused = f.offer_backing(backing, mode);
-        let reclass = f.class != class;
-        f.class = class;
-        let blocks = f.blocks.len();
+        let (unused, reclass) = f.attach(Arc::clone(&a.backing), a.mode, class, a.born);
+        let blocks = f.blocks().len();
         if reclass {
             self.reclassify(&mut eng, file, class);
         }
@@ -500,7 +351,7 @@ impl Inner {
             let last_after_forget = eng
                 .files
                 .get(&file)
-                .is_some_and(|f| f.forget_at_release && f.handles <= 1);
+                .is_some_and(|f| f.is_forget_at_release() && f.handles() <= 1);
             if last_after_forget {
                 return false;
             }
@@ -518,20 +369,19 @@ impl Inner {
             };
             // One release per successful open: counted under the engine lock, like the opens,
             // so a release racing another open of the file cannot close the new handle's state.
-            f.handles = f.handles.saturating_sub(1);
-            if f.handles > 0 {
+            if f.release_handle() > 0 {
                 return;
             }
             let mut kick = false;
-            if std::mem::take(&mut f.forget_at_release) {
+            if f.take_forget_at_release() {
                 // The kernel forgot the file while it was open. Without blocking the close:
                 // dirty blocks are left to the flusher; clean blocks stay if the birth time can
                 // tell this inode from a later one with the same number, else they go and the
                 // state, forgotten, goes once written back (its handle pins the inode until then).
-                f.forgotten = true;
-                kick = !f.dirty.is_empty();
-                if f.born.is_none() {
-                    if let (Some(fk), true) = (f.fkey, f.lower_dirty.is_empty()) {
+                f.mark_forgotten();
+                kick = !f.dirty().is_empty();
+                if f.born().is_none() {
+                    if let (Some(fk), true) = (f.fkey(), f.lower_dirty().is_empty()) {
                         // Clean copies only; dropped after the engine lock.
                         invalidate_below = Some(fk);
                     }
@@ -539,7 +389,7 @@ impl Inner {
                 }
             }
             let fd = eng.gc_file(file);
-            let holds = eng.files.get(&file).is_some_and(|f| f.backing.is_some());
+            let holds = eng.files.get(&file).is_some_and(|f| f.backing().is_some());
             (fd, kick, holds)
         };
         drop(fd);
@@ -559,7 +409,7 @@ impl Inner {
         let Some(f) = eng.files.get(&file) else {
             return;
         };
-        let blocks: Vec<u64> = f.blocks.iter().copied().collect();
+        let blocks: Vec<u64> = f.blocks().iter().copied().collect();
         for b in blocks {
             let key = BlockKey {
                 file,
@@ -574,7 +424,7 @@ impl Inner {
     pub(crate) fn set_class(&self, file: FileId, class: Class) {
         let mut eng = self.lock();
         if let Some(f) = eng.files.get_mut(&file) {
-            f.class = class;
+            f.set_class(class);
             self.reclassify(&mut eng, file, class);
         }
     }
@@ -590,18 +440,18 @@ impl Inner {
         let Some(f) = eng.files.get_mut(&file) else {
             return 0;
         };
-        f.ra = ReadAhead::default();
+        f.reset_read_ahead();
         eng.drop_file_blocks(file, false).0
     }
 
     pub(crate) fn logical_size(&self, file: FileId) -> Option<u64> {
         let eng = self.lock();
         let f = eng.files.get(&file)?;
-        (f.size > f.backing_size).then_some(f.size)
+        (f.size() > f.backing_size()).then_some(f.size())
     }
 
     pub(crate) fn generation(&self, file: FileId) -> Option<u64> {
-        self.lock().files.get(&file).map(|f| f.generation)
+        self.lock().files.get(&file).map(|f| f.generation())
     }
 
     pub(crate) fn logical_times(&self, file: FileId, backing_ctime: SystemTime) -> LogicalTimes {
@@ -609,7 +459,7 @@ impl Inner {
         let (mtime, during) = eng
             .files
             .get(&file)
-            .map_or((None, None), |f| (f.mtime, f.wb_ctime));
+            .map_or((None, None), |f| (f.mtime(), f.wb_ctime()));
         if mtime.is_none() && during.is_none() && eng.ctimes.get(file).is_none() {
             return LogicalTimes::default();
         }
@@ -641,7 +491,7 @@ impl Inner {
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
         let fd = match self.lock().files.get(&file) {
-            Some(f) => f.backing.clone(),
+            Some(f) => f.backing().cloned(),
             None => return apply(),
         };
         // Without a descriptor the file is closed and clean: BACKING's times are the file's.
@@ -660,23 +510,22 @@ impl Inner {
         let mut meta = None;
         match stamp {
             Ok(stamp) => {
-                if before.is_none_or(|b| b == f.stamp) {
-                    f.stamp = stamp;
+                if before.is_none_or(|b| b == f.stamp()) {
+                    f.record_stamp(stamp);
                 }
                 if mtime {
-                    let pending = !f.dirty.is_empty() || !f.lower_dirty.is_empty();
-                    f.mtime = pending.then_some(stamp.mtime);
+                    f.set_mtime(f.has_pending_writes().then_some(stamp.mtime));
                     // A persistent tier below keeps the new time with the file's dirty blocks.
                     if let (false, Some(fk), Some(h)) =
-                        (f.lower_dirty.is_empty(), f.fkey, f.handle.clone())
+                        (f.lower_dirty().is_empty(), f.fkey(), f.handle().cloned())
                     {
-                        meta = Some((fk, crate::lower_wb::file_meta(f.size, stamp.mtime, h)));
+                        meta = Some((fk, crate::lower_wb::file_meta(f.size(), stamp.mtime, h)));
                     }
                 }
             }
             Err(e) => {
                 if mtime && fd.is_none() {
-                    f.mtime = None;
+                    f.set_mtime(None);
                 }
                 log::warn!("file {}: fstat after set_times failed: {e}", file.0);
             }
@@ -703,7 +552,11 @@ impl Inner {
         let _op = crate::cache::write_lock(&shared.op);
         self.flush_locked(file, crate::flusher::Why::Sync(true))?;
         self.clean_lower_locked(file)?;
-        let fd = self.lock().files.get(&file).and_then(|f| f.backing.clone());
+        let fd = self
+            .lock()
+            .files
+            .get(&file)
+            .and_then(|f| f.backing().cloned());
         // Recorded after `op` only if this was the recorded stamp (see `versions`).
         let before = fd.as_deref().and_then(|fd| FileStamp::of_file(fd).ok());
         let result = op();
@@ -719,24 +572,16 @@ impl Inner {
         let Some(f) = eng.files.get_mut(&file) else {
             return result;
         };
-        f.generation += 1;
-        f.shared.change.fetch_add(1, Ordering::SeqCst);
-        f.ra = ReadAhead::default();
         if let Some(stamp) = stamp {
-            if before.is_none_or(|b| b == f.stamp) {
-                f.stamp = stamp;
+            if before.is_none_or(|b| b == f.stamp()) {
+                f.record_stamp(stamp);
             }
-            f.size = stamp.size;
-            f.backing_size = stamp.size;
         }
+        f.changed_directly(stamp.map(|s| s.size));
         // `op` may have changed bytes anywhere (a punched hole): no copy below is current.
         // Dropped there after the engine lock (the file is quiesced: `io` + `op`).
-        let invalidate_below = f.fkey;
-        f.needs_sync = true;
-        if f.dirty.is_empty() {
-            f.mtime = None;
-        }
-        let blocks: Vec<u64> = f.blocks.iter().copied().collect();
+        let invalidate_below = f.fkey();
+        let blocks: Vec<u64> = f.blocks().iter().copied().collect();
         for b in blocks {
             let key = BlockKey {
                 file,
@@ -761,7 +606,7 @@ impl Inner {
         self.lock()
             .files
             .get(&file)
-            .map_or((0, 0), |f| (f.blocks.len(), f.dirty.len()))
+            .map_or((0, 0), |f| (f.blocks().len(), f.dirty().len()))
     }
 
     /// Re-reads the backing file's stamp after the tier changed it, so that the next `open`
@@ -782,16 +627,5 @@ impl Inner {
                 None
             }
         }
-    }
-}
-
-/// Checks, under the engine lock, that a request still works on the state whose locks it took
-/// (a closed, clean, fully evicted file may have been forgotten and opened anew meanwhile).
-pub(crate) fn same_state(f: &FileState, shared: &Arc<FileShared>, file: FileId) -> io::Result<()> {
-    if Arc::ptr_eq(&f.shared, shared) {
-        Ok(())
-    } else {
-        log::warn!("file {}: request raced with forget/reopen; retry", file.0);
-        Err(io::Error::from_raw_os_error(libc::EAGAIN))
     }
 }

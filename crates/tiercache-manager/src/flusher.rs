@@ -30,9 +30,9 @@
 
 use crate::backing_write::MAX_RUN_BYTES;
 use crate::cache::{lock, Inner};
-use crate::error::{unknown_file, StoredError};
-use crate::files::FileStamp;
+use crate::error::unknown_file;
 use crate::lower_wb::Snap;
+use crate::stamp::FileStamp;
 use crate::stats::Counters;
 use std::collections::HashSet;
 use std::fs::File;
@@ -153,8 +153,8 @@ impl Inner {
                 .sample_rate(now, wb_total, self.timings.interval());
             eng.files
                 .iter()
-                .filter(|(_, f)| !f.dirty.is_empty())
-                .map(|(id, f)| (*id, f.dirtied_at, f.dirty.len()))
+                .filter(|(_, f)| !f.dirty().is_empty())
+                .map(|(id, f)| (*id, f.dirtied_at(), f.dirty().len()))
                 .collect()
         };
         // Expired files go in inode order (files of one directory are mostly neighbours on
@@ -227,8 +227,8 @@ impl Inner {
                 }
                 eng.files
                     .iter()
-                    .filter(|(_, f)| !f.dirty.is_empty())
-                    .min_by_key(|(_, f)| f.dirtied_at)
+                    .filter(|(_, f)| !f.dirty().is_empty())
+                    .min_by_key(|(_, f)| f.dirtied_at())
                     .map(|(id, _)| *id)
             };
             let Some(target) = target else {
@@ -251,7 +251,7 @@ impl Inner {
         let remembered = {
             let mut eng = self.lock();
             let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
-            f.error.take()
+            f.take_error()
         };
         self.flush_file(file, Why::Sync(datasync))?;
         match remembered {
@@ -268,10 +268,10 @@ impl Inner {
             eng.files
                 .iter()
                 .filter(|(_, f)| {
-                    !f.dirty.is_empty()
-                        || !f.lower_dirty.is_empty()
-                        || f.needs_sync
-                        || f.error.is_some()
+                    !f.dirty().is_empty()
+                        || !f.lower_dirty().is_empty()
+                        || f.needs_sync()
+                        || f.error().is_some()
                 })
                 .map(|(id, _)| *id)
                 .collect()
@@ -282,7 +282,7 @@ impl Inner {
                 .lock()
                 .files
                 .get_mut(&file)
-                .and_then(|f| f.error.take());
+                .and_then(|f| f.take_error());
             if let Err(e) = self.flush_file(file, Why::FlushAll) {
                 first.get_or_insert(e);
             }
@@ -292,7 +292,7 @@ impl Inner {
         }
         // What a persistent tier below still holds dirty goes to BACKING too: after `flush`
         // (and a clean unmount) BACKING is current; the tier keeps clean copies.
-        let below: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
+        let below: Vec<(FileId, Arc<crate::file_state::FileShared>)> = self.files_below();
         let mut cleaned_any = false;
         for (file, shared) in below {
             let _io = lock(&shared.io);
@@ -300,7 +300,7 @@ impl Inner {
                 .lock()
                 .files
                 .get(&file)
-                .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared));
+                .is_some_and(|f| Arc::ptr_eq(f.shared(), &shared));
             if !same {
                 continue; // replaced meanwhile (its cleaning is its own)
             }
@@ -334,7 +334,7 @@ impl Inner {
 
     /// Writes back the dirty blocks of `file`; returns how many became clean.
     pub(crate) fn flush_file(&self, file: FileId, why: Why) -> io::Result<usize> {
-        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(&f.shared)) else {
+        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(f.shared())) else {
             return Ok(0);
         };
         let _io = match (why, shared.io.try_lock()) {
@@ -431,11 +431,11 @@ impl Inner {
     fn flush_snapshot(&self, file: FileId, why: Why) -> Option<FlushSnap> {
         let mut eng = self.lock();
         let f = eng.files.get(&file)?;
-        let fd = f.backing.clone()?;
+        let fd = f.backing().cloned()?;
         let held: HashSet<u64> = f
-            .dirty
+            .dirty()
             .iter()
-            .filter(|b| f.lower_dirty.contains(b))
+            .filter(|b| f.lower_dirty().contains(b))
             .copied()
             .collect();
         // An appender's partial last block is held back from a background or throttled
@@ -443,30 +443,30 @@ impl Inner {
         // completes it, and writing it now means writing it again (a seek back on a disk).
         // `fsync`, expiry and the last close write it.
         let bs = self.bs as u64;
-        let eof_block = f.size / bs;
+        let eof_block = f.size() / bs;
         let hold_eof = matches!(why, Why::Background | Why::Throttle)
-            && f.handles > 0
-            && f.size % bs != 0
-            && f.dirty.len() > 1
-            && f.dirty.last() == Some(&eof_block)
-            && f.dirtied_at
+            && f.handles() > 0
+            && f.size() % bs != 0
+            && f.dirty().len() > 1
+            && f.dirty().last() == Some(&eof_block)
+            && f.dirtied_at()
                 .is_some_and(|t| t.elapsed() < self.timings.dirty_expire());
         let blocks: Vec<u64> = f
-            .dirty
+            .dirty()
             .iter()
             .copied()
             .filter(|&b| !(hold_eof && b == eof_block))
             .collect();
         let mut snap = FlushSnap {
             fd,
-            mode: f.backing_mode,
-            size: f.size,
-            mtime: f.mtime,
+            mode: f.backing_mode(),
+            size: f.size(),
+            mtime: f.mtime(),
             list: Vec::with_capacity(blocks.len()),
-            ident: f.fkey.map(|k| (k, f.version, f.class)),
-            handle: f.handle.clone(),
-            meta_mtime: f.mtime.unwrap_or(f.stamp.mtime),
-            lower_dirty: !f.lower_dirty.is_empty(),
+            ident: f.fkey().map(|k| (k, f.version(), f.class())),
+            handle: f.handle().cloned(),
+            meta_mtime: f.mtime().unwrap_or(f.stamp().mtime),
+            lower_dirty: !f.lower_dirty().is_empty(),
             held,
         };
         for block in blocks {
@@ -599,13 +599,12 @@ impl Inner {
                 // them (we hold the `io` lock, as cleaning does). Discarded below, outside the
                 // engine lock; the slot stays pinned till then, so no read can miss memory and
                 // find the older copy there meanwhile.
-                if f.lower_dirty.remove(&key.block.0) {
+                if f.remove_lower_dirty(key.block.0) {
                     done.discards.push((TierKey::new(fkey, key.block.0), slot));
                 }
             }
             // In the tier below now: dirty there until cleaned.
-            f.lower_dirty
-                .extend(stored.iter().map(|(key, _, _)| key.block.0));
+            f.add_lower_dirty(stored.iter().map(|(key, _, _)| key.block.0));
         }
         for &(_, slot, _) in &snap.list {
             if !done.discards.iter().any(|&(_, s)| s == slot) {
@@ -614,21 +613,21 @@ impl Inner {
         }
         if let Some(f) = eng.files.get_mut(&file) {
             if wb.mtime_applied
-                && f.dirty.is_empty()
-                && f.lower_dirty.is_empty()
-                && f.mtime == snap.mtime
+                && f.dirty().is_empty()
+                && f.lower_dirty().is_empty()
+                && f.mtime() == snap.mtime
             {
-                f.mtime = None;
+                f.set_mtime(None);
             }
             if let (Some(e), Why::Background | Why::Throttle) = (&wb.err, why) {
-                f.error = Some(StoredError::of(e));
+                f.writeback_failed(e);
             }
             match &wb.err {
-                Some(_) => done.log_err = f.error_log.failed(now),
-                None if !snap.list.is_empty() => done.recovered = f.error_log.succeeded(),
+                Some(_) => done.log_err = f.log_failure(now),
+                None if !snap.list.is_empty() => done.recovered = f.log_success(),
                 None => {}
             }
-            if f.forgotten && f.dirty.is_empty() && f.born.is_none() {
+            if f.forgotten() && f.dirty().is_empty() && f.born().is_none() {
                 // written back at last: nothing of a forgotten file stays (unless its birth
                 // time can tell it from a later inode with the same number)
                 eng.drop_file_blocks(file, false);
@@ -642,13 +641,13 @@ impl Inner {
     /// `needs_sync` and is logged (then once a minute).
     fn flush_sync_backing(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
         if let Some(f) = self.lock().files.get_mut(&file) {
-            f.needs_sync = false;
+            f.begin_sync();
         }
         if let Err(e) = self.dev_sync(file, fd, datasync) {
             let log = match self.lock().files.get_mut(&file) {
                 Some(f) => {
-                    f.needs_sync = true;
-                    f.error_log.failed(Instant::now())
+                    f.sync_failed();
+                    f.log_failure(Instant::now())
                 }
                 None => Some(0),
             };
@@ -693,11 +692,8 @@ impl Inner {
             })?;
         let mut eng = self.lock();
         if let Some(f) = eng.files.get_mut(&file) {
-            if f.backing.as_ref().is_some_and(|b| Arc::ptr_eq(b, fd)) {
-                // The old handle is still held by the caller: not closed under the lock.
-                f.backing = Some(Arc::clone(&rw));
-                f.backing_mode = libc::O_RDWR;
-            }
+            // The old handle is still held by the caller: not closed under the lock.
+            f.upgrade_backing(fd, &rw);
         }
         Ok(rw)
     }

@@ -26,7 +26,7 @@
 //! before is the open-handles case above (never the state of an open handle).
 
 use crate::cache::Inner;
-use crate::files::{FileShared, ReadAhead};
+use crate::file_state::FileShared;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -44,27 +44,9 @@ impl Inner {
         };
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
-        let fd = {
-            let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
-                return 0;
-            };
-            if !Arc::ptr_eq(&f.shared, &shared) {
-                return 0; // opened anew meanwhile: not the file that was forgotten
-            }
-            f.ra = ReadAhead::default();
-            if f.handles > 0 {
-                f.forget_at_release = true;
-                if f.born.is_some() {
-                    return 0;
-                }
-                return eng.drop_file_blocks(file, false).0;
-            }
-            if f.dirty.is_empty() && f.lower_dirty.is_empty() {
-                None
-            } else {
-                f.backing.clone()
-            }
+        let fd = match self.forget_start(file, &shared) {
+            Ok(fd) => fd,
+            Err(dropped) => return dropped,
         };
         let unlinked = fd
             .as_deref()
@@ -80,85 +62,128 @@ impl Inner {
             _ => Ok(()),
         };
         let mut invalidate_below = None;
-        let (dropped, fd) = {
-            let mut eng = self.lock();
-            if !eng
-                .files
-                .get(&file)
-                .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared))
-            {
-                return 0;
-            }
-            if eng.files.get(&file).is_some_and(|f| f.handles > 0) {
-                // Opened again during the write-back (a new lookup of the same inode: the
-                // kernel knows it again, so this forget is stale): the state belongs to the
-                // open handle and must stay. Its dirty blocks are on BACKING already.
-                return 0;
-            }
-            let keep_clean = !unlinked
-                && eng
-                    .files
-                    .get(&file)
-                    .is_some_and(|f| f.born.is_some() && written.is_ok());
-            if keep_clean {
-                // The kernel dropped its inode (memory pressure, drop_caches), not the file:
-                // the clean blocks stay, forgotten, and the next open reuses them only for the
-                // same inode (same stamp and birth time); eviction takes them otherwise.
-                if let Some(f) = eng.files.get_mut(&file) {
-                    f.forgotten = true;
-                }
-                // Logical times were the old node's; BACKING's are the file's from now on.
-                eng.ctimes.remove(file);
-                let fd = eng.gc_file(file);
-                drop(eng);
-                drop(fd);
-                return 0;
-            }
-            if let Some(f) = eng.files.get_mut(&file) {
-                if unlinked {
-                    f.lower_dirty.clear(); // its data is meaningless now
-                }
-                if let (Some(fk), true) = (f.fkey, f.lower_dirty.is_empty()) {
-                    // Without a birth time (or once unlinked) the identity may be reused.
-                    // Dropped below after the engine lock (the file is quiesced).
-                    invalidate_below = Some(fk);
-                }
-            }
-            let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
-            if dirty > 0 {
-                log::debug!(
-                    "file {}: forgotten after unlink; {dirty} dirty blocks not written",
-                    file.0
-                );
-            }
-            match eng.files.get_mut(&file) {
-                Some(f) if f.blocks.is_empty() && f.lower_dirty.is_empty() => {
-                    let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
-                    eng.ctimes.remove(file);
-                    (clean + dirty, fd)
-                }
-                Some(f) => {
-                    f.forgotten = true;
-                    let left = f.dirty.len();
-                    let why = match &written {
-                        Err(e) => e.to_string(),
-                        Ok(()) => "blocks busy".to_string(),
-                    };
-                    log::warn!(
-                        "file {}: forgotten with {left} dirty blocks not written back ({why}); \
-                         they are kept and retried",
-                        file.0
-                    );
-                    (clean, None)
-                }
-                None => (clean + dirty, None),
-            }
-        };
+        let (dropped, fd) =
+            self.forget_locked(file, &shared, unlinked, &written, &mut invalidate_below);
         drop(fd);
         if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
         dropped
+    }
+
+    /// `forget`'s first step, on the quiesced file: with handles open it is left to the last
+    /// release (`Err`: the blocks dropped now); else returns the descriptor to write the
+    /// pending blocks back through (`None`: nothing pending).
+    fn forget_start(
+        &self,
+        file: FileId,
+        shared: &Arc<FileShared>,
+    ) -> Result<Option<Arc<File>>, usize> {
+        let mut eng = self.lock();
+        let Some(f) = eng.files.get_mut(&file) else {
+            return Err(0);
+        };
+        if !Arc::ptr_eq(f.shared(), shared) {
+            return Err(0); // opened anew meanwhile: not the file that was forgotten
+        }
+        f.reset_read_ahead();
+        if f.handles() > 0 {
+            f.forget_at_release();
+            if f.born().is_some() {
+                return Err(0);
+            }
+            return Err(eng.drop_file_blocks(file, false).0);
+        }
+        Ok(if f.has_pending_writes() {
+            f.backing().cloned()
+        } else {
+            None
+        })
+    }
+
+    /// `forget`'s last step, after the write-back (`written`): keeps the clean blocks of a
+    /// file its birth time tells apart, else drops what it can and the state once empty.
+    /// Returns the blocks dropped and the descriptor to close after the engine lock.
+    fn forget_locked(
+        &self,
+        file: FileId,
+        shared: &Arc<FileShared>,
+        unlinked: bool,
+        written: &std::io::Result<()>,
+        invalidate_below: &mut Option<tiercache_tier::FileKey>,
+    ) -> (usize, Option<Arc<File>>) {
+        let mut eng = self.lock();
+        if !eng
+            .files
+            .get(&file)
+            .is_some_and(|f| Arc::ptr_eq(f.shared(), shared))
+        {
+            return (0, None);
+        }
+        if eng.files.get(&file).is_some_and(|f| f.handles() > 0) {
+            // Opened again during the write-back (a new lookup of the same inode: the
+            // kernel knows it again, so this forget is stale): the state belongs to the
+            // open handle and must stay. Its dirty blocks are on BACKING already.
+            return (0, None);
+        }
+        let keep_clean = !unlinked
+            && eng
+                .files
+                .get(&file)
+                .is_some_and(|f| f.born().is_some() && written.is_ok());
+        if keep_clean {
+            // The kernel dropped its inode (memory pressure, drop_caches), not the file:
+            // the clean blocks stay, forgotten, and the next open reuses them only for the
+            // same inode (same stamp and birth time); eviction takes them otherwise.
+            if let Some(f) = eng.files.get_mut(&file) {
+                f.mark_forgotten();
+            }
+            // Logical times were the old node's; BACKING's are the file's from now on.
+            eng.ctimes.remove(file);
+            let fd = eng.gc_file(file);
+            drop(eng);
+            drop(fd);
+            return (0, None);
+        }
+        if let Some(f) = eng.files.get_mut(&file) {
+            if unlinked {
+                f.discard_lower_dirty(); // its data is meaningless now
+            }
+            if let (Some(fk), true) = (f.fkey(), f.lower_dirty().is_empty()) {
+                // Without a birth time (or once unlinked) the identity may be reused.
+                // Dropped below after the engine lock (the file is quiesced).
+                *invalidate_below = Some(fk);
+            }
+        }
+        let (clean, dirty) = eng.drop_file_blocks(file, unlinked);
+        if dirty > 0 {
+            log::debug!(
+                "file {}: forgotten after unlink; {dirty} dirty blocks not written",
+                file.0
+            );
+        }
+        match eng.files.get_mut(&file) {
+            Some(f) if f.blocks().is_empty() && f.lower_dirty().is_empty() => {
+                let fd = eng.files.remove(&file).and_then(|mut f| f.take_backing());
+                eng.ctimes.remove(file);
+                (clean + dirty, fd)
+            }
+            Some(f) => {
+                f.mark_forgotten();
+                let left = f.dirty().len();
+                let why = match written {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "blocks busy".to_string(),
+                };
+                log::warn!(
+                    "file {}: forgotten with {left} dirty blocks not written back ({why}); \
+                     they are kept and retried",
+                    file.0
+                );
+                (clean, None)
+            }
+            None => (clean + dirty, None),
+        }
     }
 
     /// For `open`, which holds the file's `io` and `op` locks: writes a forgotten state's dirty
@@ -192,15 +217,14 @@ impl Inner {
         if !eng
             .files
             .get(&file)
-            .is_some_and(|f| Arc::ptr_eq(&f.shared, shared))
+            .is_some_and(|f| Arc::ptr_eq(f.shared(), shared))
         {
             return Some((None, 0)); // written back and gone already
         }
         let (clean, mut dirty) = eng.drop_file_blocks(file, true);
         if let Some(f) = eng.files.get_mut(&file) {
-            dirty += f.lower_dirty.len();
-            f.lower_dirty.clear();
-            *invalidate_below = f.fkey;
+            dirty += f.discard_lower_dirty();
+            *invalidate_below = f.fkey();
         }
         if dirty > 0 {
             log::error!(
@@ -209,14 +233,14 @@ impl Inner {
                 file.0
             );
         }
-        if eng.files.get(&file).is_some_and(|f| !f.blocks.is_empty()) {
+        if eng.files.get(&file).is_some_and(|f| !f.blocks().is_empty()) {
             log::error!(
                 "file {}: blocks busy while replacing a forgotten file",
                 file.0
             );
             return None;
         }
-        let fd = eng.files.remove(&file).and_then(|mut f| f.backing.take());
+        let fd = eng.files.remove(&file).and_then(|mut f| f.take_backing());
         eng.ctimes.remove(file);
         Some((fd, clean + dirty))
     }

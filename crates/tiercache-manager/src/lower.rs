@@ -27,9 +27,9 @@
 //! takes the engine or the transit lock alone and calls tiers with neither held; tiers never
 //! call back into the manager except through the `current` and `spill` callbacks it hands them.
 
-use crate::cache::lock;
 use crate::error::MemError;
-use crate::files::FileShared;
+use crate::file_state::FileShared;
+use crate::locks::lock;
 use crate::lower_bypass::{Bypass, MeasuredCosts};
 use crate::lower_transit::Transit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};

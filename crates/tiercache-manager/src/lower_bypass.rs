@@ -14,7 +14,7 @@
 //! Cost: one relaxed load per tier with a threshold per read request; the meter (a mutex) is
 //! touched only when some tier is `auto`.
 
-use crate::cache::lock;
+use crate::locks::lock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;

@@ -22,8 +22,8 @@
 //! Lock order: engine → transit; tier → transit (a tier's `current` and `spill` callbacks).
 //! The worker takes the engine or the transit lock alone and calls tiers with neither held.
 
-use crate::cache::lock;
-use crate::files::FileShared;
+use crate::file_state::FileShared;
+use crate::locks::lock;
 use crate::lower::Lower;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};

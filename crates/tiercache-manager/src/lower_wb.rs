@@ -25,7 +25,7 @@
 
 use crate::backing_write::MAX_RUN_BYTES;
 use crate::cache::Inner;
-use crate::files::FileStamp;
+use crate::stamp::FileStamp;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
@@ -95,7 +95,7 @@ struct CleanSnap {
     blocks: Vec<u64>,
     /// The time of the writes while some are pending (`None`: BACKING's own).
     mtime: Option<SystemTime>,
-    shared: Arc<crate::files::FileShared>,
+    shared: Arc<crate::file_state::FileShared>,
 }
 
 impl Inner {
@@ -136,7 +136,7 @@ impl Inner {
             }
         };
         if let Some(f) = self.lock().files.get_mut(&file) {
-            f.handle = Some(h.clone());
+            f.set_handle(h.clone());
         }
         (!h.bytes.is_empty()).then_some(h)
     }
@@ -282,8 +282,7 @@ impl Inner {
                 // This sync may have consumed the EIO of an earlier write-back of the file
                 // (reported once per open file): the next fsync must still fail.
                 if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.error = Some(crate::error::StoredError::of(&e));
-                    f.needs_sync = true;
+                    f.durable_write_failed(&e);
                 }
                 done.clear();
                 err.get_or_insert(e);
@@ -322,16 +321,16 @@ impl Inner {
         let Some(f) = eng.files.get(&file) else {
             return Ok(None);
         };
-        if f.lower_dirty.is_empty() {
+        if f.lower_dirty().is_empty() {
             return Ok(None);
         }
-        let (Some(fd), Some(fkey)) = (f.backing.clone(), f.fkey) else {
+        let (Some(fd), Some(fkey)) = (f.backing().cloned(), f.fkey()) else {
             return Err(io::Error::other(
                 "lower-dirty blocks without a backing handle",
             ));
         };
         let blocks: Vec<u64> = f
-            .lower_dirty
+            .lower_dirty()
             .iter()
             .filter(|b| only.is_none_or(|o| o.contains(b)))
             .copied()
@@ -341,13 +340,13 @@ impl Inner {
         }
         Ok(Some(CleanSnap {
             fd,
-            mode: f.backing_mode,
-            size: f.size,
+            mode: f.backing_mode(),
+            size: f.size(),
             fkey,
-            version: f.version,
+            version: f.version(),
             blocks,
-            mtime: f.mtime,
-            shared: Arc::clone(&f.shared),
+            mtime: f.mtime(),
+            shared: Arc::clone(f.shared()),
         }))
     }
 
@@ -377,9 +376,9 @@ impl Inner {
                     None => true,
                 };
                 if clean {
-                    f.lower_dirty.remove(&block);
+                    f.remove_lower_dirty(block);
                     cleaned += 1;
-                    if f.blocks.contains(&block) {
+                    if f.blocks().contains(&block) {
                         // Memory holds it (maybe newer and dirty): the copy below, clean now,
                         // must not outlive it as the block's bytes. Dropped after the engine
                         // lock: memory's copy cannot go meanwhile without being clean and
@@ -388,7 +387,7 @@ impl Inner {
                     }
                 }
             }
-            if f.lower_dirty.is_empty() && f.forgotten && f.born.is_none() {
+            if f.lower_dirty().is_empty() && f.forgotten() && f.born().is_none() {
                 // Forgotten without a birth time: its identity may name another file later,
                 // so nothing of it stays below once its data is on BACKING.
                 drop_all_below = true;
@@ -486,7 +485,7 @@ impl Inner {
         let Some(lower) = self.lower.as_ref().filter(|l| l.fills_on_write()) else {
             return;
         };
-        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(&f.shared)) else {
+        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(f.shared())) else {
             return;
         };
         for &(key, slot, seq) in copied {
@@ -535,8 +534,7 @@ impl Inner {
             // The EIO of an earlier write-back may have been consumed here: the next fsync
             // must still fail.
             if let Some(f) = self.lock().files.get_mut(&file) {
-                f.error = Some(crate::error::StoredError::of(e));
-                f.needs_sync = true;
+                f.durable_write_failed(e);
             }
         }
         for &(key, slot) in discards {
@@ -555,7 +553,7 @@ impl Inner {
             };
             if kept {
                 if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.lower_dirty.insert(key.block.0);
+                    f.add_lower_dirty([key.block.0]);
                 }
             } else {
                 if let Err(e) = &synced {
@@ -607,7 +605,7 @@ impl Inner {
                 .lock()
                 .files
                 .get(&file)
-                .is_some_and(|f| f.lower_dirty.contains(&block));
+                .is_some_and(|f| f.lower_dirty().contains(&block));
             if !still {
                 return Ok(false);
             }
@@ -637,14 +635,14 @@ impl Inner {
         for b in blocks {
             by_key.entry(b.key.file).or_default().insert(b.key.block.0);
         }
-        let files: Vec<(FileId, Arc<crate::files::FileShared>, HashSet<u64>)> = {
+        let files: Vec<(FileId, Arc<crate::file_state::FileShared>, HashSet<u64>)> = {
             let eng = self.lock();
             eng.files
                 .iter()
-                .filter(|(_, f)| !f.lower_dirty.is_empty())
+                .filter(|(_, f)| !f.lower_dirty().is_empty())
                 .filter_map(|(id, f)| {
-                    let set = by_key.remove(&f.fkey?)?;
-                    Some((*id, Arc::clone(&f.shared), set))
+                    let set = by_key.remove(&f.fkey()?)?;
+                    Some((*id, Arc::clone(f.shared()), set))
                 })
                 .collect()
         };
@@ -666,7 +664,7 @@ impl Inner {
                     .lock()
                     .files
                     .get(&file)
-                    .is_some_and(|f| Arc::ptr_eq(&f.shared, &shared));
+                    .is_some_and(|f| Arc::ptr_eq(f.shared(), &shared));
                 if !same {
                     continue; // replaced meanwhile: its own lock guards it
                 }
@@ -729,7 +727,7 @@ impl Inner {
     /// Blocks that could not be read stay listed: reading them fails with EIO rather than
     /// returning BACKING's older bytes.
     fn detach_dirty_tier(&self, lower: &crate::lower::Lower) {
-        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
+        let files: Vec<(FileId, Arc<crate::file_state::FileShared>)> = self.files_below();
         let mut failed = 0usize;
         for (file, shared) in files {
             let _io = crate::cache::lock(&shared.io);
@@ -752,12 +750,12 @@ impl Inner {
     }
 
     /// The files with blocks whose newest bytes are only below, with their per-file locks.
-    pub(crate) fn files_below(&self) -> Vec<(FileId, Arc<crate::files::FileShared>)> {
+    pub(crate) fn files_below(&self) -> Vec<(FileId, Arc<crate::file_state::FileShared>)> {
         self.lock()
             .files
             .iter()
-            .filter(|(_, f)| !f.lower_dirty.is_empty())
-            .map(|(id, f)| (*id, Arc::clone(&f.shared)))
+            .filter(|(_, f)| !f.lower_dirty().is_empty())
+            .map(|(id, f)| (*id, Arc::clone(f.shared())))
             .collect()
     }
 
@@ -773,7 +771,7 @@ impl Inner {
         {
             return;
         }
-        let files: Vec<(FileId, Arc<crate::files::FileShared>)> = self.files_below();
+        let files: Vec<(FileId, Arc<crate::file_state::FileShared>)> = self.files_below();
         for (file, shared) in files {
             let Ok(_io) = shared.io.try_lock() else {
                 continue;

@@ -25,6 +25,6 @@ pub enum NoWait<T> {
 impl Inner {
     /// The class of `file` (`None`: not open nor cached).
     pub(crate) fn class_of(&self, file: FileId) -> Option<Class> {
-        self.lock().files.get(&file).map(|f| f.class)
+        self.lock().files.get(&file).map(|f| f.class())
     }
 }

@@ -15,12 +15,14 @@
 //! is served from BACKING rather than waiting; bytes at or beyond the logical size are zero.
 
 use crate::cache::{read_lock, try_read_lock, Inner};
+use crate::engine::Engine;
 use crate::error::unknown_file;
-use crate::files::{same_state, FileShared};
+use crate::file_state::{same_state, FileShared};
 use crate::stats::Counters;
 use crate::NoWait;
 use std::fs::File;
 use std::io;
+use std::ops::RangeInclusive;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -87,6 +89,25 @@ enum Planned {
     /// Hits only were asked for and some block is not a valid resident one (nothing was
     /// counted or pinned); the file's class.
     Wait(Class),
+}
+
+/// What `plan_read`'s per-block steps share.
+struct PlanBlocks {
+    file: FileId,
+    class: Class,
+    /// The file has blocks dirty in the tier below (else none is looked up).
+    any_lower_dirty: bool,
+}
+
+impl PlanBlocks {
+    /// Whether `block`'s newest bytes are only in the tier below.
+    fn lower_dirty(&self, eng: &Engine, block: u64) -> bool {
+        self.any_lower_dirty
+            && eng
+                .files
+                .get(&self.file)
+                .is_some_and(|f| f.lower_dirty().contains(&block))
+    }
 }
 
 impl Inner {
@@ -159,87 +180,39 @@ impl Inner {
         let mut eng = self.lock();
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
-        let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
-        let size = f.size;
+        let fd = f.backing().cloned().ok_or_else(|| unknown_file(file))?;
+        let size = f.size();
         if offset >= size {
             return Ok(Planned::Eof);
         }
         let end = offset.saturating_add(len as u64).min(size);
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
-        if hits_only {
-            let class = f.class;
-            let valid = |block| {
-                let key = Self::key(file, block);
-                eng.tier
-                    .peek(&key)
-                    .and_then(|slot| self.arena.try_state(slot))
-                    .is_some_and(|st| st.holds(key))
-            };
-            if !(b0..=b1).all(valid) {
-                return Ok(Planned::Wait(class));
-            }
+        let class = f.class();
+        if hits_only && !self.all_valid(&eng, file, b0..=b1) {
+            return Ok(Planned::Wait(class));
         }
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
-        let window = f.ra.advance(offset, end, self.cfg.readahead_max_blocks);
+        let window = f.advance_read_ahead(offset, end, self.cfg.readahead_max_blocks);
         let skip = match &self.lower {
             Some(l) if l.bypass.any() => {
-                let run = f.ra.run.advance(b0, b1 - b0 + 1);
+                let run = f.advance_seq_run(b0, b1 - b0 + 1);
                 l.bypass.skip_mask(run, b1 - b0 + 1)
             }
             _ => 0,
         };
-        let class = f.class;
-        let (fkey, version) = (f.fkey, f.version);
-        let any_lower_dirty = !f.lower_dirty.is_empty();
+        let (fkey, version) = (f.fkey(), f.version());
+        let any_lower_dirty = !f.lower_dirty().is_empty();
         let last = (size - 1) >> self.shift;
-        for block in b0..=b1 {
-            let key = Self::key(file, block);
-            eng.trace(key, false, class);
-            let plan = match eng.tier.lookup(key, class) {
-                Some(slot) => {
-                    eng.pin(slot);
-                    Plan::Hit(slot)
-                }
-                None => match eng.insert_fresh(&self.arena, key, class) {
-                    Some(slot) => Plan::Fill(slot),
-                    None => Plan::Bypass,
-                },
-            };
-            let lower_dirty = any_lower_dirty
-                && eng
-                    .files
-                    .get(&file)
-                    .is_some_and(|f| f.lower_dirty.contains(&block));
-            steps.push(Step {
-                block,
-                plan,
-                requested: true,
-                lower_dirty,
-            });
-        }
+        let blocks = PlanBlocks {
+            file,
+            class,
+            any_lower_dirty,
+        };
+        self.plan_requested(&mut eng, &blocks, b0..=b1, &mut steps);
         // Read-ahead rides on a miss at the end of a sequential request.
         if window > 0 && matches!(steps.last(), Some(s) if matches!(s.plan, Plan::Fill(_))) {
             let ra_end = b1.saturating_add(u64::from(window)).min(last);
-            for block in b1 + 1..=ra_end {
-                let key = Self::key(file, block);
-                if eng.tier.contains(&key) {
-                    break;
-                }
-                let lower_dirty = any_lower_dirty
-                    && eng
-                        .files
-                        .get(&file)
-                        .is_some_and(|f| f.lower_dirty.contains(&block));
-                match eng.insert_fresh(&self.arena, key, class) {
-                    Some(slot) => steps.push(Step {
-                        block,
-                        plan: Plan::Fill(slot),
-                        requested: false,
-                        lower_dirty,
-                    }),
-                    None => break,
-                }
-            }
+            self.plan_read_ahead(&mut eng, &blocks, b1 + 1..=ra_end, &mut steps);
         }
         Ok(Planned::Plan(ReadPlan {
             fd,
@@ -257,6 +230,74 @@ impl Inner {
             },
             skip,
         }))
+    }
+
+    /// Whether every block of `blocks` is resident and valid (for `hits_only` plans).
+    fn all_valid(&self, eng: &Engine, file: FileId, mut blocks: RangeInclusive<u64>) -> bool {
+        blocks.all(|block| {
+            let key = Self::key(file, block);
+            eng.tier
+                .peek(&key)
+                .and_then(|slot| self.arena.try_state(slot))
+                .is_some_and(|st| st.holds(key))
+        })
+    }
+
+    /// Plans the requested `blocks`: hits pinned, misses given a fresh slot to fill (or
+    /// bypassed when memory has none free).
+    fn plan_requested(
+        &self,
+        eng: &mut Engine,
+        p: &PlanBlocks,
+        blocks: RangeInclusive<u64>,
+        steps: &mut Vec<Step>,
+    ) {
+        for block in blocks {
+            let key = Self::key(p.file, block);
+            eng.trace(key, false, p.class);
+            let plan = match eng.tier.lookup(key, p.class) {
+                Some(slot) => {
+                    eng.pin(slot);
+                    Plan::Hit(slot)
+                }
+                None => match eng.insert_fresh(&self.arena, key, p.class) {
+                    Some(slot) => Plan::Fill(slot),
+                    None => Plan::Bypass,
+                },
+            };
+            steps.push(Step {
+                block,
+                plan,
+                requested: true,
+                lower_dirty: p.lower_dirty(eng, block),
+            });
+        }
+    }
+
+    /// Plans read-ahead of `blocks`, up to the first one cached or without a free slot.
+    fn plan_read_ahead(
+        &self,
+        eng: &mut Engine,
+        p: &PlanBlocks,
+        blocks: RangeInclusive<u64>,
+        steps: &mut Vec<Step>,
+    ) {
+        for block in blocks {
+            let key = Self::key(p.file, block);
+            if eng.tier.contains(&key) {
+                break;
+            }
+            let lower_dirty = p.lower_dirty(eng, block);
+            match eng.insert_fresh(&self.arena, key, p.class) {
+                Some(slot) => steps.push(Step {
+                    block,
+                    plan: Plan::Fill(slot),
+                    requested: false,
+                    lower_dirty,
+                }),
+                None => break,
+            }
+        }
     }
 
     /// Copies the part of block `block` (whose bytes are `data`) that the request wants.

@@ -19,8 +19,7 @@
 //! holds, could go with the inode unseen), except for forgotten files (see `forget`).
 
 use crate::cache::{lock, Inner};
-use crate::error::StoredError;
-use crate::files::FileShared;
+use crate::file_state::FileShared;
 use crate::flusher::Why;
 use crate::stats::Counters;
 use std::collections::BTreeMap;
@@ -69,15 +68,15 @@ impl Inner {
             let eng = self.lock();
             eng.files
                 .iter()
-                .filter(|(_, f)| f.needs_sync && f.dirty.is_empty())
-                .filter(|(_, f)| scope == Scope::All || f.handles == 0)
+                .filter(|(_, f)| f.needs_sync() && f.dirty().is_empty())
+                .filter(|(_, f)| scope == Scope::All || f.handles() == 0)
                 .filter_map(|(id, f)| {
                     Some(Pending {
                         file: *id,
-                        dev: f.dev,
-                        shared: Arc::clone(&f.shared),
-                        generation: f.generation,
-                        fd: f.backing.clone()?,
+                        dev: f.dev(),
+                        shared: Arc::clone(f.shared()),
+                        generation: f.generation(),
+                        fd: f.backing().cloned()?,
                     })
                 })
                 .collect()
@@ -129,14 +128,11 @@ impl Inner {
         let log = {
             let mut eng = self.lock();
             match eng.files.get_mut(&p.file) {
-                Some(f) if Arc::ptr_eq(&f.shared, &p.shared) => {
+                Some(f) if Arc::ptr_eq(f.shared(), &p.shared) => {
                     // What the failed sync lost cannot be written again (the pages it had
                     // are gone): reported once instead, at the next fsync or close.
-                    f.error = Some(StoredError::of(&e));
-                    if f.generation == p.generation {
-                        f.needs_sync = false;
-                    }
-                    f.error_log.failed(Instant::now())
+                    f.sync_lost(&e, p.generation);
+                    f.log_failure(Instant::now())
                 }
                 _ => Some(0),
             }
@@ -164,11 +160,8 @@ impl Inner {
                     let f = eng.files.get_mut(&p.file)?;
                     // Same state, untouched since the snapshot: what the sync covered is all
                     // it had written (a later write-back needs a later write).
-                    if Arc::ptr_eq(&f.shared, &p.shared)
-                        && f.generation == p.generation
-                        && f.dirty.is_empty()
-                    {
-                        f.needs_sync = false;
+                    if Arc::ptr_eq(f.shared(), &p.shared) {
+                        f.synced_if_unchanged(p.generation);
                     }
                     eng.gc_file(p.file)
                 })
@@ -189,8 +182,8 @@ impl Inner {
                 .lock()
                 .files
                 .iter()
-                .filter(|(_, f)| f.handles == 0 && f.backing.is_some())
-                .map(|(id, f)| (*id, f.dirtied_at))
+                .filter(|(_, f)| f.handles() == 0 && f.backing().is_some())
+                .map(|(id, f)| (*id, f.dirtied_at()))
                 .collect()
         };
         let mut files = held(self);

@@ -168,14 +168,14 @@ impl Inner {
         let mut eng = self.lock();
         match eng.files.get_mut(&file) {
             Some(f) => {
-                if before.is_some_and(|b| *b != f.stamp) {
+                if before.is_some_and(|b| *b != f.stamp()) {
                     log::info!(
                         "file {}: changed on BACKING before one of the cache's own changes; \
                          not recorded, so the next open sees it",
                         file.0
                     );
-                } else if now.supersedes(&f.stamp) {
-                    f.stamp = now;
+                } else if now.supersedes(&f.stamp()) {
+                    f.record_stamp(now);
                 }
             }
             None => eng.kept.note(file, before, now),

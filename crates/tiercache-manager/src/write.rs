@@ -17,7 +17,8 @@
 use crate::cache::{lock, read_lock, try_read_lock, write_lock, Inner};
 use crate::engine::Dropped;
 use crate::error::unknown_file;
-use crate::files::{same_state, FileShared, FileStamp, ReadAhead};
+use crate::file_state::{same_state, FileShared};
+use crate::stamp::FileStamp;
 use crate::stats::Counters;
 use crate::NoWait;
 use std::fs::File;
@@ -161,7 +162,7 @@ impl Inner {
     fn writes_without_io(
         &self,
         eng: &crate::engine::Engine,
-        f: &crate::files::FileState,
+        f: &crate::file_state::FileState,
         file: FileId,
         offset: u64,
         end: u64,
@@ -178,7 +179,8 @@ impl Inner {
             // A block whose newest bytes are only below is read from there unless written whole
             // (then memory takes it dirty, as a waiting write does; the copy below stays until
             // write-back reaches it).
-            let needs_old = partial && (bstart < f.backing_size || f.lower_dirty.contains(&block));
+            let needs_old =
+                partial && (bstart < f.backing_size() || f.lower_dirty().contains(&block));
             match eng.tier.peek(&key) {
                 Some(slot) => {
                     !needs_old || self.arena.try_state(slot).is_some_and(|st| st.holds(key))
@@ -205,29 +207,29 @@ impl Inner {
         let f = eng.files.get(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
         if no_wait && !self.writes_without_io(&eng, f, file, offset, end) {
-            return Ok(Err(f.class));
+            return Ok(Err(f.class()));
         }
-        let fd = f.backing.clone().ok_or_else(|| unknown_file(file))?;
+        let fd = f.backing().cloned().ok_or_else(|| unknown_file(file))?;
         let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
-        f.generation += 1;
+        f.begin_write();
         // Counted before the change bump (see `try_write`).
-        let invalidated_below = no_wait && self.lower.is_some() && f.fkey.is_some();
+        let invalidated_below = no_wait && self.lower.is_some() && f.fkey().is_some();
         if invalidated_below {
-            f.shared.no_wait_writes.fetch_add(1, Ordering::SeqCst);
+            f.shared().no_wait_writes.fetch_add(1, Ordering::SeqCst);
         }
-        f.shared.change.fetch_add(1, Ordering::SeqCst);
+        f.shared().change.fetch_add(1, Ordering::SeqCst);
         let (mode, size, backing_size, class, fkey, version) = (
-            f.backing_mode,
-            f.size,
-            f.backing_size,
-            f.class,
-            f.fkey,
-            f.version,
+            f.backing_mode(),
+            f.size(),
+            f.backing_size(),
+            f.class(),
+            f.fkey(),
+            f.version(),
         );
-        let lower_dirty: Vec<u64> = if f.lower_dirty.is_empty() {
+        let lower_dirty: Vec<u64> = if f.lower_dirty().is_empty() {
             Vec::new()
         } else {
-            f.lower_dirty.range(b0..=b1).copied().collect()
+            f.lower_dirty().range(b0..=b1).copied().collect()
         };
         for block in b0..=b1 {
             let key = Self::key(file, block);
@@ -371,16 +373,15 @@ impl Inner {
             return;
         };
         // Detached or not: its older copies must not come back after a crash.
-        let (Some(fk), Some(tier)) = (f.fkey, self.lower.as_ref().and_then(|l| l.dirty_tier_any()))
-        else {
+        let (Some(fk), Some(tier)) = (
+            f.fkey(),
+            self.lower.as_ref().and_then(|l| l.dirty_tier_any()),
+        ) else {
             return;
         };
-        let gone: Vec<u64> = f.lower_dirty.range(first..).copied().collect();
+        let gone = f.lower_dirty_gone_from(first);
         if gone.is_empty() {
             return;
-        }
-        for b in &gone {
-            f.lower_dirty.remove(b);
         }
         let tier = Arc::clone(tier);
         drop(eng);
@@ -425,9 +426,9 @@ impl Inner {
             let eng = self.lock();
             let f = eng.files.get(&file);
             (
-                f.map_or(Class::Normal, |f| f.class),
-                f.map_or(end, |f| f.size.max(end)),
-                f.and_then(|f| f.handle.clone()),
+                f.map_or(Class::Normal, |f| f.class()),
+                f.map_or(end, |f| f.size().max(end)),
+                f.and_then(|f| f.handle().cloned()),
             )
         };
         let now = SystemTime::now();
@@ -443,9 +444,9 @@ impl Inner {
         match tier.write_dirty(&key, plan.version, class, &buf) {
             Ok(Admit::Stored) => {
                 if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.lower_dirty.insert(block);
+                    f.add_lower_dirty([block]);
                     // The write's time, for `stat` and for the cleaning that restores it.
-                    f.mtime = Some(now);
+                    f.set_mtime(Some(now));
                 }
                 Ok(false)
             }
@@ -468,7 +469,7 @@ impl Inner {
                 self.dev_write(file, &fd, &buf[..n], start)?;
                 self.dev_sync(file, &fd, true)?;
                 if let Some(f) = self.lock().files.get_mut(&file) {
-                    f.lower_dirty.remove(&block);
+                    f.remove_lower_dirty(block);
                 }
                 tier.discard(&key);
                 Ok(true)
@@ -574,17 +575,16 @@ impl Inner {
             }
             if let Some(f) = eng.files.get_mut(&file) {
                 let new_end = offset + done.bytes as u64;
-                if done.bytes > 0 && new_end > f.size {
-                    f.size = new_end;
+                if done.bytes > 0 {
+                    f.extend_size(new_end);
                 }
                 if done.through_blocks > 0 {
-                    f.backing_size = f.backing_size.max(done.through_end).min(f.size);
-                    f.needs_sync = true;
+                    f.wrote_through(done.through_end);
                 }
                 // The write's modification time, until write-back puts it on BACKING (a
                 // write-through alone already moved BACKING's own).
-                if done.bytes > 0 && !f.dirty.is_empty() {
-                    f.mtime = Some(wall);
+                if done.bytes > 0 && !f.dirty().is_empty() {
+                    f.set_mtime(Some(wall));
                 }
             }
             eng.dirty_blocks > self.dirty_bg_limit
@@ -626,16 +626,16 @@ impl Inner {
                     None if given.is_some() => continue,
                     None => return Err(unknown_file(file)),
                 };
-                if !Arc::ptr_eq(&f.shared, &shared) {
+                if !Arc::ptr_eq(f.shared(), &shared) {
                     if given.is_some() && tries < 8 {
                         continue;
                     }
                     same_state(f, &shared, file)?;
                 }
-                if grow_only && f.size >= new_size {
+                if grow_only && f.size() >= new_size {
                     return Ok(());
                 }
-                f.backing.clone().map(|fd| (fd, f.backing_mode))
+                f.backing().cloned().map(|fd| (fd, f.backing_mode()))
             };
             // Held until the state is updated: the stored handle may be a fresh reopen.
             let owned;
@@ -685,19 +685,14 @@ impl Inner {
             let Some(f) = eng.files.get_mut(&file) else {
                 return Ok(());
             };
-            f.generation += 1;
-            f.shared.change.fetch_add(1, Ordering::SeqCst);
             // Below, after the engine lock (tier I/O must not stall other files); the file is
             // quiesced (`io` + `op`), and the copies there carry the old content version.
-            invalidate_below = f.fkey;
-            f.ra = ReadAhead::default();
-            let old_size = f.size;
-            f.size = new_size;
-            f.backing_size = new_size;
-            f.needs_sync = true;
+            invalidate_below = f.fkey();
+            let old_size = f.size();
+            f.truncated(new_size);
             if new_size < old_size {
                 let bs = self.bs as u64;
-                let gone: Vec<u64> = f.blocks.range(new_size.div_ceil(bs)..).copied().collect();
+                let gone: Vec<u64> = f.blocks().range(new_size.div_ceil(bs)..).copied().collect();
                 for block in gone {
                     let key = Self::key(file, block);
                     if eng.drop_block(key, true) == Dropped::Pinned {
@@ -717,15 +712,16 @@ impl Inner {
             }
             if let Some(f) = eng.files.get_mut(&file) {
                 if let Some(stamp) = stamp {
-                    if before.is_none_or(|b| b == f.stamp) {
-                        f.stamp = stamp;
+                    if before.is_none_or(|b| b == f.stamp()) {
+                        f.record_stamp(stamp);
                     }
                 }
-                f.mtime = match (f.dirty.is_empty(), stamp) {
+                let mtime = match (f.dirty().is_empty(), stamp) {
                     (true, _) => None,
                     (false, Some(stamp)) => Some(stamp.mtime),
-                    (false, None) => f.mtime,
+                    (false, None) => f.mtime(),
                 };
+                f.set_mtime(mtime);
             }
         }
         if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {

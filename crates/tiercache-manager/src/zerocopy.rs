@@ -77,7 +77,7 @@ impl Inner {
                 b += n;
             }
             let eng = self.lock();
-            let size = eng.files.get(&file).map_or(0, |f| f.size);
+            let size = eng.files.get(&file).map_or(0, |f| f.size());
             for &i in &missing {
                 let block = first + i;
                 if block.saturating_mul(self.bs as u64) >= size {
@@ -109,7 +109,7 @@ impl Inner {
             self.truncate(file, None, n, true)?;
         }
         self.fsync(file, false)?;
-        Ok(self.lock().files.get(&file).map_or(0, |f| f.size))
+        Ok(self.lock().files.get(&file).map_or(0, |f| f.size()))
     }
 
     /// Client `id` is gone: its pins go, and slots held back for it are freed.
