@@ -32,6 +32,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::callers::StatusFiles;
+use crate::error::FuseError;
 
 /// With whose rights backing operations that check permissions or create objects run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -241,17 +242,11 @@ pub(crate) fn groups_from_status(status: &str, uid: u32, gid: u32) -> Option<Vec
 impl Identity {
     /// The identity policy of a mount; `Caller` needs a root daemon. At most `status_fds`
     /// callers' status files are kept open (see `callers`).
-    pub(crate) fn new(mode: BackingIdentity, status_fds: usize) -> Result<Self, String> {
+    pub(crate) fn new(mode: BackingIdentity, status_fds: usize) -> Result<Self, FuseError> {
         let root = crate::sys::geteuid() == 0;
         let caller = match mode {
             BackingIdentity::Auto => root,
-            BackingIdentity::Caller if !root => {
-                return Err(
-                    "backing identity 'caller' needs a daemon running as root (CAP_SETUID, \
-                     CAP_SETGID)"
-                        .to_owned(),
-                )
-            }
+            BackingIdentity::Caller if !root => return Err(FuseError::CallerIdentityNeedsRoot),
             BackingIdentity::Caller => true,
             BackingIdentity::Daemon => false,
         };
@@ -265,7 +260,7 @@ impl Identity {
                     );
                     None
                 }
-                Err(e) => return Err(format!("backing identity 'caller': {e}")),
+                Err(e) => return Err(FuseError::CallerIdentityUnavailable(e)),
             }
         } else {
             None

@@ -38,6 +38,16 @@ pub enum FuseError {
     /// A mount option is out of range.
     #[error("invalid mount option: {0}")]
     InvalidOption(String),
+    /// `--backing-identity caller` asked of a daemon that does not run as root.
+    #[error(
+        "invalid mount option: backing identity 'caller' needs a daemon running as root \
+         (CAP_SETUID, CAP_SETGID)"
+    )]
+    CallerIdentityNeedsRoot,
+    /// `--backing-identity caller`, but the daemon cannot switch identities (a root without
+    /// `CAP_SETUID`/`CAP_SETGID`).
+    #[error("invalid mount option: backing identity 'caller': {0}")]
+    CallerIdentityUnavailable(#[source] io::Error),
     /// A path could not be inspected.
     #[error("cannot access {path}: {source}")]
     Io {

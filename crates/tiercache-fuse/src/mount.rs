@@ -192,8 +192,7 @@ fn new_session(
     let status_fds = usize::try_from(limit / 64)
         .unwrap_or(usize::MAX)
         .clamp(16, 1024);
-    let ident =
-        Identity::new(opts.backing_identity, status_fds).map_err(FuseError::InvalidOption)?;
+    let ident = Identity::new(opts.backing_identity, status_fds)?;
     if ident.per_caller() {
         log::info!(
             "backing calls that check permissions or create run as the caller (groups read \

@@ -90,7 +90,7 @@ pub use files::FileStamp;
 pub use lower::{LowerStats, LowerTier, SeqBypassStats};
 pub use lower_bypass::MeasuredCosts;
 pub use nowait::NoWait;
-pub use recover::{clean_recovered, RecoveryReport};
+pub use recover::{clean_recovered, FileError as RecoverFileError, RecoverError, RecoveryReport};
 pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
 pub use times::LogicalTimes;
 pub use trace::TRACE_HEADER;

@@ -31,6 +31,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::path::PathBuf;
+use tiercache_tier::TierError;
 use tiercache_tier::{DataTier, DirtyBlock, FileKey, RecoveredFile};
 
 /// What recovery did, for the log and `stats`.
@@ -71,6 +73,110 @@ enum Verdict {
     NoHandle,
 }
 
+/// Why [`clean_recovered`] stopped the mount. Each message starts with the tier's name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverError {
+    /// BACKING's root could not be opened or examined.
+    #[error("tier {tier}: recovering dirty blocks: {}: {source}", path.display())]
+    Backing {
+        tier: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A recovered file could not be checked or written.
+    #[error("tier {tier}: recovering dirty blocks: {source}")]
+    File {
+        tier: String,
+        #[source]
+        source: FileError,
+    },
+    /// The tier could not make its bookkeeping durable.
+    #[error("tier {tier}: recovering dirty blocks: {source}")]
+    Sync {
+        tier: String,
+        #[source]
+        source: TierError,
+    },
+    /// Some dirty blocks could not be read from the cache device.
+    #[error(
+        "tier {tier}: recovering dirty blocks: {blocks} dirty blocks could not be read from \
+         the cache device (the rest were written to BACKING); not mounting, so their older \
+         bytes on BACKING are not served. `tiercache flash check` the cache; to give those \
+         blocks up, remove the cache file"
+    )]
+    Unreadable { tier: String, blocks: u64 },
+}
+
+/// What stopped the recovery of one file (or of the set of them); `file` names it as
+/// `file (dev D, inode I)`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// No recovered file lies beneath BACKING while some lie elsewhere on its file system.
+    #[error(
+        "none of the files with dirty blocks in the cache lies beneath BACKING ({outside} \
+         lie elsewhere on its file system): the cache was used with another BACKING (or its \
+         file was tampered with); nothing was written. Mount it over the BACKING it was used \
+         with; to give those blocks up, remove the cache file"
+    )]
+    NoneBeneath { outside: usize },
+    /// No handle opens and the files are on another device: another BACKING's cache.
+    #[error(
+        "{file}: the cache holds dirty blocks of files none of which BACKING knows \
+         (open_by_handle_at: {source}), on another device than BACKING's; mount it over the \
+         BACKING it was used with"
+    )]
+    Foreign {
+        file: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Opening by handle is not permitted.
+    #[error(
+        "{file}: open_by_handle_at: {source} (reopening files by handle needs \
+         CAP_DAC_READ_SEARCH: run tiercache as root)"
+    )]
+    NeedsCapability {
+        file: String,
+        #[source]
+        source: io::Error,
+    },
+    /// A system call on the file failed; `step` names it (`open_by_handle_at`, `fstat`,
+    /// `writing block N`, `extending to N bytes`, `fsync`).
+    #[error("{file}: {step}: {source}")]
+    Io {
+        file: String,
+        step: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The record has no file meta.
+    #[error("{file}: no file meta")]
+    NoMeta { file: String },
+    /// The handle opens another inode than the one checked before.
+    #[error(
+        "{file}: its handle now opens another inode than the one checked; refusing to write \
+         there"
+    )]
+    Moved { file: String },
+    /// A block no file can have (checked before anything is written).
+    #[error("{file}: block {block} lies beyond any offset")]
+    BeyondOffset { file: String, block: u64 },
+}
+
+impl FileError {
+    fn io(file: &str, step: impl Into<String>) -> impl FnOnce(io::Error) -> Self + '_ {
+        let step = step.into();
+        move |source| FileError::Io {
+            file: file.to_string(),
+            step,
+            source,
+        }
+    }
+}
+
 /// Writes every dirty block `tier` found at open to BACKING (rooted at `root`) through
 /// `device`. An error that leaves dirty data unwritten (BACKING refuses, the daemon may not open
 /// by handle) stops the mount: serving BACKING's older bytes would lose acknowledged writes.
@@ -78,7 +184,7 @@ pub fn clean_recovered(
     tier: &dyn DataTier,
     root: &Path,
     device: &dyn BackingIo,
-) -> Result<RecoveryReport, String> {
+) -> Result<RecoveryReport, RecoverError> {
     let mut report = RecoveryReport::default();
     let files = tier.recovered_files();
     if files.is_empty() {
@@ -86,12 +192,17 @@ pub fn clean_recovered(
     }
     let name = tier.info().name.clone();
     let bs = tier.info().block_size as u64;
-    let at = |e: String| format!("tier {name}: recovering dirty blocks: {e}");
-    let root_dir = File::open(root).map_err(|e| at(format!("{}: {e}", root.display())))?;
-    let root_dev = root_dir
-        .metadata()
-        .map_err(|e| at(format!("{}: {e}", root.display())))?
-        .dev();
+    let at_root = |source| RecoverError::Backing {
+        tier: name.clone(),
+        path: root.to_path_buf(),
+        source,
+    };
+    let at = |source| RecoverError::File {
+        tier: name.clone(),
+        source,
+    };
+    let root_dir = File::open(root).map_err(at_root)?;
+    let root_dev = root_dir.metadata().map_err(at_root)?.dev();
     let backing = Backing::new(root_dir);
     // A cache used with another BACKING: none of its handles opens here, and its files are on
     // another device. (One handle that opens, or a file on BACKING's device, says otherwise:
@@ -144,15 +255,16 @@ pub fn clean_recovered(
         }
         report.blocks_unplaced += orphans;
     }
-    tier.sync().map_err(|e| at(e.to_string()))?;
+    tier.sync().map_err(|source| RecoverError::Sync {
+        tier: name.clone(),
+        source,
+    })?;
     if report.blocks_unreadable > 0 {
         // Serving BACKING's older bytes for them would lose acknowledged writes.
-        return Err(at(format!(
-            "{} dirty blocks could not be read from the cache device (the rest were written to \
-             BACKING); not mounting, so their older bytes on BACKING are not served. \
-             `tiercache flash check` the cache; to give those blocks up, remove the cache file",
-            report.blocks_unreadable
-        )));
+        return Err(RecoverError::Unreadable {
+            tier: name.clone(),
+            blocks: report.blocks_unreadable,
+        });
     }
     log::warn!(
         "tier {name}: recovery wrote {} blocks of {} files to BACKING ({} dropped: file deleted \
@@ -195,7 +307,7 @@ fn check_all(
     backing: &Backing,
     foreign: bool,
     files: &[RecoveredFile],
-) -> Result<Vec<Verdict>, String> {
+) -> Result<Vec<Verdict>, FileError> {
     let mut verdicts = files
         .iter()
         .map(|rf| check_one(backing, foreign, rf))
@@ -228,12 +340,7 @@ fn check_all(
         .filter(|v| matches!(v, Verdict::Outside(_)))
         .count();
     if outside > 0 && !verdicts.iter().any(|v| matches!(v, Verdict::Write(_))) {
-        return Err(format!(
-            "none of the files with dirty blocks in the cache lies beneath BACKING ({outside} \
-             lie elsewhere on its file system): the cache was used with another BACKING (or \
-             its file was tampered with); nothing was written. Mount it over the BACKING it was \
-             used with; to give those blocks up, remove the cache file"
-        ));
+        return Err(FileError::NoneBeneath { outside });
     }
     Ok(verdicts)
 }
@@ -241,7 +348,7 @@ fn check_all(
 /// Opens `rf`'s handle `O_PATH` and checks what it gives: a regular file, the inode the record
 /// names, with a link left; then whether its path shows it beneath BACKING. An error stops
 /// the mount (the cache belongs to another BACKING, or handles cannot be opened at all).
-fn check_one(backing: &Backing, foreign: bool, rf: &RecoveredFile) -> Result<Verdict, String> {
+fn check_one(backing: &Backing, foreign: bool, rf: &RecoveredFile) -> Result<Verdict, FileError> {
     let id = describe(rf);
     let Some(meta) = rf.meta.as_ref().filter(|m| !m.handle.bytes.is_empty()) else {
         return Ok(Verdict::NoHandle);
@@ -250,20 +357,19 @@ fn check_one(backing: &Backing, foreign: bool, rf: &RecoveredFile) -> Result<Ver
         Ok(f) => f,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) && foreign => {
             // Not "deleted": the cache was used with another BACKING.
-            return Err(format!(
-                "{id}: the cache holds dirty blocks of files none of which BACKING knows \
-                 (open_by_handle_at: {e}), on another device than BACKING's; mount it over \
-                 the BACKING it was used with"
-            ));
+            return Err(FileError::Foreign {
+                file: id,
+                source: e,
+            });
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
             return Ok(Verdict::Deleted)
         }
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            return Err(format!(
-                "{id}: open_by_handle_at: {e} (reopening files by handle needs \
-                 CAP_DAC_READ_SEARCH: run tiercache as root)"
-            ))
+            return Err(FileError::NeedsCapability {
+                file: id,
+                source: e,
+            })
         }
         // A handle the file system cannot even decode: a damaged or forged record.
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -271,9 +377,9 @@ fn check_one(backing: &Backing, foreign: bool, rf: &RecoveredFile) -> Result<Ver
                 "its file handle does not decode (open_by_handle_at: {e})"
             )))
         }
-        Err(e) => return Err(format!("{id}: open_by_handle_at: {e}")),
+        Err(e) => return Err(FileError::io(&id, "open_by_handle_at")(e)),
     };
-    let st = f.metadata().map_err(|e| format!("{id}: fstat: {e}"))?;
+    let st = f.metadata().map_err(FileError::io(&id, "fstat"))?;
     if !st.file_type().is_file() {
         return Ok(Verdict::Refused(format!(
             "its handle opens a {}, not a regular file",
@@ -281,7 +387,7 @@ fn check_one(backing: &Backing, foreign: bool, rf: &RecoveredFile) -> Result<Ver
         )));
     }
     let now = crate::stamp::file_key(&f, crate::stamp::birth_time(&f))
-        .map_err(|e| format!("{id}: fstat: {e}"))?;
+        .map_err(FileError::io(&id, "fstat"))?;
     if now.ino != rf.file.ino {
         return Ok(Verdict::Refused(format!(
             "its handle opens inode {} instead",
@@ -382,11 +488,11 @@ fn clean_one(
     rf: &RecoveredFile,
     blocks: &[DirtyBlock],
     report: &mut RecoveryReport,
-) -> Result<(), String> {
+) -> Result<(), FileError> {
     let (root, ident, device) = (to.root, to.ident, to.device);
     let id = describe(rf);
     let Some(meta) = rf.meta.as_ref() else {
-        return Err(format!("{id}: no file meta"));
+        return Err(FileError::NoMeta { file: id });
     };
     let f = match open_by_handle(root, &meta.handle, libc::O_RDWR) {
         Ok(f) => f,
@@ -395,15 +501,12 @@ fn clean_one(
             give_up(tier, rf, Verdict::Deleted, blocks, report);
             return Ok(());
         }
-        Err(e) => return Err(format!("{id}: open_by_handle_at: {e}")),
+        Err(e) => return Err(FileError::io(&id, "open_by_handle_at")(e)),
     };
-    let st = f.metadata().map_err(|e| format!("{id}: fstat: {e}"))?;
+    let st = f.metadata().map_err(FileError::io(&id, "fstat"))?;
     let file = tiercache_core::FileId(st.ino());
     if Ident::of(&f).ok() != Some(ident) {
-        return Err(format!(
-            "{id}: its handle now opens another inode than the one checked; refusing to write \
-             there"
-        ));
+        return Err(FileError::Moved { file: id });
     }
     let bs = tier.info().block_size as u64;
     let mut buf = vec![0u8; bs as usize];
@@ -412,10 +515,10 @@ fn clean_one(
     for b in blocks {
         // Checked by the caller (`beyond_any_offset`) before anything was written.
         let Some(start) = block_offset(b.key.block.0, bs) else {
-            return Err(format!(
-                "{id}: block {} lies beyond any offset",
-                b.key.block.0
-            ));
+            return Err(FileError::BeyondOffset {
+                file: id,
+                block: b.key.block.0,
+            });
         };
         let seq = match tier.read_dirty(&b.key, b.version, &mut buf) {
             Ok(Some(seq)) => seq,
@@ -432,7 +535,10 @@ fn clean_one(
             let n = (meta.size - start).min(bs);
             device
                 .write_at(file, &f, &buf[..n as usize], start)
-                .map_err(|e| format!("{id}: writing block {}: {e}", b.key.block.0))?;
+                .map_err(FileError::io(
+                    &id,
+                    format!("writing block {}", b.key.block.0),
+                ))?;
             end = end.max(start + n);
             report.blocks_written += 1;
         }
@@ -444,7 +550,7 @@ fn clean_one(
     if st.len() < want_len {
         device
             .set_len(file, &f, want_len)
-            .map_err(|e| format!("{id}: extending to {want_len} bytes: {e}"))?;
+            .map_err(FileError::io(&id, format!("extending to {want_len} bytes")))?;
     }
     if let Err(e) = set_mtime_ns(&f, meta.mtime_ns) {
         log::warn!("{id}: setting the mtime after recovery failed: {e}");
@@ -452,7 +558,7 @@ fn clean_one(
     // Data, size and mtime durable before the tier lets its copies go.
     device
         .sync(file, &f, false)
-        .map_err(|e| format!("{id}: fsync: {e}"))?;
+        .map_err(FileError::io(&id, "fsync"))?;
     for (key, seq) in done {
         tier.mark_clean(&key, seq);
     }

@@ -123,6 +123,17 @@ fn a_cache_whose_files_all_lie_outside_backing_is_refused_whole() {
         &tiercache_manager::UncachedBacking::new(),
     )
     .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            tiercache_manager::RecoverError::File {
+                source: tiercache_manager::RecoverFileError::NoneBeneath { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = e.to_string();
     assert!(e.contains("none of the files"), "{e}");
     assert!(
         read_file(&secret) == before,

@@ -189,7 +189,9 @@ pub fn run(args: MountArgs, respawn: &RespawnArgs) -> Result<(), String> {
     let settings = settings(&args)?;
     if args.foreground {
         // A reload (SIGHUP, `tiercache reload`) re-reads the file with the same flags over it.
-        let source: crate::live::reload::Source = Box::new(move || settings_at(&args, true));
+        let source: crate::live::reload::Source = Box::new(move || {
+            settings_at(&args, true).map_err(crate::live::reload::ReloadError::Config)
+        });
         daemon::run_foreground(settings, Some(source))
     } else {
         daemon::spawn_background(respawn, &settings)

@@ -113,9 +113,12 @@ impl Handler for Live {
             }
             Request::Reload => {
                 let r = self.reloader.as_ref().ok_or("this mount cannot reload")?;
-                let out = r.reload().inspect_err(|e| {
-                    log::error!("reload refused, nothing changed: {e}");
-                })?;
+                let out = r
+                    .reload()
+                    .inspect_err(|e| {
+                        log::error!("reload refused, nothing changed: {e}");
+                    })
+                    .map_err(|e| e.to_string())?;
                 log_reload("reload", &out);
                 Ok(out.json())
             }

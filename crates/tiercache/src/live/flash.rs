@@ -190,7 +190,8 @@ pub fn build(
     let (tier, how, upgraded, io_mode) = open_device(f, cfg, backing, device)?;
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
-    let recovery = tiercache_manager::clean_recovered(&*tier, backing, device)?;
+    let recovery =
+        tiercache_manager::clean_recovered(&*tier, backing, device).map_err(|e| e.to_string())?;
     let recovery = upgraded.unwrap_or(recovery);
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks), I/O {} (--flash-io {})",

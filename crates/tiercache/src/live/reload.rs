@@ -21,9 +21,43 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// Produces the mount's settings again from its config file and flags (checked, or a
-/// one-line error naming the file and key at fault).
-pub type Source = Box<dyn Fn() -> Result<Settings, String> + Send + Sync>;
+/// Produces the mount's settings again from its config file and flags (checked, or
+/// [`ReloadError::Config`] naming the file and key at fault).
+pub type Source = Box<dyn Fn() -> Result<Settings, ReloadError> + Send + Sync>;
+
+/// Why a reload was refused. Nothing changed unless the error names a setting being applied
+/// (values are checked before anything changes, so those do not happen in practice).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The config file (or the flags over it) does not give valid settings: the one-line
+    /// message of the command line's config reader.
+    #[error("{0}")]
+    Config(String),
+    /// The new partitioner parameters do not hold for this memory tier.
+    #[error("partition parameters: {0}")]
+    PartitionCheck(#[source] tiercache_core::CoreError),
+    /// The memory tier refused the new partitioner parameters.
+    #[error("partition parameters: {0}")]
+    Partition(#[source] tiercache_manager::MemError),
+    /// The flusher refused its new interval or dirty expiry.
+    #[error("flusher timings: {0}")]
+    Flusher(#[source] tiercache_manager::MemError),
+    /// A remote tier refused its new sequential-run threshold.
+    #[error("tier {tier}: {source}")]
+    Threshold {
+        tier: String,
+        #[source]
+        source: tiercache_manager::MemError,
+    },
+    /// A remote tier refused its new request timeout.
+    #[error("tier {tier}: {source}")]
+    Timeout {
+        tier: String,
+        #[source]
+        source: tiercache_remote::RemoteError,
+    },
+}
 
 /// What a reload did: human-readable items, one per setting.
 #[derive(Debug, Default)]
@@ -67,7 +101,7 @@ impl Reloader {
     }
 
     /// Re-reads and applies (see the module comment). Serialised: one reload at a time.
-    pub fn reload(&self) -> Result<Outcome, String> {
+    pub fn reload(&self) -> Result<Outcome, ReloadError> {
         let mut cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let new = (self.source)()?;
         let mut out = Outcome {
@@ -83,7 +117,7 @@ impl Reloader {
                 .partition
                 .params
                 .resolved(cur.mem.capacity_blocks as u64)
-                .map_err(|e| format!("partition parameters: {e}"))?;
+                .map_err(ReloadError::PartitionCheck)?;
         }
         let remote_changes = self.remote_changes(&cur, &new);
         // Apply: nothing below can fail on values checked above.
@@ -93,7 +127,7 @@ impl Reloader {
             self.data
                 .mem()
                 .set_partition_params(new.mem.partition.params)
-                .map_err(|e| format!("partition parameters: {e}"))?;
+                .map_err(ReloadError::Partition)?;
             params_diff(
                 &cur.mem.partition.params,
                 &new.mem.partition.params,
@@ -106,7 +140,7 @@ impl Reloader {
             self.data
                 .mem()
                 .set_flush_timings(fi, de)
-                .map_err(|e| format!("flusher timings: {e}"))?;
+                .map_err(ReloadError::Flusher)?;
             for (name, old, new) in [
                 ("flush_interval_ms", cur.mem.flush_interval, fi),
                 ("dirty_expire_ms", cur.mem.dirty_expire, de),
@@ -166,36 +200,42 @@ impl Reloader {
         m: &MountedRemote,
         n: &super::config_remote::RemoteSpec,
         out: &mut Outcome,
-    ) -> Result<(), String> {
+    ) -> Result<(), ReloadError> {
         let Some(o) = old.remote.as_mut() else {
             return Ok(());
         };
-        if o.threshold != n.threshold {
+        let tier = old.name.as_str();
+        let threshold = Change {
+            tier,
+            key: "threshold",
+            old: &mut o.threshold,
+            new: n.threshold,
+            text: threshold_text,
+        };
+        threshold.apply(out, |t| {
             self.data
                 .mem()
-                .set_seq_threshold(m.position, n.threshold)
-                .map_err(|e| format!("tier {}: {e}", old.name))?;
-            out.changed.push(format!(
-                "tier {} threshold: {} -> {}",
-                old.name,
-                threshold_text(o.threshold),
-                threshold_text(n.threshold)
-            ));
-            o.threshold = n.threshold;
-        }
-        if o.timeout != n.timeout {
+                .set_seq_threshold(m.position, t)
+                .map_err(|source| ReloadError::Threshold {
+                    tier: tier.to_string(),
+                    source,
+                })
+        })?;
+        let timeout = Change {
+            tier,
+            key: "timeout_ms",
+            old: &mut o.timeout,
+            new: n.timeout,
+            text: |d| ms(d).to_string(),
+        };
+        timeout.apply(out, |d| {
             m.tier
-                .set_timeout(n.timeout)
-                .map_err(|e| format!("tier {}: {e}", old.name))?;
-            out.changed.push(format!(
-                "tier {} timeout_ms: {} -> {}",
-                old.name,
-                ms(o.timeout),
-                ms(n.timeout)
-            ));
-            o.timeout = n.timeout;
-        }
-        Ok(())
+                .set_timeout(d)
+                .map_err(|source| ReloadError::Timeout {
+                    tier: tier.to_string(),
+                    source,
+                })
+        })
     }
 
     /// Removes the rules only the old configuration named, adds the new ones.
@@ -255,6 +295,40 @@ impl Reloader {
             "remote": remotes,
             "log_level": log::max_level().to_string().to_lowercase(),
         })
+    }
+}
+
+/// One live setting of a remote tier: applied through a setter, then reported as
+/// `tier NAME KEY: OLD -> NEW` and kept as in force.
+struct Change<'a, T> {
+    tier: &'a str,
+    key: &'static str,
+    old: &'a mut T,
+    new: T,
+    text: fn(T) -> String,
+}
+
+impl<T: Copy + PartialEq> Change<'_, T> {
+    /// Does nothing when the value is unchanged; otherwise `set`s it, and only once that
+    /// succeeded records it (in `out` and as the value in force).
+    fn apply(
+        self,
+        out: &mut Outcome,
+        set: impl FnOnce(T) -> Result<(), ReloadError>,
+    ) -> Result<(), ReloadError> {
+        if *self.old == self.new {
+            return Ok(());
+        }
+        set(self.new)?;
+        out.changed.push(format!(
+            "tier {} {}: {} -> {}",
+            self.tier,
+            self.key,
+            (self.text)(*self.old),
+            (self.text)(self.new)
+        ));
+        *self.old = self.new;
+        Ok(())
     }
 }
 
