@@ -14,7 +14,7 @@
 //! Both only *observe*: they decide nothing and do no I/O, so the simulator and the mount can
 //! feed them the very same accesses.
 //!
-//! Invariants: a [`ReuseTracker`] holds at most one live mark per tracked block, at that
+//! Invariants: a `ReuseTracker` holds at most one live mark per tracked block, at that
 //! block's last access; `Shards` tracks at most `max_samples` blocks, all with hash < the
 //! current threshold.
 
