@@ -3,7 +3,7 @@
 //! back before it exits.
 
 use super::adapter::CacheDataPath;
-use super::config::{LowerTierKind, LowerTierSpec, RespawnArgs};
+use super::config::{LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
 use super::flash::{self, MountedFlash};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
@@ -11,7 +11,7 @@ use super::reload::{self, Reloader};
 use super::remote::{self, MountedRemote};
 use super::{logging, metrics, stats};
 use std::fs::OpenOptions;
-use std::io::{BufWriter, Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -19,10 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tiercache_manager::{
-    BackingCache, BackingIo, DeviceModel, EmulatedBacking, LowerTier, MemCache, MemConfig,
-    RealBacking, UncachedBacking,
-};
+use tiercache_manager::{BackingCache, DeviceModel, MemCache, MemConfig};
 
 /// Everything a mount needs, validated.
 #[derive(Debug, Clone)]
@@ -188,26 +185,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     logging::init(logging::effective(s.log_level));
     // What a reload compares the re-read settings with.
     let in_force = s.clone();
-    let files = claim_files(&s.mountpoint)?;
-    // Held for the daemon's life: proves to `live_pid` that the pid file is ours.
-    let lock = files.lock_pid().map_err(|e| {
-        format!(
-            "{}: cannot lock {} ({e}); another tiercache may be starting on it",
-            s.mountpoint.display(),
-            files.pid.display()
-        )
-    })?;
-    let pid_lock = PidFile {
-        path: files.pid.clone(),
-        _lock: lock,
-    };
-    // From here on the socket and the log are this daemon's: removed however it returns (the
-    // log only after a clean stop; after a failure it is the record of why).
-    let mut owned = OwnedFiles {
-        socket: files.socket.clone(),
-        log: files.log.clone(),
-        clean: false,
-    };
+    let (files, pid_lock, mut owned) = own_files(&s.mountpoint)?;
     let backing =
         std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
     // The mount's source names its BACKING, for the one-mount check of later mounts.
@@ -215,65 +193,14 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     // One mount per BACKING; held until this mount is in the mount table (recovery of an SSD
     // tier included: it writes to BACKING too).
     let claim = super::one_mount::claim(&backing)?;
-    let real = backing_device(s.backing_cache, &backing);
-    let (device, emulation): (Arc<dyn BackingIo>, Option<String>) = match s.emulate {
-        Some(model) => {
-            let label = format!("MODEL {model}");
-            (Arc::new(EmulatedBacking::new(real, model)), Some(label))
-        }
-        None => (real, None),
-    };
-    let (lower, remotes, flashes) = build_lower_tiers(
-        &s.lower_tiers,
-        s.mem.block_size.bytes() as usize,
-        &backing,
-        &*device,
-    )?;
-    let mem =
-        Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
-    if !flashes.is_empty() {
-        // Only files on BACKING's own mount go into a persistent tier (their handles reopen
-        // them after a crash).
-        let root =
-            std::fs::File::open(&backing).map_err(|e| format!("{}: {e}", backing.display()))?;
-        if let Err(e) = mem.set_backing_root(&root) {
-            log::warn!("BACKING {}: no file handles ({e})", backing.display());
-        }
-    }
-    if let Some(path) = &s.trace_out {
-        let f = std::fs::File::create(path)
-            .map_err(|e| format!("--trace-out {}: {e}", path.display()))?;
-        mem.set_trace(Some(Box::new(BufWriter::new(f))))
-            .map_err(|e| format!("--trace-out {}: {e}", path.display()))?;
-    }
+    let (mem, remotes, flashes, emulation) = super::stack::open_cache(&s, &backing)?;
     let data = Arc::new(CacheDataPath::new(
         Arc::clone(&mem),
         backing.clone(),
         s.priority.clone(),
     ));
-    let mut opts = tiercache_fuse::MountOptions::default();
-    opts.kernel_cache = s.kernel_cache;
-    opts.allow_other = s.allow_other;
-    if let Some(t) = s.threads {
-        opts.threads = t;
-    }
-    if let Some(n) = s.io_workers {
-        opts.io_workers = n;
-    }
-    opts.entry_ttl = s.entry_timeout;
-    opts.backing_identity = s.backing_identity;
-    opts.attr_ttl = s.attr_timeout;
-    opts.fs_name = fs_name;
-    opts.flags = s.mount_flags;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .map_err(|e| format!("signal handler: {e}"))?;
-    }
-    // SIGHUP reloads the configuration (the main loop picks it up).
-    let hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
-        .map_err(|e| format!("signal handler: {e}"))?;
+    let opts = mount_options(&s, fs_name);
+    let (stop, hup) = stop_signals()?;
     // Bind the metrics address before mounting, so a bad or busy address mounts nothing.
     let metrics_listener = match &s.metrics {
         Some(addr) => {
@@ -324,32 +251,173 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
             ))
         }),
     });
+    if let Err(e) = start_services(&s, &backing, zero_copy, &files, &live, metrics_listener) {
+        drop(handle);
+        return Err(e);
+    }
+    announce(&s, &backing, emulation.as_deref());
+    let on_hup = hup_handler(live.reloader.clone());
+    let signals = Signals {
+        stop: &stop,
+        hup: &hup,
+        on_hup: &on_hup,
+    };
+    let result = serve_then_write_back(
+        handle,
+        &signals,
+        &stop_rx,
+        conn,
+        &s.mountpoint,
+        &mem,
+        &flashes,
+    );
+    log::info!("stopped");
+    owned.clean = result.is_ok();
+    drop(owned);
+    drop(pid_lock);
+    // Let the control threads deliver their answers before the process goes.
+    std::thread::sleep(Duration::from_millis(100));
+    result
+}
+
+/// Serves until a stop, unmounts, writes everything back and marks the flash tiers cleanly
+/// shut; every `tiercache unmount` waiting gets the outcome.
+fn serve_then_write_back(
+    mut handle: tiercache_fuse::MountHandle,
+    signals: &Signals<'_>,
+    stop_rx: &mpsc::Receiver<StopRequest>,
+    conn: Option<u64>,
+    mountpoint: &std::path::Path,
+    mem: &MemCache,
+    flashes: &[MountedFlash],
+) -> Result<(), String> {
+    let mut waiting = serve_until_stopped(&mut handle, signals, stop_rx, conn, mountpoint);
+    drop(handle);
+    super::notify::notify_or_log("STOPPING=1\nSTATUS=unmounted; writing back");
+    let mut result = final_write_back(mem, stop_rx, &mut waiting, conn);
+    if result.is_ok() {
+        // Everything is on BACKING: the flash tiers are marked cleanly shut (warm restart).
+        result = flash::close(flashes);
+    }
+    for w in waiting {
+        let _ = w.send(result.clone());
+    }
+    result
+}
+
+/// Claims the mount's control socket, pid file and log: locked for the daemon's life, and
+/// removed however it returns (the log only after a clean stop; after a failure it is the
+/// record of why).
+fn own_files(mountpoint: &std::path::Path) -> Result<(MountFiles, PidFile, OwnedFiles), String> {
+    let files = claim_files(mountpoint)?;
+    // Held for the daemon's life: proves to `live_pid` that the pid file is ours.
+    let lock = files.lock_pid().map_err(|e| {
+        format!(
+            "{}: cannot lock {} ({e}); another tiercache may be starting on it",
+            mountpoint.display(),
+            files.pid.display()
+        )
+    })?;
+    let pid_lock = PidFile {
+        path: files.pid.clone(),
+        _lock: lock,
+    };
+    // From here on the socket and the log are this daemon's: removed however it returns (the
+    // log only after a clean stop; after a failure it is the record of why).
+    let owned = OwnedFiles {
+        socket: files.socket.clone(),
+        log: files.log.clone(),
+        clean: false,
+    };
+    Ok((files, pid_lock, owned))
+}
+
+/// What serves beside the mount: zero-copy clients, the control socket, `/metrics`.
+fn start_services(
+    s: &Settings,
+    backing: &std::path::Path,
+    zero_copy: Option<super::zerocopy::Service>,
+    files: &MountFiles,
+    live: &Arc<Live>,
+    metrics_listener: Option<std::net::TcpListener>,
+) -> Result<(), String> {
     if let Some(z) = zero_copy {
         let name = z.name().to_string();
         let mountpoint = tiercache_wire::canonical_mountpoint(&s.mountpoint);
-        if let Err(e) = z.serve(Arc::clone(&data), mountpoint, backing.clone()) {
-            drop(handle);
-            return Err(e);
-        }
+        z.serve(Arc::clone(&live.data), mountpoint, backing.to_path_buf())?;
         log::info!("zero-copy clients served on @{name}");
     }
-    if let Err(e) = control::serve(&files, live.clone()) {
-        drop(handle);
-        return Err(format!("control socket {}: {e}", files.socket.display()));
-    }
+    control::serve(files, Arc::clone(live) as Arc<dyn Handler>)
+        .map_err(|e| format!("control socket {}: {e}", files.socket.display()))?;
     if let Some(l) = metrics_listener {
-        let live = Arc::clone(&live);
-        let render: metrics::Render = Arc::new(move || {
-            let ms = live.data.mem().stats();
-            stats::prometheus(&ms)
-                + &remote::prometheus(&live.remotes, ms.lower.as_ref())
-                + &flash::prometheus(&live.flashes)
-                + &super::io::prometheus(&live.io.stats())
-                + &super::kernel_cache::prometheus(&live.kernel.stats())
-                + &stats::inodes_prometheus(&live.inodes.stats())
-        });
-        metrics::serve_listener(l, render).map_err(|e| format!("--metrics: {e}"))?;
+        serve_metrics(l, Arc::clone(live))?;
     }
+    Ok(())
+}
+
+/// What SIGHUP does: reload the configuration, or say this mount cannot.
+fn hup_handler(reloader: Option<Arc<Reloader>>) -> impl Fn() {
+    move || match &reloader {
+        Some(r) => match r.reload() {
+            Ok(out) => log_reload("SIGHUP: reload", &out),
+            Err(e) => log::error!("SIGHUP: reload refused, nothing changed: {e}"),
+        },
+        None => log::warn!("SIGHUP: this mount cannot reload"),
+    }
+}
+
+/// The FUSE mount's options from the settings.
+fn mount_options(s: &Settings, fs_name: String) -> tiercache_fuse::MountOptions {
+    let mut opts = tiercache_fuse::MountOptions::default();
+    opts.kernel_cache = s.kernel_cache;
+    opts.allow_other = s.allow_other;
+    if let Some(t) = s.threads {
+        opts.threads = t;
+    }
+    if let Some(n) = s.io_workers {
+        opts.io_workers = n;
+    }
+    opts.entry_ttl = s.entry_timeout;
+    opts.backing_identity = s.backing_identity;
+    opts.attr_ttl = s.attr_timeout;
+    opts.fs_name = fs_name;
+    opts.flags = s.mount_flags;
+    opts
+}
+
+/// Flags set by SIGTERM/SIGINT (stop) and SIGHUP (reload), read by the main loop.
+fn stop_signals() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>), String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| format!("signal handler: {e}"))?;
+    }
+    // SIGHUP reloads the configuration (the main loop picks it up).
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
+        .map_err(|e| format!("signal handler: {e}"))?;
+    Ok((stop, hup))
+}
+
+/// Serves `/metrics` on `l` from the live mount's counters.
+fn serve_metrics(l: std::net::TcpListener, live: Arc<Live>) -> Result<(), String> {
+    let render: metrics::Render = Arc::new(move || {
+        let ms = live.data.mem().stats();
+        stats::prometheus(&ms)
+            + &remote::prometheus(&live.remotes, ms.lower.as_ref())
+            + &flash::prometheus(&live.flashes)
+            + &super::io::prometheus(&live.io.stats())
+            + &super::kernel_cache::prometheus(&live.kernel.stats())
+            + &stats::inodes_prometheus(&live.inodes.stats())
+    });
+    metrics::serve_listener(l, render)
+        .map(|_| ())
+        .map_err(|e| format!("--metrics: {e}"))
+}
+
+/// Tells systemd and the log that the mount serves (mounted, handshake done, control socket
+/// bound).
+fn announce(s: &Settings, backing: &std::path::Path, emulation: Option<&str>) {
     // Mounted, handshake done, control socket bound: the mount serves.
     super::notify::notify_or_log(&format!(
         "READY=1\nMAINPID={}\nSTATUS=serving {} on {}",
@@ -366,42 +434,8 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
         s.mem.partition.kind,
         s.mem.policy,
         s.kernel_cache,
-        emulation
-            .as_ref()
-            .map_or(String::new(), |e| format!(", BACKING behind device {e}"))
+        emulation.map_or(String::new(), |e| format!(", BACKING behind device {e}"))
     );
-    let mut handle = handle;
-    let reloader = live.reloader.clone();
-    let on_hup = move || match &reloader {
-        Some(r) => match r.reload() {
-            Ok(out) => log_reload("SIGHUP: reload", &out),
-            Err(e) => log::error!("SIGHUP: reload refused, nothing changed: {e}"),
-        },
-        None => log::warn!("SIGHUP: this mount cannot reload"),
-    };
-    let signals = Signals {
-        stop: &stop,
-        hup: &hup,
-        on_hup: &on_hup,
-    };
-    let mut waiting = serve_until_stopped(&mut handle, &signals, &stop_rx, conn, &s.mountpoint);
-    drop(handle);
-    super::notify::notify_or_log("STOPPING=1\nSTATUS=unmounted; writing back");
-    let mut result = final_write_back(&mem, &stop_rx, &mut waiting, conn);
-    if result.is_ok() {
-        // Everything is on BACKING: the flash tiers are marked cleanly shut (warm restart).
-        result = flash::close(&flashes);
-    }
-    for w in waiting {
-        let _ = w.send(result.clone());
-    }
-    log::info!("stopped");
-    owned.clean = result.is_ok();
-    drop(owned);
-    drop(pid_lock);
-    // Let the control threads deliver their answers before the process goes.
-    std::thread::sleep(Duration::from_millis(100));
-    result
 }
 
 /// The signals the main loop acts on: stop (SIGTERM, SIGINT) and reload (SIGHUP).
@@ -721,83 +755,4 @@ fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {
         .rev()
         .find(|l| l.starts_with("tiercache: "))
         .map(str::to_string)
-}
-
-/// The tiers below memory (top first), and the remote and flash ones again for their stats.
-type LowerStack = (Vec<LowerTier>, Vec<MountedRemote>, Vec<MountedFlash>);
-
-/// The device BACKING's data goes through: uncached (probed on BACKING's file system, the
-/// outcome logged) unless `--backing-cache keep`.
-fn backing_device(cache: BackingCache, backing: &std::path::Path) -> Arc<dyn BackingIo> {
-    match cache {
-        BackingCache::Keep => {
-            log::info!(
-                "BACKING I/O: buffered, its pages kept in the page cache (--backing-cache keep)"
-            );
-            Arc::new(RealBacking)
-        }
-        BackingCache::Drop => {
-            let u = UncachedBacking::new();
-            u.probe(backing);
-            Arc::new(u)
-        }
-    }
-}
-
-/// Builds the tiers below memory from their specs, top first; also returns the remote ones
-/// (for their own stats). Recovery of a persistent tier writes to BACKING through `device`.
-fn build_lower_tiers(
-    specs: &[LowerTierSpec],
-    block_size: usize,
-    backing: &std::path::Path,
-    device: &dyn BackingIo,
-) -> Result<LowerStack, String> {
-    let mut remotes = Vec::new();
-    let mut flashes = Vec::new();
-    let tiers = specs
-        .iter()
-        .enumerate()
-        .map(|(position, spec)| {
-            let tier: Arc<dyn tiercache_tier::DataTier> = match spec.kind {
-                LowerTierKind::Test => {
-                    let blocks = usize::try_from(spec.capacity_bytes / block_size as u64)
-                        .map_err(|_| format!("tier {}: too large", spec.name))?;
-                    let mut cfg = tiercache_memtier::TestTierConfig::new(
-                        spec.name.clone(),
-                        blocks,
-                        block_size,
-                    );
-                    cfg.policy = spec.policy;
-                    cfg.read_latency = spec.read_latency;
-                    cfg.write_latency = spec.write_latency;
-                    cfg.accepts_dirty = spec.accepts_dirty;
-                    Arc::new(tiercache_memtier::TestTier::new(cfg).map_err(|e| e.to_string())?)
-                }
-                LowerTierKind::Remote => {
-                    let r = spec
-                        .remote
-                        .as_ref()
-                        .ok_or_else(|| format!("tier {}: no remote settings", spec.name))?;
-                    let t = remote::build(spec, r, block_size)?;
-                    remotes.push(MountedRemote {
-                        tier: Arc::clone(&t),
-                        position,
-                    });
-                    let lt = LowerTier::new(t, spec.placement).with_seq_bypass(r.threshold);
-                    return Ok(lt);
-                }
-                LowerTierKind::Flash => {
-                    let f = spec
-                        .flash
-                        .as_ref()
-                        .ok_or_else(|| format!("tier {}: no flash settings", spec.name))?;
-                    let (lt, mounted) = flash::build(spec, f, block_size, backing, device)?;
-                    flashes.push(mounted);
-                    return Ok(lt);
-                }
-            };
-            Ok(LowerTier::new(tier, spec.placement))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok((tiers, remotes, flashes))
 }

@@ -20,6 +20,7 @@ pub mod priority;
 pub mod reload;
 pub mod remote;
 pub mod size;
+mod stack;
 pub mod stats;
 pub mod zerocopy;
 pub mod zerocopy_open;
