@@ -198,37 +198,46 @@ pub fn text(v: &Value) -> String {
 /// Prometheus text for `--metrics`.
 pub fn prometheus(s: &MemStats) -> String {
     let mut o = String::new();
+    memory_metrics(&mut o, s);
+    pool_and_class_metrics(&mut o, s);
+    backing_metrics(&mut o, s);
+    tier_metrics(&mut o, &s.tiers);
+    o
+}
+
+/// The memory tier's size, use and protected pool.
+fn memory_metrics(o: &mut String, s: &MemStats) {
     let f = |x: u64| x as f64;
     metric(
-        &mut o,
+        o,
         "memory_capacity_blocks",
         "gauge",
         "Blocks the memory tier holds.",
         &[("", f(s.capacity_blocks))],
     );
     metric(
-        &mut o,
+        o,
         "memory_block_size_bytes",
         "gauge",
         "Bytes per cache block (blocks times this: bytes).",
         &[("", f(s.block_size))],
     );
     metric(
-        &mut o,
+        o,
         "memory_used_blocks",
         "gauge",
         "Blocks in use.",
         &[("", f(s.used_blocks))],
     );
     metric(
-        &mut o,
+        o,
         "memory_dirty_blocks",
         "gauge",
         "Blocks not yet written back.",
         &[("", f(s.dirty_blocks))],
     );
     metric(
-        &mut o,
+        o,
         "memory_s_cur_blocks",
         "gauge",
         "Protected pool size.",
@@ -236,13 +245,18 @@ pub fn prometheus(s: &MemStats) -> String {
     );
     if let Some(t) = s.s_target {
         metric(
-            &mut o,
+            o,
             "memory_s_target_blocks",
             "gauge",
             "Protected pool target.",
             &[("", f(t))],
         );
     }
+}
+
+/// Hits and misses per pool and per class.
+fn pool_and_class_metrics(o: &mut String, s: &MemStats) {
+    let f = |x: u64| x as f64;
     let pools: Vec<(String, f64, f64, f64)> = s
         .pools
         .iter()
@@ -261,16 +275,10 @@ pub fn prometheus(s: &MemStats) -> String {
             .map(|p| (p.0.as_str(), [p.1, p.2, p.3][i]))
             .collect()
     };
-    metric(&mut o, "pool_blocks", "gauge", "Blocks per pool.", &by(0));
+    metric(o, "pool_blocks", "gauge", "Blocks per pool.", &by(0));
+    metric(o, "pool_hits_total", "counter", "Hits per pool.", &by(1));
     metric(
-        &mut o,
-        "pool_hits_total",
-        "counter",
-        "Hits per pool.",
-        &by(1),
-    );
-    metric(
-        &mut o,
+        o,
         "pool_misses_total",
         "counter",
         "Misses per pool.",
@@ -283,43 +291,42 @@ pub fn prometheus(s: &MemStats) -> String {
         .collect();
     let hits: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.1)).collect();
     let misses: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.2)).collect();
+    metric(o, "class_hits_total", "counter", "Hits per class.", &hits);
     metric(
-        &mut o,
-        "class_hits_total",
-        "counter",
-        "Hits per class.",
-        &hits,
-    );
-    metric(
-        &mut o,
+        o,
         "class_misses_total",
         "counter",
         "Misses per class.",
         &misses,
     );
+}
+
+/// BACKING's requests, bytes and times, and write-back.
+fn backing_metrics(o: &mut String, s: &MemStats) {
+    let f = |x: u64| x as f64;
     metric(
-        &mut o,
+        o,
         "backing_reads_total",
         "counter",
         "Reads issued to BACKING.",
         &[("", f(s.backing.reads))],
     );
     metric(
-        &mut o,
+        o,
         "backing_writes_total",
         "counter",
         "Writes issued to BACKING.",
         &[("", f(s.backing.writes))],
     );
     metric(
-        &mut o,
+        o,
         "backing_read_bytes_total",
         "counter",
         "Bytes read from BACKING.",
         &[("", f(s.backing.bytes_read))],
     );
     metric(
-        &mut o,
+        o,
         "backing_written_bytes_total",
         "counter",
         "Bytes written to BACKING.",
@@ -327,49 +334,47 @@ pub fn prometheus(s: &MemStats) -> String {
     );
     let secs = |ns: u64| ns as f64 / 1e9;
     metric(
-        &mut o,
+        o,
         "backing_read_seconds_total",
         "counter",
         "Time spent in BACKING reads (divided by backing_reads_total: their mean latency).",
         &[("", secs(s.backing.read_ns))],
     );
     metric(
-        &mut o,
+        o,
         "backing_write_seconds_total",
         "counter",
         "Time spent in BACKING writes (divided by backing_writes_total: their mean latency).",
         &[("", secs(s.backing.write_ns))],
     );
     metric(
-        &mut o,
+        o,
         "writeback_blocks_total",
         "counter",
         "Blocks written back (made clean).",
         &[("", f(s.paths.writeback_blocks))],
     );
     metric(
-        &mut o,
+        o,
         "writeback_errors_total",
         "counter",
         "Failed write-back requests (the data stays dirty and is retried).",
         &[("", f(s.paths.writeback_errors))],
     );
     metric(
-        &mut o,
+        o,
         "backing_io_mode",
         "gauge",
         "How BACKING I/O treats the kernel page cache (1 for the mode in use).",
         &[(format!("mode=\"{}\"", s.backing.io_mode).as_str(), 1.0)],
     );
     metric(
-        &mut o,
+        o,
         "writeback_blocks_per_second",
         "gauge",
         "Recent write-back rate.",
         &[("", s.writeback_blocks_per_sec)],
     );
-    tier_metrics(&mut o, &s.tiers);
-    o
 }
 
 /// The FUSE inode table's descriptors: `fd_exhausted_total` counts the times the daemon ran
