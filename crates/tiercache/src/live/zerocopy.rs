@@ -352,128 +352,23 @@ impl Shared {
                 ),
                 false,
             ),
-            Request::Open => match fd {
-                None => (refuse("open without a descriptor", libc::EINVAL), false),
-                Some(fd) => match super::zerocopy_open::register(
-                    &self.data,
-                    &self.mountpoint,
-                    &self.backing,
-                    File::from(fd),
-                    self.next_handle.fetch_add(1, Relaxed),
-                ) {
-                    Ok(o) => {
-                        let handle = self.next_handle.fetch_add(1, Relaxed);
-                        let resp = Response::Opened {
-                            handle,
-                            file: o.fh.ino,
-                            size: self.size(&o),
-                        };
-                        files.insert(handle, o);
-                        (resp, false)
-                    }
-                    Err(e) => (
-                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
-                        false,
-                    ),
-                },
-            },
+            Request::Open => self.open(fd, files),
             Request::Pin {
                 handle,
                 first,
                 count,
-            } => {
-                let Some(o) = files.get(&handle) else {
-                    return (refuse(format!("no open file {handle}"), libc::EBADF), false);
-                };
-                if count == 0 || count > wire::MAX_PIN_BLOCKS {
-                    return (
-                        refuse(
-                            format!("count must be 1..={}", wire::MAX_PIN_BLOCKS),
-                            libc::EINVAL,
-                        ),
-                        false,
-                    );
-                }
-                match self
-                    .data
-                    .mem()
-                    .pin_blocks(FileId(o.fh.ino), first, count, id)
-                {
-                    Ok(slots) => {
-                        self.counters.misses.fetch_add(count, Relaxed);
-                        (
-                            Response::Pinned {
-                                slots,
-                                size: self.size(o),
-                            },
-                            false,
-                        )
-                    }
-                    Err(e) => (
-                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
-                        false,
-                    ),
-                }
-            }
+            } => self.pin(files, id, handle, first, count),
             Request::Write {
                 handle,
                 offset,
                 runs,
-            } => {
-                let Some(o) = files.get(&handle) else {
-                    return (refuse(format!("no open file {handle}"), libc::EBADF), false);
-                };
-                if !o.writable {
-                    return (refuse("the file was opened read-only", libc::EBADF), false);
-                }
-                let written = session
-                    .peer
-                    .clear_setid(&self.data, o)
-                    .and_then(|()| self.write_runs(o, offset, &runs, payload));
-                // Also after a failure part-way: some runs may be written. The runs lie in the
-                // block at `offset`; the kernel refreshes the size with the same call.
-                let block = self.region.layout().block;
-                self.data.changed_outside_mount(o.fh.ino, offset, block);
-                match written {
-                    Ok(()) => (Response::Written { size: self.size(o) }, false),
-                    Err(e) => (
-                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
-                        false,
-                    ),
-                }
-            }
+            } => self.write(session, handle, offset, &runs, payload),
             Request::Sync {
                 handle,
                 offset,
                 len,
                 extend,
-            } => {
-                let Some(o) = files.get(&handle) else {
-                    return (refuse(format!("no open file {handle}"), libc::EBADF), false);
-                };
-                let grow = extend.then(|| offset.saturating_add(len));
-                if grow.is_some() && !o.writable {
-                    return (refuse("the file was opened read-only", libc::EBADF), false);
-                }
-                // Growing a file is a write (a truncate up): set-ID bits go as on the mount.
-                let cleared = match grow {
-                    Some(_) => session.peer.clear_setid(&self.data, o),
-                    None => Ok(()),
-                };
-                let synced =
-                    cleared.and_then(|()| self.data.mem().sync_extend(FileId(o.fh.ino), grow));
-                if grow.is_some() {
-                    // The kernel's size (and any page past the old end) is refreshed.
-                    self.data.changed_outside_mount(o.fh.ino, offset, 0);
-                }
-                match synced {
-                    Ok(size) => (Response::Synced { size }, false),
-                    Err(e) => (
-                        refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
-                        false,
-                    ),
-                }
-            }
+            } => self.sync(session, handle, offset, len, extend),
             Request::Close { handle } => match files.remove(&handle) {
                 Some(o) => {
                     self.data.release(&o.fh);
@@ -481,6 +376,147 @@ impl Shared {
                 }
                 None => (refuse(format!("no open file {handle}"), libc::EBADF), false),
             },
+        }
+    }
+
+    /// `Open`: the descriptor the client sent becomes one of its open files.
+    fn open(&self, fd: Option<OwnedFd>, files: &mut HashMap<u64, Opened>) -> (Response, bool) {
+        match fd {
+            None => (refuse("open without a descriptor", libc::EINVAL), false),
+            Some(fd) => match super::zerocopy_open::register(
+                &self.data,
+                &self.mountpoint,
+                &self.backing,
+                File::from(fd),
+                self.next_handle.fetch_add(1, Relaxed),
+            ) {
+                Ok(o) => {
+                    let handle = self.next_handle.fetch_add(1, Relaxed);
+                    let resp = Response::Opened {
+                        handle,
+                        file: o.fh.ino,
+                        size: self.size(&o),
+                    };
+                    files.insert(handle, o);
+                    (resp, false)
+                }
+                Err(e) => (
+                    refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
+                    false,
+                ),
+            },
+        }
+    }
+
+    /// `Pin`: `count` blocks from `first` pinned for client `id`.
+    fn pin(
+        &self,
+        files: &HashMap<u64, Opened>,
+        id: ClientId,
+        handle: u64,
+        first: u64,
+        count: u64,
+    ) -> (Response, bool) {
+        let Some(o) = files.get(&handle) else {
+            return (refuse(format!("no open file {handle}"), libc::EBADF), false);
+        };
+        if count == 0 || count > wire::MAX_PIN_BLOCKS {
+            return (
+                refuse(
+                    format!("count must be 1..={}", wire::MAX_PIN_BLOCKS),
+                    libc::EINVAL,
+                ),
+                false,
+            );
+        }
+        match self
+            .data
+            .mem()
+            .pin_blocks(FileId(o.fh.ino), first, count, id)
+        {
+            Ok(slots) => {
+                self.counters.misses.fetch_add(count, Relaxed);
+                (
+                    Response::Pinned {
+                        slots,
+                        size: self.size(o),
+                    },
+                    false,
+                )
+            }
+            Err(e) => (
+                refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
+                false,
+            ),
+        }
+    }
+
+    /// `Write`: a commit of `runs` of `payload` at `offset`, for a file opened for writing.
+    fn write(
+        &self,
+        session: &mut Session<'_>,
+        handle: u64,
+        offset: u64,
+        runs: &[[u32; 2]],
+        payload: &[u8],
+    ) -> (Response, bool) {
+        let files = &session.files;
+        let Some(o) = files.get(&handle) else {
+            return (refuse(format!("no open file {handle}"), libc::EBADF), false);
+        };
+        if !o.writable {
+            return (refuse("the file was opened read-only", libc::EBADF), false);
+        }
+        let written = session
+            .peer
+            .clear_setid(&self.data, o)
+            .and_then(|()| self.write_runs(o, offset, runs, payload));
+        // Also after a failure part-way: some runs may be written. The runs lie in the
+        // block at `offset`; the kernel refreshes the size with the same call.
+        let block = self.region.layout().block;
+        self.data.changed_outside_mount(o.fh.ino, offset, block);
+        match written {
+            Ok(()) => (Response::Written { size: self.size(o) }, false),
+            Err(e) => (
+                refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
+                false,
+            ),
+        }
+    }
+
+    /// `Sync`: the file's dirty blocks made durable, growing it first with `extend`.
+    fn sync(
+        &self,
+        session: &mut Session<'_>,
+        handle: u64,
+        offset: u64,
+        len: u64,
+        extend: bool,
+    ) -> (Response, bool) {
+        let files = &session.files;
+        let Some(o) = files.get(&handle) else {
+            return (refuse(format!("no open file {handle}"), libc::EBADF), false);
+        };
+        let grow = extend.then(|| offset.saturating_add(len));
+        if grow.is_some() && !o.writable {
+            return (refuse("the file was opened read-only", libc::EBADF), false);
+        }
+        // Growing a file is a write (a truncate up): set-ID bits go as on the mount.
+        let cleared = match grow {
+            Some(_) => session.peer.clear_setid(&self.data, o),
+            None => Ok(()),
+        };
+        let synced = cleared.and_then(|()| self.data.mem().sync_extend(FileId(o.fh.ino), grow));
+        if grow.is_some() {
+            // The kernel's size (and any page past the old end) is refreshed.
+            self.data.changed_outside_mount(o.fh.ino, offset, 0);
+        }
+        match synced {
+            Ok(size) => (Response::Synced { size }, false),
+            Err(e) => (
+                refuse(e.to_string(), super::zerocopy_open::errno_of(&e)),
+                false,
+            ),
         }
     }
 
