@@ -465,6 +465,121 @@ impl ConfigFile {
         Ok(name)
     }
 
+    /// A `[[tier]]`'s kind, checked against the keys it uses, with its remote or flash
+    /// settings.
+    fn tier_kind(
+        &self,
+        t: &TierTable,
+    ) -> Result<(LowerTierKind, Option<RemoteSpec>, Option<FlashSpec>), String> {
+        let here = |at| self.place(t, at);
+        let kind = match t.kind.value.as_str() {
+            "test" => LowerTierKind::Test,
+            "remote" => LowerTierKind::Remote,
+            "flash" => LowerTierKind::Flash,
+            "memory" => {
+                return Err(format!(
+                    "{}: the memory tier is set with --memory and --policy (or a first \
+                 [[tier]] in the config file)",
+                    here(&t.kind)
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "{}: unknown tier kind `{other}` (expected memory|test|flash|remote)",
+                    here(&t.kind)
+                ))
+            }
+        };
+        if kind != LowerTierKind::Flash {
+            if let Some((span, key)) = flash_only_key(t) {
+                return Err(format!(
+                    "{}: `{key}` is only for kind = \"flash\"",
+                    self.place_span(t, span)
+                ));
+            }
+        }
+        let remote = match kind {
+            LowerTierKind::Remote => Some(self.remote_spec(t)?),
+            LowerTierKind::Test => {
+                if let Some((span, key)) = remote_only_key(t) {
+                    return Err(format!(
+                        "{}: `{key}` is only for kind = \"remote\"",
+                        self.place_span(t, span)
+                    ));
+                }
+                None
+            }
+            LowerTierKind::Flash => None,
+        };
+        let flash = match kind {
+            LowerTierKind::Flash => Some(self.flash_spec(t)?),
+            _ => None,
+        };
+        Ok((kind, remote, flash))
+    }
+
+    /// A `[[tier]]`'s `size` in bytes (0 where the tier finds it itself), at least a block.
+    fn tier_capacity(
+        &self,
+        t: &TierTable,
+        kind: LowerTierKind,
+        block_size: u64,
+    ) -> Result<u64, String> {
+        let here = |at| self.place(t, at);
+        let capacity_bytes = match (&t.size, kind) {
+            (Some(size), _) => size
+                .value
+                .bytes()
+                .map_err(|e| format!("{}: size: {e}", self.place_key(t, size, "size")))?,
+            // Remote: the servers' limits; flash: the existing cache's own size.
+            (None, LowerTierKind::Remote | LowerTierKind::Flash) => 0,
+            (None, _) => {
+                return Err(format!(
+                    "{}: a {} tier needs `size`",
+                    here(&t.kind),
+                    t.kind.value
+                ))
+            }
+        };
+        if let (Some(size), true) = (&t.size, capacity_bytes < block_size) {
+            return Err(format!(
+                "{}: size: {capacity_bytes} bytes is less than one block of {block_size}",
+                self.place_key(t, size, "size")
+            ));
+        }
+        Ok(capacity_bytes)
+    }
+
+    /// A `[[tier]]`'s placement; `first`: the first tier below memory.
+    fn tier_placement(
+        &self,
+        t: &TierTable,
+        kind: LowerTierKind,
+        first: bool,
+    ) -> Result<Placement, String> {
+        Ok(match &t.placement {
+            // Paper 002 stores on a miss; a test tier demotes by default.
+            // Paper 001 allocates on a read miss too.
+            None if matches!(kind, LowerTierKind::Remote | LowerTierKind::Flash) => {
+                Placement::Inclusive
+            }
+            // Further down, exclusive (evictions cascade into it) is asked for by name.
+            None if !first => Placement::Inclusive,
+            None => Placement::Exclusive,
+            Some(p) => match p.value.parse::<Placement>() {
+                Ok(pl) => pl,
+                Err(_) => {
+                    return Err(format!(
+                        "{}: unknown placement `{}` (expected inclusive|exclusive|pinned\
+                     [=FIRST_BLOCK])",
+                        self.place_key(t, p, "placement"),
+                        p.value
+                    ))
+                }
+            },
+        })
+    }
+
     /// Checks lower `tiers` (from this file, or `--tier` flags) against a block of
     /// `block_size` bytes; every name differs from `memory_name` and from each other.
     pub fn lower_tiers(
@@ -476,70 +591,8 @@ impl ConfigFile {
         let mut specs: Vec<LowerTierSpec> = Vec::new();
         for t in tiers {
             let here = |at| self.place(t, at);
-            let kind = match t.kind.value.as_str() {
-                "test" => LowerTierKind::Test,
-                "remote" => LowerTierKind::Remote,
-                "flash" => LowerTierKind::Flash,
-                "memory" => {
-                    return Err(format!(
-                        "{}: the memory tier is set with --memory and --policy (or a first \
-                         [[tier]] in the config file)",
-                        here(&t.kind)
-                    ))
-                }
-                other => {
-                    return Err(format!(
-                        "{}: unknown tier kind `{other}` (expected memory|test|flash|remote)",
-                        here(&t.kind)
-                    ))
-                }
-            };
-            if kind != LowerTierKind::Flash {
-                if let Some((span, key)) = flash_only_key(t) {
-                    return Err(format!(
-                        "{}: `{key}` is only for kind = \"flash\"",
-                        self.place_span(t, span)
-                    ));
-                }
-            }
-            let remote = match kind {
-                LowerTierKind::Remote => Some(self.remote_spec(t)?),
-                LowerTierKind::Test => {
-                    if let Some((span, key)) = remote_only_key(t) {
-                        return Err(format!(
-                            "{}: `{key}` is only for kind = \"remote\"",
-                            self.place_span(t, span)
-                        ));
-                    }
-                    None
-                }
-                LowerTierKind::Flash => None,
-            };
-            let flash = match kind {
-                LowerTierKind::Flash => Some(self.flash_spec(t)?),
-                _ => None,
-            };
-            let capacity_bytes = match (&t.size, kind) {
-                (Some(size), _) => size
-                    .value
-                    .bytes()
-                    .map_err(|e| format!("{}: size: {e}", self.place_key(t, size, "size")))?,
-                // Remote: the servers' limits; flash: the existing cache's own size.
-                (None, LowerTierKind::Remote | LowerTierKind::Flash) => 0,
-                (None, _) => {
-                    return Err(format!(
-                        "{}: a {} tier needs `size`",
-                        here(&t.kind),
-                        t.kind.value
-                    ))
-                }
-            };
-            if let (Some(size), true) = (&t.size, capacity_bytes < block_size) {
-                return Err(format!(
-                    "{}: size: {capacity_bytes} bytes is less than one block of {block_size}",
-                    self.place_key(t, size, "size")
-                ));
-            }
+            let (kind, remote, flash) = self.tier_kind(t)?;
+            let capacity_bytes = self.tier_capacity(t, kind, block_size)?;
             let policy = match &t.policy {
                 Some(p) => p
                     .value
@@ -547,27 +600,7 @@ impl ConfigFile {
                     .map_err(|e| format!("{}: policy: {e}", self.place(t, p)))?,
                 None => PolicyKind::Lru,
             };
-            let placement = match &t.placement {
-                // Paper 002 stores on a miss; a test tier demotes by default.
-                // Paper 001 allocates on a read miss too.
-                None if matches!(kind, LowerTierKind::Remote | LowerTierKind::Flash) => {
-                    Placement::Inclusive
-                }
-                // Further down, exclusive (evictions cascade into it) is asked for by name.
-                None if !specs.is_empty() => Placement::Inclusive,
-                None => Placement::Exclusive,
-                Some(p) => match p.value.parse::<Placement>() {
-                    Ok(pl) => pl,
-                    Err(_) => {
-                        return Err(format!(
-                            "{}: unknown placement `{}` (expected inclusive|exclusive|pinned\
-                             [=FIRST_BLOCK])",
-                            self.place_key(t, p, "placement"),
-                            p.value
-                        ))
-                    }
-                },
-            };
+            let placement = self.tier_placement(t, kind, specs.is_empty())?;
             let name = match &t.name {
                 Some(n) => checked_name(n).map_err(|e| format!("{}: {e}", self.place(t, n)))?,
                 // Repeated `--tier` flags cannot name their tiers: test, test2, test3, ...
