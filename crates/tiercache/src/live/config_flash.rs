@@ -263,14 +263,9 @@ fn fraction(v: &FractionValue) -> Result<f64, String> {
 }
 
 impl ConfigFile {
-    /// Checks the flash keys of `t` (kind `flash`).
-    pub(super) fn flash_spec(&self, t: &TierTable) -> Result<FlashSpec, String> {
-        if let Some((span, key)) = test_only_key(t).or_else(|| remote_only_key(t)) {
-            return Err(format!(
-                "{}: `{key}` is not a key of a flash tier",
-                self.place_span(t, span)
-            ));
-        }
+    /// A flash tier's `path`: a file or a block device; relative to the config file's
+    /// directory when given there.
+    fn flash_path(&self, t: &TierTable) -> Result<std::path::PathBuf, String> {
         let Some(path) = &t.path else {
             return Err(format!(
                 "{}: a flash tier needs `path` (--flash PATH[:SIZE]): a file or a block device",
@@ -288,6 +283,43 @@ impl ConfigFile {
                 .map_or_else(|| path.value.clone(), |d| d.join(&path.value)),
             _ => path.value.clone(),
         };
+        Ok(path_value)
+    }
+
+    /// A flash tier's `free_floor`: a number of sets or a percentage of them.
+    fn free_floor(&self, t: &TierTable) -> Result<Floor, String> {
+        Ok(match &t.free_floor {
+            None => Floor::Percent(DEFAULT_FREE_FLOOR_PERCENT),
+            Some(at) => {
+                let text = at.value.as_text();
+                let text = text.trim();
+                let bad = || {
+                    format!(
+                        "{}: free floor `{text}`: expected a number of sets or a percentage \
+                     like 10%",
+                        place(self, t, at, "flash-free-floor")
+                    )
+                };
+                match text.strip_suffix('%') {
+                    Some(p) => match p.trim().parse::<f64>() {
+                        Ok(p) if p > 0.0 && p <= 100.0 => Floor::Percent(p),
+                        _ => return Err(bad()),
+                    },
+                    None => Floor::Sets(text.parse().map_err(|_| bad())?),
+                }
+            }
+        })
+    }
+
+    /// Checks the flash keys of `t` (kind `flash`).
+    pub(super) fn flash_spec(&self, t: &TierTable) -> Result<FlashSpec, String> {
+        if let Some((span, key)) = test_only_key(t).or_else(|| remote_only_key(t)) {
+            return Err(format!(
+                "{}: `{key}` is not a key of a flash tier",
+                self.place_span(t, span)
+            ));
+        }
+        let path_value = self.flash_path(t)?;
         let size = match &t.size {
             None => None,
             Some(at) => Some(
@@ -334,27 +366,7 @@ impl ConfigFile {
             }
             Some(at) => Duration::from_millis(at.value),
         };
-        let free_floor = match &t.free_floor {
-            None => Floor::Percent(DEFAULT_FREE_FLOOR_PERCENT),
-            Some(at) => {
-                let text = at.value.as_text();
-                let text = text.trim();
-                let bad = || {
-                    format!(
-                        "{}: free floor `{text}`: expected a number of sets or a percentage \
-                         like 10%",
-                        place(self, t, at, "flash-free-floor")
-                    )
-                };
-                match text.strip_suffix('%') {
-                    Some(p) => match p.trim().parse::<f64>() {
-                        Ok(p) if p > 0.0 && p <= 100.0 => Floor::Percent(p),
-                        _ => return Err(bad()),
-                    },
-                    None => Floor::Sets(text.parse().map_err(|_| bad())?),
-                }
-            }
-        };
+        let free_floor = self.free_floor(t)?;
         let dirty_max = match &t.dirty_max {
             None => DEFAULT_DIRTY_MAX,
             Some(at) => fraction(&at.value)
