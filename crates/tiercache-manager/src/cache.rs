@@ -76,7 +76,7 @@ pub(crate) struct Inner {
     pub lower: Option<Arc<Lower>>,
     /// The flusher's timings in force: `cfg`'s until a reload changes them
     /// ([`MemCache::set_flush_timings`]).
-    pub timings: crate::live_set::FlushTimings,
+    pub timings: crate::config::FlushTimings,
 }
 
 /// Nanoseconds since `t0` (saturating).
@@ -106,6 +106,11 @@ pub(crate) fn closed_fd_budget() -> usize {
 }
 
 impl Inner {
+    /// The class of `file` (`None`: not open nor cached).
+    pub(crate) fn class_of(&self, file: FileId) -> Option<Class> {
+        self.lock().files.get(&file).map(|f| f.class())
+    }
+
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
         lock(&self.engine)
@@ -342,7 +347,7 @@ impl MemCache {
             trace_dropped: Arc::new(AtomicU64::new(0)),
             trace_thread: Mutex::new(None),
             start,
-            timings: crate::live_set::FlushTimings::new(cfg.flush_interval, cfg.dirty_expire),
+            timings: crate::config::FlushTimings::new(cfg.flush_interval, cfg.dirty_expire),
             cfg,
         });
         let mut flushers = Vec::new();

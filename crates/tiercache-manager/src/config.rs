@@ -6,6 +6,7 @@
 //! with flusher threads has a non-zero flush interval.
 
 use crate::error::MemError;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use tiercache_core::partition::PartitionConfig;
 use tiercache_core::policy::PolicyKind;
@@ -132,4 +133,37 @@ impl MemConfig {
 
 fn share(capacity: usize, ratio: f64) -> usize {
     ((capacity as f64 * ratio).ceil() as usize).clamp(1, capacity)
+}
+
+/// The flusher's timings in force, in nanoseconds (read at every flusher round).
+#[derive(Debug)]
+pub(crate) struct FlushTimings {
+    interval_ns: AtomicU64,
+    dirty_expire_ns: AtomicU64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl FlushTimings {
+    pub fn new(interval: Duration, dirty_expire: Duration) -> Self {
+        Self {
+            interval_ns: AtomicU64::new(nanos(interval)),
+            dirty_expire_ns: AtomicU64::new(nanos(dirty_expire)),
+        }
+    }
+    /// Puts new timings in force (the next flusher round reads them).
+    pub fn set(&self, interval: Duration, dirty_expire: Duration) {
+        self.interval_ns.store(nanos(interval), Relaxed);
+        self.dirty_expire_ns.store(nanos(dirty_expire), Relaxed);
+    }
+    /// How often the background flusher wakes.
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_ns.load(Relaxed))
+    }
+    /// A file dirty for longer than this is written back by the flusher.
+    pub fn dirty_expire(&self) -> Duration {
+        Duration::from_nanos(self.dirty_expire_ns.load(Relaxed))
+    }
 }

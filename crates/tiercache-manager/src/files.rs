@@ -550,7 +550,7 @@ impl Inner {
         };
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
-        self.flush_locked(file, crate::flusher::Why::Sync(true))?;
+        self.flush_locked(file, crate::writeback::Why::Sync(true))?;
         self.clean_lower_locked(file)?;
         let fd = self
             .lock()

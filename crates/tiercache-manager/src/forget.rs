@@ -53,7 +53,7 @@ impl Inner {
             .is_some_and(|fd| fd.metadata().is_ok_and(|m| m.nlink() == 0));
         let written = match fd {
             Some(_) if !unlinked => {
-                let r = self.flush_locked(file, crate::flusher::Why::Forget);
+                let r = self.flush_locked(file, crate::writeback::Why::Forget);
                 // A forgotten file keeps no descriptor: not even the device's, for the pages
                 // its write-back left (an uncached device holds one until it drops them).
                 self.device.settle();
@@ -196,7 +196,7 @@ impl Inner {
         shared: &Arc<FileShared>,
     ) -> Option<(Option<Arc<File>>, usize)> {
         // Errors are logged and counted by the write-back itself.
-        let _ = self.flush_locked(file, crate::flusher::Why::Forget);
+        let _ = self.flush_locked(file, crate::writeback::Why::Forget);
         self.device.settle();
         let mut invalidate_below = None;
         let result = self.drop_forgotten_locked(file, shared, &mut invalidate_below);

@@ -66,6 +66,7 @@ mod lower_bypass;
 mod lower_transit;
 mod lower_wb;
 mod nowait;
+mod own_changes;
 mod owner;
 mod read;
 mod recover;
@@ -76,6 +77,7 @@ mod times;
 mod trace;
 mod versions;
 mod write;
+mod writeback;
 mod zerocopy;
 
 pub use backing::{

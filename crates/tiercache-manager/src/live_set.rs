@@ -5,38 +5,9 @@
 
 use crate::cache::MemCache;
 use crate::error::MemError;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use tiercache_core::partition::DirprioParams;
 use tiercache_core::seqrun::Threshold;
-
-/// The flusher's timings in force, in nanoseconds (read at every flusher round).
-#[derive(Debug)]
-pub(crate) struct FlushTimings {
-    interval_ns: AtomicU64,
-    dirty_expire_ns: AtomicU64,
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl FlushTimings {
-    pub fn new(interval: Duration, dirty_expire: Duration) -> Self {
-        Self {
-            interval_ns: AtomicU64::new(nanos(interval)),
-            dirty_expire_ns: AtomicU64::new(nanos(dirty_expire)),
-        }
-    }
-    /// How often the background flusher wakes.
-    pub fn interval(&self) -> Duration {
-        Duration::from_nanos(self.interval_ns.load(Relaxed))
-    }
-    /// A file dirty for longer than this is written back by the flusher.
-    pub fn dirty_expire(&self) -> Duration {
-        Duration::from_nanos(self.dirty_expire_ns.load(Relaxed))
-    }
-}
 
 impl MemCache {
     /// The flusher's interval and dirty-expiry time in force (`config()` keeps the values the
@@ -55,9 +26,7 @@ impl MemCache {
         if interval.is_zero() {
             return Err(MemError::config("flush-interval", "must be above zero"));
         }
-        let t = &self.inner().timings;
-        t.interval_ns.store(nanos(interval), Relaxed);
-        t.dirty_expire_ns.store(nanos(dirty_expire), Relaxed);
+        self.inner().timings.set(interval, dirty_expire);
         self.inner().kick_flusher();
         Ok(())
     }

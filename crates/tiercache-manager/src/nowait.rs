@@ -7,9 +7,7 @@
 //! free, and slot locks held to copy.
 
 use std::io;
-use tiercache_core::{Class, FileId};
-
-use crate::cache::Inner;
+use tiercache_core::Class;
 
 /// The outcome of a request made without waiting.
 #[derive(Debug)]
@@ -20,11 +18,4 @@ pub enum NoWait<T> {
     /// Not served, nothing changed: it would have to wait (for BACKING, a lower tier,
     /// write-back or a lock held across I/O). The file's class, to queue it by.
     Wait(Class),
-}
-
-impl Inner {
-    /// The class of `file` (`None`: not open nor cached).
-    pub(crate) fn class_of(&self, file: FileId) -> Option<Class> {
-        self.lock().files.get(&file).map(|f| f.class())
-    }
 }

@@ -20,8 +20,8 @@
 
 use crate::cache::{lock, Inner};
 use crate::file_state::FileShared;
-use crate::flusher::Why;
 use crate::stats::Counters;
+use crate::writeback::Why;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -141,7 +141,7 @@ impl Inner {
             log::error!(
                 "file {}: sync of written-back data failed, data may be lost: {e}{}",
                 p.file.0,
-                crate::flusher::unlogged_note(unlogged)
+                crate::writeback::unlogged_note(unlogged)
             );
         }
         let fd = self.lock().gc_file(p.file);

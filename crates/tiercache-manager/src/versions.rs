@@ -7,7 +7,7 @@
 //! - write-back, write-through, the mtime put back after them: `refresh_stamp`;
 //! - truncate, `set_times`, direct changes (fallocate): recorded with the file quiesced;
 //! - changes of metadata only — mode, owner, extended attributes, links and names — made by the
-//!   FUSE layer: [`Inner::change_metadata`], with the file's `io` lock held from the change to
+//!   FUSE layer: `change_metadata` (`own_changes`), with the file's `io` lock held from the change to
 //!   the record, as `open`'s staleness check takes that lock (an open in between would take the
 //!   new ctime for an outside edit and drop the file's clean blocks).
 //!
@@ -33,10 +33,8 @@
 //! What cannot be told apart: an outside change made between one of the cache's own changes
 //! and its `fstat` is recorded as the cache's own.
 
-use crate::cache::{lock, Inner};
 use crate::stamp::{version_of, BirthTime, FileStamp};
 use std::collections::{BTreeMap, HashMap};
-use std::io;
 use tiercache_core::FileId;
 
 /// Most versions kept for files without a state; the oldest go first.
@@ -122,64 +120,6 @@ impl KeptVersions {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
-    }
-}
-
-impl Inner {
-    /// Runs `apply`, a change of `file`'s metadata on BACKING that leaves its bytes alone (mode,
-    /// owner, extended attributes, links, names), then records the stamp BACKING shows (`stat`,
-    /// asked only when the cache keeps something of the file). See the module docs.
-    pub(crate) fn change_metadata(
-        &self,
-        file: FileId,
-        apply: &mut dyn FnMut() -> io::Result<()>,
-        stat: &mut dyn FnMut() -> io::Result<FileStamp>,
-    ) -> io::Result<()> {
-        let shared = self.shared(file).ok();
-        let _io = shared.as_ref().map(|s| lock(&s.io));
-        // What BACKING showed before our change: recorded only if it was ours (see above).
-        let before = stat().ok();
-        apply()?;
-        let known = {
-            let eng = self.lock();
-            eng.files.contains_key(&file) || eng.kept.contains(file)
-        };
-        if !known {
-            return Ok(());
-        }
-        let now = match stat() {
-            Ok(s) => s,
-            Err(e) => {
-                // Not recorded: the next open takes the change for an outside one (its clean
-                // blocks are read again), which is safe.
-                log::warn!("file {}: fstat after a metadata change failed: {e}", file.0);
-                return Ok(());
-            }
-        };
-        self.note_own_stamp(file, before.as_ref(), now);
-        Ok(())
-    }
-
-    /// Records `now`, read after a change of the cache's own, as `file`'s stamp — unless a
-    /// newer one is recorded already, or BACKING showed `before` (read before the change) and
-    /// that is not the recorded stamp: then someone else changed the file first, and recording
-    /// would hide that change (`None`: not known, recorded).
-    pub(crate) fn note_own_stamp(&self, file: FileId, before: Option<&FileStamp>, now: FileStamp) {
-        let mut eng = self.lock();
-        match eng.files.get_mut(&file) {
-            Some(f) => {
-                if before.is_some_and(|b| *b != f.stamp()) {
-                    log::info!(
-                        "file {}: changed on BACKING before one of the cache's own changes; \
-                         not recorded, so the next open sees it",
-                        file.0
-                    );
-                } else if now.supersedes(&f.stamp()) {
-                    f.record_stamp(now);
-                }
-            }
-            None => eng.kept.note(file, before, now),
-        }
     }
 }
 

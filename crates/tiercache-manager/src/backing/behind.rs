@@ -149,7 +149,7 @@ impl Behind {
                     .push_back((inode, e.raw_os_error().unwrap_or(libc::EIO)));
             }
         }
-        super::uncached::drop_behind(fd, off, len, false);
+        super::drop::drop_behind(fd, off, len, false);
     }
 
     /// Takes the queued ranges `pick` selects.
@@ -189,7 +189,7 @@ impl Behind {
         let taken = self.take(|p| pick(p.inode));
         let synced = sync();
         for (_, fd, off, len) in taken {
-            super::uncached::drop_behind(&fd, off, len, false);
+            super::drop::drop_behind(&fd, off, len, false);
         }
         let kept = self.take_error(pick);
         synced?;

@@ -17,14 +17,16 @@
 //! no caching of its own.
 
 mod behind;
+mod drop;
 mod emulated;
 mod faulty;
 mod sys;
 mod uncached;
 
+pub use drop::FOLIO_WINDOW;
 pub use emulated::{DeviceModel, EmulatedBacking, EmulationStats};
 pub use faulty::FaultyBacking;
-pub use uncached::{BackingCache, IoMode, UncachedBacking, FOLIO_WINDOW};
+pub use uncached::{BackingCache, IoMode, UncachedBacking};
 
 use std::fmt;
 use std::fs::File;

@@ -5,7 +5,7 @@
 //! Reads are plain buffered `pread`s followed by `posix_fadvise(POSIX_FADV_DONTNEED)` of what
 //! they read: the kernel's read-ahead keeps its full window (large BACKING requests, issued
 //! ahead of the reader), and what a request has passed is dropped. Since a range's ends may lie
-//! inside a larger folio (up to [`FOLIO_WINDOW`]) that a range drop cannot take, each request
+//! inside a larger folio (up to [`FOLIO_WINDOW`](super::FOLIO_WINDOW)) that a range drop cannot take, each request
 //! also drops the whole windows it has passed the end of, and everything from its window on at
 //! end of file. Left behind: at most the window where a stream stopped, and the kernel's
 //! read-ahead past it. (`RWF_DONTCACHE` reads were measured slower: the kernel keeps its
@@ -36,6 +36,7 @@
 //! `fstat` more.
 
 use super::behind::{self, Behind};
+use super::drop::drop_behind;
 use super::{sys, BackingIo};
 use serde::Serialize;
 use std::fmt;
@@ -119,11 +120,6 @@ impl fmt::Display for IoMode {
     }
 }
 
-/// The largest page-cache folio (2 MiB: PMD size with 4 KiB pages). Dropping a request's range
-/// leaves a larger folio straddling either end; those go with their whole window once a
-/// request passes its end.
-pub const FOLIO_WINDOW: u64 = 2 << 20;
-
 /// What is known about the file systems requests went to.
 #[derive(Debug, Default)]
 struct Modes {
@@ -205,22 +201,6 @@ fn write_full(fd: &File, buf: &[u8], off: u64, flags: libc::c_int) -> io::Result
         }
     }
     Ok(())
-}
-
-/// After a read, or a written-out write, of `[off, off + len)`: drops that range, the whole
-/// [`FOLIO_WINDOW`]s the request has passed the end of, and everything from the range's window
-/// on at end of file. Advice only: a failure leaves pages cached, never fails the request.
-pub(super) fn drop_behind(fd: &File, off: u64, len: u64, eof: bool) {
-    if len > 0 {
-        let _ = sys::drop_pages(fd, off, len);
-    }
-    let lo = off / FOLIO_WINDOW * FOLIO_WINDOW;
-    let hi = (off + len) / FOLIO_WINDOW * FOLIO_WINDOW;
-    if eof {
-        let _ = sys::drop_pages(fd, lo, 0);
-    } else if hi > lo {
-        let _ = sys::drop_pages(fd, lo, hi - lo);
-    }
 }
 
 /// Tries `RWF_DONTCACHE` on an unnamed file in `dir`: `Memory` for tmpfs/ramfs, `Dontcache`
