@@ -10,7 +10,10 @@
 //! engine's own [`Lru`] policy over set numbers: a hit, or a block coming into a mapped set,
 //! makes the set most recently used; a block of an unmapped backing set takes a free set, or
 //! else the least recently used set without dirty blocks, dropping every block it held (a
-//! *set eviction*). A set whose last block is removed goes back to the free list. The choice
+//! *set eviction*). A set whose last block is removed goes back to the free list (the live
+//! tier waits until no durable record of its own claims dirty blocks there — `sim` keeps no
+//! records — so a set emptied of dirty blocks may stay mapped there until its next sync: the
+//! one place the two can choose differently). The choice
 //! of the set is [`crate::setchoice::choose_set`], the very code the live flash tier
 //! (`tiercache-flash`) runs: at most 64 sets from the cold end are scanned for a clean one,
 //! and a dirty set passed over keeps its place.

@@ -66,6 +66,8 @@ pub use faulty::FaultyDevice;
 pub use format::Geometry;
 pub use index::SetId;
 pub use legacy::LegacyTier;
-pub use pagecache::{IoChoice, IoMode, AUTO_ORDER, DROP_EVERY, HEAD_LINGER, READ_AHEAD_SPARE};
+pub use pagecache::{
+    resident_pages, IoChoice, IoMode, AUTO_ORDER, DROP_EVERY, HEAD_LINGER, READ_AHEAD_SPARE,
+};
 pub use recovery::is_formatted;
 pub use tier::{FlashConfig, FlashStats, FlashTier};

@@ -251,31 +251,50 @@ fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
-/// Whether the file's first page is in the page cache (`mincore` over a one-page mapping,
-/// which reads nothing); `None` when the file cannot be mapped.
-fn first_page_cached(file: &File) -> Option<bool> {
-    let page = page_size();
-    // SAFETY: a new read-only shared mapping of one page of an open file; no existing memory
-    // is involved, and it is only handed to mincore, never dereferenced.
+/// Which pages of `file` in `range` (widened to whole pages) are in the page cache: `mincore`
+/// over a read-only mapping of that range, which reads nothing. For probes, benchmarks and
+/// tests that must know what a configuration left cached.
+pub fn resident_pages(file: &File, range: std::ops::Range<u64>) -> io::Result<Vec<bool>> {
+    let page = page_size() as u64;
+    let (start, end) = (range.start / page * page, range.end.div_ceil(page) * page);
+    if end <= start {
+        return Ok(Vec::new());
+    }
+    let len =
+        usize::try_from(end - start).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let off =
+        libc::off_t::try_from(start).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: a new read-only shared mapping of an open file; no existing memory is involved,
+    // and it is only handed to mincore, never dereferenced.
     let map = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            page,
+            len,
             libc::PROT_READ,
             libc::MAP_SHARED,
             file.as_raw_fd(),
-            0,
+            off,
         )
     };
     if map == libc::MAP_FAILED {
-        return None;
+        return Err(io::Error::last_os_error());
     }
-    let mut v = [0u8; 1];
-    // SAFETY: `map` starts a mapping of `page` bytes (one page); `v` has a byte for it.
-    let rc = unsafe { libc::mincore(map, page, v.as_mut_ptr()) };
+    let mut v = vec![0u8; len.div_ceil(page as usize)];
+    // SAFETY: `map` starts a mapping of `len` bytes; `v` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
     // SAFETY: unmaps exactly the mapping made above.
-    unsafe { libc::munmap(map, page) };
-    (rc == 0).then_some(v[0] & 1 != 0)
+    unsafe { libc::munmap(map, len) };
+    if rc != 0 {
+        return Err(err);
+    }
+    Ok(v.iter().map(|&b| b & 1 != 0).collect())
+}
+
+/// Whether the file's first page is in the page cache; `None` when that cannot be told.
+fn first_page_cached(file: &File) -> Option<bool> {
+    let page = page_size() as u64;
+    resident_pages(file, 0..page).ok()?.first().copied()
 }
 
 /// Sets O_DIRECT on `file` if its file system allows it with the cache's sector size, and

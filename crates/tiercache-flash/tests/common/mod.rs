@@ -77,34 +77,10 @@ pub fn read(t: &FlashTier, k: &TierKey) -> (Lookup, Vec<u8>) {
     (l, buf)
 }
 
-/// Which pages of `path` in `range` are in the page cache (`mincore` over a read-only mapping,
-/// which reads nothing).
+/// Which pages of `path` in `range` are in the page cache.
 pub fn resident_pages(path: &std::path::Path, range: std::ops::Range<u64>) -> Vec<bool> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).unwrap();
-    let page = 4096u64;
-    let (start, end) = (range.start / page * page, range.end.div_ceil(page) * page);
-    let len = (end - start) as usize;
-    // SAFETY: a new read-only shared mapping of an open file; no existing memory is touched,
-    // and it is only handed to mincore, never dereferenced.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            start as libc::off_t,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-    let mut v = vec![0u8; len / page as usize];
-    // SAFETY: `map` starts a mapping of `len` bytes; `v` has one byte per page of it.
-    let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
-    // SAFETY: unmaps exactly the mapping made above.
-    unsafe { libc::munmap(map, len) };
-    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-    v.iter().map(|&b| b & 1 != 0).collect()
+    tiercache_flash::resident_pages(&f, range).unwrap()
 }
 
 /// A cache file of `len` bytes at `path` read and written in `mode`; a machine where the mode
