@@ -10,7 +10,9 @@ use crate::class::{Class, PoolId};
 use crate::error::{CoreError, InvariantViolation};
 use crate::ids::{BlockKey, SlotId};
 use crate::keymap::{prefetch_ptr, Fp, KeyMap};
-use crate::partition::{new_partitioner, PartitionConfig, PartitionKind, Partitioner, PoolSizes};
+use crate::partition::{
+    new_partitioner, Access, PartitionConfig, PartitionKind, Partitioner, PoolSizes,
+};
 use crate::policy::{new_policy, EvictionPolicy, PolicyKind};
 use crate::stats::TierStats;
 
@@ -229,7 +231,14 @@ impl Tier {
                 self.stats.hits += 1;
                 self.stats.pools[pool.index()].hits += 1;
                 self.stats.classes[class.index()].hits += 1;
-                if !self.shared && self.partitioner.record(pool, true) {
+                if !self.shared
+                    && self.partitioner.record(Access {
+                        key,
+                        class,
+                        pool,
+                        hit: true,
+                    })
+                {
                     self.size_pools();
                 }
                 Some(slot)
@@ -239,7 +248,14 @@ impl Tier {
                 let pool = self.pool_of(class);
                 self.stats.pools[pool.index()].misses += 1;
                 self.stats.classes[class.index()].misses += 1;
-                if !self.shared && self.partitioner.record(pool, false) {
+                if !self.shared
+                    && self.partitioner.record(Access {
+                        key,
+                        class,
+                        pool,
+                        hit: false,
+                    })
+                {
                     self.size_pools();
                 }
                 None

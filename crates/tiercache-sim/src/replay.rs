@@ -380,6 +380,10 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>)
                     requests: hc.requests(),
                     hits: hc.hits,
                     hit_ratio: hc.ratio(),
+                    target_reachable: h
+                        .tiers()
+                        .first()
+                        .and_then(|t| t.partitioner().target_reachable(c)),
                 },
             )
         })

@@ -67,6 +67,9 @@ pub struct ClassReport {
     pub hits: u64,
     /// `null` when the class had no requests.
     pub hit_ratio: Option<f64>,
+    /// Whether the class's hit-ratio target can be met, as the top tier's partitioner judges
+    /// it (`mrc`: from the class's miss-ratio curve); `null` when it cannot tell.
+    pub target_reachable: Option<bool>,
 }
 
 fn class_ratio(r: &Report, class: &str) -> String {

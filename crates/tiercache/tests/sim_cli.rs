@@ -330,3 +330,40 @@ fn curves_give_each_class_its_exact_and_estimated_miss_ratio_curve() {
         .filter(|r| r[0] == "normal")
         .all(|r| r[2] == "1.000000"));
 }
+
+/// `--partition mrc` sees from the priority class's curve that T_p = 0.95 cannot be had in the
+/// tier and says so, keeping the normal class's target, where `dirprio` chases T_p with the
+/// whole tier and the normal class gets almost nothing.
+#[test]
+fn mrc_reports_an_unreachable_target_and_keeps_the_reachable_one() {
+    let v = json(&[
+        "sim",
+        "--workload",
+        "zipf:blocks=20000,alpha=1.0,class=priority",
+        "--workload",
+        "zipf:blocks=50000,alpha=0.9,class=normal",
+        "--tier",
+        "mem:12000:lru",
+        "--requests",
+        "1500000",
+        "--compare",
+        "dirprio,mrc",
+        "--t-protected",
+        "0.95",
+        "--t-normal",
+        "0.5",
+        "--b-pmin",
+        "0",
+        "--b-nmin",
+        "0",
+        "--json",
+    ]);
+    let (dirprio, mrc) = (&v[0], &v[1]);
+    assert_eq!(mrc["tiers"][0]["partition"], "mrc");
+    assert_eq!(mrc["classes"]["priority"]["target_reachable"], false);
+    assert_eq!(mrc["classes"]["normal"]["target_reachable"], true);
+    assert!(dirprio["classes"]["priority"]["target_reachable"].is_null());
+    let h_n = |r: &serde_json::Value| r["classes"]["normal"]["hit_ratio"].as_f64().unwrap();
+    assert!(h_n(mrc) >= 0.5, "mrc H_n {}", h_n(mrc));
+    assert!(h_n(dirprio) < 0.2, "dirprio H_n {}", h_n(dirprio));
+}

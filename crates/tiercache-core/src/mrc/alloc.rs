@@ -7,7 +7,7 @@
 //!
 //! A pure decision: curves and limits in, blocks per class out.
 
-use super::MissRatioCurve;
+use super::{CurveTable, MissRatioCurve};
 
 /// What one class asks for.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +21,11 @@ pub struct ClassDemand<'a> {
     /// Floor and cap in blocks.
     pub min: u64,
     pub max: Option<u64>,
+    /// The rate the curve was sampled at (1.0: exact). A sampled curve places a size `s`
+    /// within about `sqrt(s·(1 − rate)/rate)` blocks (the binomial spread of the sampled
+    /// blocks among `s`), so a target on a cliff gets two of those on top of what its curve
+    /// says: a loop's cliff estimated a little low would otherwise miss every access.
+    pub sampling_rate: f64,
 }
 
 /// The decision: blocks per class, in the order given, and whether each target is reachable.
@@ -40,6 +45,8 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
     let mut left = total.saturating_sub(blocks.iter().sum());
     let mut reachable: Vec<Option<bool>> =
         classes.iter().map(|c| c.target.map(|_| false)).collect();
+    // Each curve once as a table: the search below asks O((total / step)²) sizes.
+    let tables: Vec<CurveTable> = classes.iter().map(|c| c.curve.table(total)).collect();
 
     // Targets, strictest first: each gets exactly what its curve says it needs, if that fits.
     let mut order: Vec<usize> = (0..classes.len())
@@ -54,6 +61,7 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
         let Some(t) = c.target else { continue };
         let room = cap(c).min(blocks[i] + left);
         if let Some(need) = c.curve.blocks_for_hit_ratio(t, room) {
+            let need = (need + margin(&tables[i], t, need, c.sampling_rate)).min(room);
             let extra = need.saturating_sub(blocks[i]);
             blocks[i] += extra;
             left -= extra;
@@ -67,7 +75,7 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
         let mut best: Option<(usize, u64, f64)> = None;
         for (i, c) in classes.iter().enumerate() {
             let room = cap(c).saturating_sub(blocks[i]).min(left);
-            if let Some((k, per_block)) = best_extension(c, blocks[i], room, step) {
+            if let Some((k, per_block)) = best_extension(c, &tables[i], blocks[i], room, step) {
                 if best.is_none_or(|(_, _, g)| per_block > g) {
                     best = Some((i, k, per_block));
                 }
@@ -83,14 +91,40 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
     }
 }
 
+/// How far past `need` a target's share goes: two standard deviations of a size read off a
+/// curve sampled at `rate`, where being that much short would cost more than [`CLIFF`] of
+/// hit ratio (a cliff, e.g. a loop just too large to fit); nothing on a smooth curve, where
+/// the same error costs little.
+fn margin(curve: &CurveTable, target: f64, need: u64, rate: f64) -> u64 {
+    if rate >= 1.0 || rate <= 0.0 {
+        return 0;
+    }
+    let m = (2.0 * (need as f64 * (1.0 - rate) / rate).sqrt()).ceil() as u64;
+    let short = curve.miss_ratio(need.saturating_sub(m));
+    if short - (1.0 - target) > CLIFF {
+        m
+    } else {
+        0
+    }
+}
+
+/// A loss of hit ratio that calls for a margin (see [`margin`]).
+const CLIFF: f64 = 0.05;
+
 /// The extension (a multiple of `step`, at most `room`) with the best positive hits per block
 /// for class `c` now at `at` blocks: `(blocks, hits per block)`.
-fn best_extension(c: &ClassDemand<'_>, at: u64, room: u64, step: u64) -> Option<(u64, f64)> {
-    let base = c.curve.miss_ratio(at);
+fn best_extension(
+    c: &ClassDemand<'_>,
+    curve: &CurveTable,
+    at: u64,
+    room: u64,
+    step: u64,
+) -> Option<(u64, f64)> {
+    let base = curve.miss_ratio(at);
     let mut best: Option<(u64, f64)> = None;
     let mut k = step;
     while k <= room {
-        let gain = (base - c.curve.miss_ratio(at + k)) * c.accesses;
+        let gain = (base - curve.miss_ratio(at + k)) * c.accesses;
         let per_block = gain / k as f64;
         if per_block > 1e-12 && best.is_none_or(|(_, g)| per_block > g) {
             best = Some((k, per_block));
@@ -135,6 +169,7 @@ mod tests {
             target,
             min: 0,
             max: None,
+            sampling_rate: 1.0,
         }
     }
 
@@ -171,6 +206,34 @@ mod tests {
             Some(false),
             "40 < the 50 it needs"
         );
+    }
+
+    /// A sampled curve's cliff may sit a little low: a target on a cliff gets two standard
+    /// deviations more; one on a smooth curve, where being short costs little, none.
+    #[test]
+    fn a_sampled_cliff_gets_a_margin_and_a_smooth_curve_none() {
+        let cliff = looping(1000, 50);
+        let mut sampled = demand(&cliff, Some(0.9));
+        sampled.sampling_rate = 0.1;
+        let a = allocate(&[sampled], 5000, 1);
+        // 2 · sqrt(1000 · 0.9 / 0.1) = 190.
+        assert_eq!(a.blocks[0], 1190, "{a:?}");
+        // Uniform accesses over 10,000 blocks: the miss ratio falls by 1/10,000 per block, so
+        // the ~400 blocks of a margin at 5,000 would buy 4 points: no cliff.
+        let mut uniform = ExactMrc::new(1);
+        let mut x = 1u64;
+        for _ in 0..200_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            uniform.access((x >> 33) % 10_000);
+        }
+        let need = uniform.curve().blocks_for_hit_ratio(0.45, 20_000).unwrap();
+        let table = uniform.curve().table(20_000);
+        assert_eq!(
+            margin(&table, 0.45, need, 0.1),
+            0,
+            "no cliff at {need}, no margin"
+        );
+        assert!(margin(&cliff.table(5000), 0.9, 1000, 0.1) > 0);
     }
 
     #[test]

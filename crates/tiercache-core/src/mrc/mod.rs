@@ -21,7 +21,8 @@
 mod alloc;
 
 pub use alloc::{allocate, Allocation, ClassDemand};
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 
 /// A Fenwick (binary indexed) tree of 0/1 marks over access times, for counting the distinct
 /// blocks touched since a given time.
@@ -66,7 +67,7 @@ impl Fenwick {
 #[derive(Debug)]
 struct ReuseTracker {
     /// Each tracked block's last access time (its one live mark in `marks`).
-    last: HashMap<u64, usize>,
+    last: FxHashMap<u64, usize>,
     marks: Fenwick,
     /// The next access time; `< marks.len()` (compacted when it would not be).
     now: usize,
@@ -75,7 +76,7 @@ struct ReuseTracker {
 impl ReuseTracker {
     fn new() -> Self {
         Self {
-            last: HashMap::new(),
+            last: FxHashMap::default(),
             marks: Fenwick::with_len(1024),
             now: 0,
         }
@@ -181,14 +182,35 @@ impl MissRatioCurve {
         (1.0 - hits / self.total).clamp(0.0, 1.0)
     }
 
-    /// `(blocks, miss ratio)` at every bucket boundary up to `max_blocks`.
+    /// `(blocks, miss ratio)` at every bucket boundary up to `max_blocks` (one pass).
     pub fn points(&self, max_blocks: u64) -> Vec<(u64, f64)> {
+        let mut hits = 0.0;
         (0..=max_blocks / self.bucket)
             .map(|i| {
-                let b = i * self.bucket;
-                (b, self.miss_ratio(b))
+                if i > 0 {
+                    hits += self.hist.get(i as usize - 1).copied().unwrap_or(0.0);
+                }
+                let m = if self.total <= 0.0 {
+                    1.0
+                } else {
+                    (1.0 - hits / self.total).clamp(0.0, 1.0)
+                };
+                (i * self.bucket, m)
             })
             .collect()
+    }
+
+    /// Miss ratios at every multiple of `bucket` from 0, as a table answering any size in O(1)
+    /// (what an allocation asks thousands of times).
+    pub(crate) fn table(&self, max_blocks: u64) -> CurveTable {
+        CurveTable {
+            bucket: self.bucket,
+            miss: self
+                .points(max_blocks)
+                .into_iter()
+                .map(|(_, m)| m)
+                .collect(),
+        }
     }
 
     /// The fewest blocks whose miss ratio is at most `1 - hit_ratio`, searched up to
@@ -209,6 +231,25 @@ impl MissRatioCurve {
             .map(|&(b, m)| (m - other.miss_ratio(b)).abs())
             .sum::<f64>()
             / n
+    }
+}
+
+/// A curve's miss ratios at its bucket boundaries, up to a size (see [`MissRatioCurve::table`]).
+#[derive(Debug, Clone)]
+pub(crate) struct CurveTable {
+    bucket: u64,
+    miss: Vec<f64>,
+}
+
+impl CurveTable {
+    /// As [`MissRatioCurve::miss_ratio`]; sizes past the table answer its last value.
+    pub(crate) fn miss_ratio(&self, blocks: u64) -> f64 {
+        let i = usize::try_from(blocks / self.bucket).unwrap_or(usize::MAX);
+        self.miss
+            .get(i)
+            .or(self.miss.last())
+            .copied()
+            .unwrap_or(1.0)
     }
 }
 
@@ -260,8 +301,9 @@ pub struct Shards {
     by_hash: BTreeSet<(u64, u64)>,
     threshold: u64,
     max_samples: usize,
-    /// Accesses seen in all, and sampled ones (weighted by 1/rate at their time).
-    seen: u64,
+    /// Accesses seen in all, and sampled ones (weighted by 1/rate at their time); both
+    /// scaled down by [`Shards::decay`] with the histogram.
+    seen: f64,
     sampled_weight: f64,
 }
 
@@ -277,7 +319,7 @@ impl Shards {
             by_hash: BTreeSet::new(),
             threshold,
             max_samples: max_samples.max(1),
-            seen: 0,
+            seen: 0.0,
             sampled_weight: 0.0,
         }
     }
@@ -294,14 +336,17 @@ impl Shards {
 
     /// Records an access to block `key`; most are dismissed by one hash and compare.
     pub fn access(&mut self, key: u64) {
-        self.seen += 1;
+        self.seen += 1.0;
         let h = spatial_hash(key);
         if h >= self.threshold {
             return;
         }
         let rate = self.rate();
         let d = self.tracker.access(key);
-        self.by_hash.insert((h, key));
+        if d.is_none() {
+            // First access since tracked (a block forgotten is untracked in both).
+            self.by_hash.insert((h, key));
+        }
         self.curve.record(d.map(|d| d as f64 / rate), 1.0 / rate);
         self.sampled_weight += 1.0 / rate;
         while self.tracker.tracked() > self.max_samples {
@@ -324,17 +369,29 @@ impl Shards {
         self.threshold = h.max(1);
     }
 
+    /// Ages what was counted so far by `keep` (0..=1): an online user (the `mrc` partitioner)
+    /// calls it once per window, so the curve follows a phase change within a few windows.
+    /// The reuse distances of the tracked blocks are kept: only the weights age.
+    pub fn decay(&mut self, keep: f64) {
+        let keep = keep.clamp(0.0, 1.0);
+        self.curve.hist.iter_mut().for_each(|w| *w *= keep);
+        self.curve.cold *= keep;
+        self.curve.total *= keep;
+        self.seen *= keep;
+        self.sampled_weight *= keep;
+    }
+
     /// The estimated curve, with SHARDS' `adj` correction: the difference between the
     /// accesses seen and the sampled weight is credited to the first bucket, which removes
     /// the bias a lucky or unlucky sample puts on every size.
     pub fn curve(&self) -> MissRatioCurve {
         let mut c = self.curve.clone();
-        let diff = self.seen as f64 - self.sampled_weight;
+        let diff = self.seen - self.sampled_weight;
         if c.hist.is_empty() {
             c.hist.push(0.0);
         }
         c.hist[0] = (c.hist[0] + diff).max(0.0);
-        c.total = self.seen as f64;
+        c.total = self.seen;
         c
     }
 }

@@ -8,7 +8,7 @@
 //! (T − H)·A equals T·A − hits, the number of extra hits the window lacked; it is rounded up to
 //! whole blocks ("at least 4 more buffers", Fig. 3), with a tolerance for float error.
 
-use super::{release_rule, PartitionKind, Partitioner, PoolSizes};
+use super::{release_rule, Access, PartitionKind, Partitioner, PoolSizes};
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
 
@@ -211,10 +211,10 @@ impl Partitioner for Dirprio {
         }
     }
     #[inline]
-    fn record(&mut self, pool: PoolId, hit: bool) -> bool {
-        let i = pool.index();
+    fn record(&mut self, access: Access) -> bool {
+        let i = access.pool.index();
         self.accesses[i] += 1;
-        self.hits[i] += u64::from(hit);
+        self.hits[i] += u64::from(access.hit);
         self.seen += 1;
         if self.seen >= self.p.omega {
             let before = self.s_target;
@@ -261,11 +261,24 @@ mod tests {
     }
 
     fn feed(d: &mut Dirprio, pool: PoolId, hits: u64, misses: u64) {
+        let class = match pool {
+            PoolId::Protected => Class::Priority,
+            _ => Class::Normal,
+        };
+        let access = |hit| Access {
+            key: crate::ids::BlockKey {
+                file: crate::ids::FileId(1),
+                block: crate::ids::BlockIndex(0),
+            },
+            class,
+            pool,
+            hit,
+        };
         for _ in 0..hits {
-            d.record(pool, true);
+            d.record(access(true));
         }
         for _ in 0..misses {
-            d.record(pool, false);
+            d.record(access(false));
         }
     }
 

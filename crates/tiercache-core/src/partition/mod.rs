@@ -6,11 +6,14 @@
 //! ([`Partitioner::record`]). The tier applies the decisions.
 
 mod dirprio;
+mod mrc;
 
 pub use dirprio::{Amount, Dirprio, DirprioParams, Resolved};
+pub use mrc::MrcPartitioner;
 
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
+use crate::ids::BlockKey;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -29,14 +32,17 @@ pub enum PartitionKind {
     Dirprio,
     /// Fixed protected-pool target (`b_pmin` blocks), with 000's release rule.
     Static,
+    /// Protected-pool target sized from each class's miss-ratio curve (SHARDS sampling).
+    Mrc,
 }
 
 impl PartitionKind {
-    pub const ALL: [PartitionKind; 4] = [
+    pub const ALL: [PartitionKind; 5] = [
         PartitionKind::None,
         PartitionKind::Basic,
         PartitionKind::Dirprio,
         PartitionKind::Static,
+        PartitionKind::Mrc,
     ];
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -44,6 +50,7 @@ impl PartitionKind {
             PartitionKind::Basic => "basic",
             PartitionKind::Dirprio => "dirprio",
             PartitionKind::Static => "static",
+            PartitionKind::Mrc => "mrc",
         }
     }
 }
@@ -61,7 +68,7 @@ impl FromStr for PartitionKind {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown partitioner `{s}` (expected none|basic|dirprio|static)")
+                format!("unknown partitioner `{s}` (expected none|basic|dirprio|static|mrc)")
             })
     }
 }
@@ -87,9 +94,15 @@ pub trait Partitioner: Send + fmt::Debug {
     fn kind(&self) -> PartitionKind;
     /// The pool holding blocks of `class`.
     fn pool_of(&self, class: Class) -> PoolId;
-    /// One access to a block of `pool` finished (`hit` or miss, after any fill). `dirprio`
-    /// recomputes its target every ω calls. Returns true when the target moved.
-    fn record(&mut self, pool: PoolId, hit: bool) -> bool;
+    /// One access finished (a hit or a miss, after any fill). `dirprio` and `mrc` recompute
+    /// their target every ω calls. Returns true when the target moved.
+    fn record(&mut self, access: Access) -> bool;
+    /// Whether the hit-ratio target of `class` can be met (`mrc`: from its curve, with the
+    /// memory stricter targets leave); `None` when the partitioner cannot tell.
+    fn target_reachable(&self, class: Class) -> Option<bool> {
+        let _ = class;
+        None
+    }
     /// The pool that gives up a block so one of `incoming` can come in. Never names an empty
     /// pool while the other has blocks.
     fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId;
@@ -102,6 +115,16 @@ pub trait Partitioner: Send + fmt::Debug {
     fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
         params.resolved(capacity).map(|_| ())
     }
+}
+
+/// One access as a partitioner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub key: BlockKey,
+    pub class: Class,
+    /// The pool the class's blocks are in.
+    pub pool: PoolId,
+    pub hit: bool,
 }
 
 /// Settings for building a partitioner; `capacity` is the tier's B.
@@ -133,6 +156,7 @@ pub fn new_partitioner(
             let p = cfg.params.resolved(capacity)?;
             Box::new(Static { target: p.b_pmin })
         }
+        PartitionKind::Mrc => Box::new(MrcPartitioner::new(cfg.params, capacity)?),
     })
 }
 
@@ -171,7 +195,7 @@ impl Partitioner for NoPartition {
         PoolId::Normal
     }
     #[inline]
-    fn record(&mut self, _pool: PoolId, _hit: bool) -> bool {
+    fn record(&mut self, _access: Access) -> bool {
         false
     }
     #[inline]
@@ -195,7 +219,7 @@ impl Partitioner for Basic {
     fn pool_of(&self, class: Class) -> PoolId {
         protected_if_priority(class)
     }
-    fn record(&mut self, _pool: PoolId, _hit: bool) -> bool {
+    fn record(&mut self, _access: Access) -> bool {
         false
     }
     fn victim_pool(&self, _incoming: PoolId, sizes: PoolSizes) -> PoolId {
@@ -220,7 +244,7 @@ impl Partitioner for Static {
     fn pool_of(&self, class: Class) -> PoolId {
         protected_if_priority(class)
     }
-    fn record(&mut self, _pool: PoolId, _hit: bool) -> bool {
+    fn record(&mut self, _access: Access) -> bool {
         false
     }
     fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {

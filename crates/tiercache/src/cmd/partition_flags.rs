@@ -6,22 +6,25 @@ use tiercache_core::partition::{Amount, DirprioParams, PartitionConfig, Partitio
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct PartitionFlags {
-    /// Pool partitioner: none|basic|dirprio|static [default: dirprio for mount, none for sim].
+    /// Pool partitioner: none|basic|dirprio|static|mrc [default: dirprio for mount, none for
+    /// sim]. `mrc` sizes the protected pool from each class's miss-ratio curve (SHARDS
+    /// sampling) to meet T_p and T_n with the fewest blocks.
     #[arg(long, value_name = "KIND")]
     pub partition: Option<PartitionKind>,
-    /// dirprio window ω in block accesses [default: the tier's capacity B].
+    /// dirprio/mrc window ω in block accesses [default: the tier's capacity B].
     #[arg(long, value_name = "N")]
     pub omega: Option<u64>,
-    /// dirprio T_p, a fraction [default: 1.0].
+    /// dirprio/mrc T_p, a fraction [default: 1.0; mrc: 1.0 is never reachable, give e.g. 0.95].
     #[arg(long, value_name = "F")]
     pub t_protected: Option<f64>,
-    /// dirprio T_n, a fraction [default: 0.65].
+    /// dirprio/mrc T_n, a fraction [default: 0.65].
     #[arg(long, value_name = "F")]
     pub t_normal: Option<f64>,
-    /// dirprio B_pmin (static: the protected size), blocks or a percentage of B [default: 75%].
+    /// dirprio/mrc B_pmin (static: the protected size), blocks or a percentage of B
+    /// [default: 75%].
     #[arg(long, value_name = "N|P%")]
     pub b_pmin: Option<Amount>,
-    /// dirprio B_nmin in blocks [default: 32].
+    /// dirprio/mrc B_nmin in blocks [default: 32].
     #[arg(long, value_name = "N")]
     pub b_nmin: Option<u64>,
 }

@@ -251,7 +251,7 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
                 }
             } else {
                 return Err(format!(
-                    "--compare: `{item}` is neither a partitioner (none|basic|dirprio|static) nor a policy (lru|fifo|clock|sieve|s3fifo|arc)"
+                    "--compare: `{item}` is neither a partitioner (none|basic|dirprio|static|mrc) nor a policy (lru|fifo|clock|sieve|s3fifo|arc)"
                 ));
             }
             Ok(s)
