@@ -95,55 +95,8 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
     .collect::<Result<_, _>>()
     .map_err(|e| e.to_string())?;
     let requests = generate(&specs, a.requests, 7).map_err(|e| e.to_string())?;
-    let tier = |name: &str, blocks: usize, placement: &str| -> Result<TierSpec, String> {
-        format!("{name}:{blocks}:lru:{placement}").parse()
-    };
-    let none = PartitionConfig::none();
-    let dirprio = PartitionConfig {
-        kind: PartitionKind::Dirprio,
-        params: DirprioParams::guidance(a.cache_blocks as u64, true),
-    };
-    let setups = [
-        Setup {
-            label: "lru".into(),
-            tiers: vec![tier("mem", a.cache_blocks, "inclusive")?],
-            partition: none,
-            remote_threshold: Threshold::DEFAULT,
-        },
-        Setup {
-            label: "dirprio".into(),
-            tiers: vec![tier("mem", a.cache_blocks, "inclusive")?],
-            partition: dirprio,
-            remote_threshold: Threshold::DEFAULT,
-        },
-        Setup {
-            label: "two-tier".into(),
-            tiers: vec![
-                tier("mem", a.cache_blocks, "inclusive")?,
-                tier("lower", a.cache_blocks * 4, "exclusive")?,
-            ],
-            partition: none,
-            remote_threshold: Threshold::DEFAULT,
-        },
-    ];
-    let mut rps = Vec::new();
-    let mut lru_hit = 0.0;
-    let bar = progress::steps((setups.len() * a.repeat) as u64, a.json);
-    for s in &setups {
-        let mut runs = Vec::with_capacity(a.repeat);
-        for i in 0..a.repeat {
-            progress::step(&bar, format!("{} replay {}/{}", s.label, i + 1, a.repeat));
-            let o = replay(s, &requests, ReplayOptions::default()).map_err(|e| e.to_string())?;
-            progress::done(&bar);
-            if s.label == "lru" {
-                lru_hit = o.report.overall_hit_ratio;
-            }
-            runs.push(o.report.requests_per_second);
-        }
-        runs.sort_by(f64::total_cmp);
-        rps.push(runs[runs.len() / 2]);
-    }
-    progress::finish(bar);
+    let setups = sim_setups(a.cache_blocks)?;
+    let (rps, lru_hit) = sim_medians(&a, &setups, &requests)?;
     let r = SimBench {
         requests: a.requests,
         cache_blocks: a.cache_blocks,
@@ -159,10 +112,77 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
         two_tier_vs_lru: rps[2] / rps[0],
         lru_hit_ratio: lru_hit,
     };
+    print_sim(&r, &a)
+}
+
+/// The three set-ups compared: single-tier LRU, dirprio, and two tiers (the lower exclusive).
+fn sim_setups(cache_blocks: usize) -> Result<[Setup; 3], String> {
+    let tier = |name: &str, blocks: usize, placement: &str| -> Result<TierSpec, String> {
+        format!("{name}:{blocks}:lru:{placement}").parse()
+    };
+    let none = PartitionConfig::none();
+    let dirprio = PartitionConfig {
+        kind: PartitionKind::Dirprio,
+        params: DirprioParams::guidance(cache_blocks as u64, true),
+    };
+    Ok([
+        Setup {
+            label: "lru".into(),
+            tiers: vec![tier("mem", cache_blocks, "inclusive")?],
+            partition: none,
+            remote_threshold: Threshold::DEFAULT,
+        },
+        Setup {
+            label: "dirprio".into(),
+            tiers: vec![tier("mem", cache_blocks, "inclusive")?],
+            partition: dirprio,
+            remote_threshold: Threshold::DEFAULT,
+        },
+        Setup {
+            label: "two-tier".into(),
+            tiers: vec![
+                tier("mem", cache_blocks, "inclusive")?,
+                tier("lower", cache_blocks * 4, "exclusive")?,
+            ],
+            partition: none,
+            remote_threshold: Threshold::DEFAULT,
+        },
+    ])
+}
+
+/// Each set-up's median requests per second over `a.repeat` replays, and LRU's hit ratio.
+fn sim_medians(
+    a: &SimBenchArgs,
+    setups: &[Setup],
+    requests: &[tiercache_core::Access],
+) -> Result<(Vec<f64>, f64), String> {
+    let mut rps = Vec::new();
+    let mut lru_hit = 0.0;
+    let bar = progress::steps((setups.len() * a.repeat) as u64, a.json);
+    for s in setups {
+        let mut runs = Vec::with_capacity(a.repeat);
+        for i in 0..a.repeat {
+            progress::step(&bar, format!("{} replay {}/{}", s.label, i + 1, a.repeat));
+            let o = replay(s, requests, ReplayOptions::default()).map_err(|e| e.to_string())?;
+            progress::done(&bar);
+            if s.label == "lru" {
+                lru_hit = o.report.overall_hit_ratio;
+            }
+            runs.push(o.report.requests_per_second);
+        }
+        runs.sort_by(f64::total_cmp);
+        rps.push(runs[runs.len() / 2]);
+    }
+    progress::finish(bar);
+    Ok((rps, lru_hit))
+}
+
+/// Prints the result: JSON with `--json`, else one line per set-up.
+fn print_sim(r: &SimBench, a: &SimBenchArgs) -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(r).map_err(|e| e.to_string())?
         );
     } else {
         println!(

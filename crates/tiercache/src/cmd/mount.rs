@@ -10,12 +10,13 @@ use crate::live::config::{
 use crate::live::config_flash::{apply_flash_flags, FlashFlags};
 use crate::live::config_remote::{apply_remote_flags, RemoteFlags};
 use crate::live::daemon::{self, Settings};
+use crate::live::error::ConfigError;
 use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
 use crate::live::size::parse_size;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tiercache_core::partition::{Amount, PartitionKind};
+use tiercache_core::partition::{Amount, PartitionConfig, PartitionKind};
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::BlockSize;
 use tiercache_manager::{BackingCache, MemConfig};
@@ -192,15 +193,15 @@ pub fn run(args: MountArgs, respawn: &RespawnArgs) -> Result<(), String> {
         let source: crate::live::reload::Source = Box::new(move || {
             settings_at(&args, true).map_err(crate::live::reload::ReloadError::Config)
         });
-        daemon::run_foreground(settings, Some(source))
+        Ok(daemon::run_foreground(settings, Some(source))?)
     } else {
-        daemon::spawn_background(respawn, &settings)
+        Ok(daemon::spawn_background(respawn, &settings)?)
     }
 }
 
 /// BACKING and MOUNTPOINT: the paths given (one path is MOUNTPOINT), else the config file's
 /// `backing` and `mountpoint` (relative to the file's directory).
-fn paths(args: &MountArgs, file: &ConfigFile) -> Result<(PathBuf, PathBuf), String> {
+fn paths(args: &MountArgs, file: &ConfigFile) -> Result<(PathBuf, PathBuf), ConfigError> {
     let (backing, mountpoint) = match (&args.backing, &args.mountpoint) {
         (Some(b), Some(m)) => (Some(b.clone()), Some(m.clone())),
         (Some(m), None) => (None, Some(m.clone())),
@@ -209,12 +210,18 @@ fn paths(args: &MountArgs, file: &ConfigFile) -> Result<(PathBuf, PathBuf), Stri
     let from_file = |p: &Option<PathBuf>, key: &str, what: &str| match (p, &file.path) {
         (Some(p), Some(cfg)) => Ok(cfg.parent().unwrap_or(Path::new(".")).join(p)),
         (Some(p), None) => Ok(p.clone()),
-        (None, Some(cfg)) => Err(format!(
-            "{what}: not given (neither on the command line nor as `{key}` in {})",
-            cfg.display()
+        (None, Some(cfg)) => Err(ConfigError::bad(
+            what,
+            format!(
+                "not given (neither on the command line nor as `{key}` in {})",
+                cfg.display()
+            ),
         )),
-        (None, None) => Err(format!(
-            "{what}: not given (tiercache mount BACKING MOUNTPOINT, or `{key}` in a --config file)"
+        (None, None) => Err(ConfigError::bad(
+            what,
+            format!(
+                "not given (tiercache mount BACKING MOUNTPOINT, or `{key}` in a --config file)"
+            ),
         )),
     };
     let backing = match backing {
@@ -240,20 +247,21 @@ fn mem_total() -> Option<u64> {
 }
 
 /// `BACKING /x: No such file or directory`: the argument named, the OS error without its number.
-fn check_dir(what: &str, p: &std::path::Path) -> Result<(), String> {
-    match std::fs::metadata(p) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("{what} {}: Not a directory", p.display())),
-        Err(e) => {
-            let text = e.to_string();
-            let text = text.split(" (os error").next().unwrap_or(&text).to_string();
-            Err(format!("{what} {}: {text}", p.display()))
-        }
-    }
+fn check_dir(what: &'static str, p: &std::path::Path) -> Result<(), ConfigError> {
+    let source = match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => std::io::Error::from_raw_os_error(libc::ENOTDIR),
+        Err(e) => e,
+    };
+    Err(ConfigError::Dir {
+        what,
+        path: p.to_path_buf(),
+        source,
+    })
 }
 
 /// The flags as [`MountOptions`]: `None` where a flag is not given.
-fn flag_options(args: &MountArgs) -> Result<MountOptions, String> {
+fn flag_options(args: &MountArgs) -> Result<MountOptions, ConfigError> {
     let part = &args.part;
     // Either priority flag replaces both of the file's lists.
     let priority = !args.priority.is_empty() || !args.priority_recursive.is_empty();
@@ -336,16 +344,31 @@ fn remote_flags(args: &MountArgs) -> RemoteFlags {
     }
 }
 
+/// Where a setting came from, for messages: `--flag`, or `key (FILE)` for the config file's.
+struct Source<'a> {
+    config: Option<&'a Path>,
+}
+
+impl Source<'_> {
+    /// `--name` when `from_flag` (or without a config file), else `name (FILE)`.
+    fn of(&self, name: &str, from_flag: bool) -> String {
+        match self.config {
+            Some(cfg) if !from_flag => format!("{} ({})", name.replace('-', "_"), cfg.display()),
+            _ => format!("--{name}"),
+        }
+    }
+}
+
 /// The partitioner settings of `o`; a value that does not parse is reported by `src`.
 fn partition_flags(
     o: &MountOptions,
     src: impl Fn(&str) -> String,
-) -> Result<PartitionFlags, String> {
+) -> Result<PartitionFlags, ConfigError> {
     Ok(PartitionFlags {
         partition: match &o.partition {
             Some(p) => Some(
-                p.parse()
-                    .map_err(|e| format!("{}: {e}", src("partition")))?,
+                p.parse::<PartitionKind>()
+                    .map_err(|e| ConfigError::bad(src("partition"), e.to_string()))?,
             ),
             None => None,
         },
@@ -356,7 +379,7 @@ fn partition_flags(
             Some(b) => Some(
                 b.as_text()
                     .parse::<Amount>()
-                    .map_err(|e| format!("{}: {e}", src("b-pmin")))?,
+                    .map_err(|e| ConfigError::bad(src("b-pmin"), e.to_string()))?,
             ),
             None => None,
         },
@@ -366,12 +389,12 @@ fn partition_flags(
 
 /// Merges flags over the config file ([`MountOptions::over`]) and checks every value, naming
 /// the flag, or the file (and line, where known), at fault.
-pub fn settings(args: &MountArgs) -> Result<Settings, String> {
+pub fn settings(args: &MountArgs) -> Result<Settings, ConfigError> {
     settings_at(args, false)
 }
 
 /// [`settings`]; `reload`: for the running mount (its MOUNTPOINT is the mount itself now).
-pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, String> {
+pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, ConfigError> {
     let mut file = match &args.config {
         Some(p) => config::load(p)?,
         None => ConfigFile::default(),
@@ -385,65 +408,14 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, String> {
     let flags = flag_options(args)?;
     let file_options = file.options.clone();
     let o = flags.clone().over(std::mem::take(&mut file.options));
-    let src = |name: &str, from_flag: bool| {
-        if from_flag || args.config.is_none() {
-            format!("--{name}")
-        } else {
-            format!(
-                "{} ({})",
-                name.replace('-', "_"),
-                args.config
-                    .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            )
-        }
+    let src = Source {
+        config: args.config.as_deref(),
     };
-    let memory = match &o.memory {
-        Some(m) => m
-            .bytes()
-            .map_err(|e| format!("{}: {e}", src("memory", flags.memory.is_some())))?,
-        None => parse_size(DEFAULT_MEMORY).map_err(|e| format!("--memory: {e}"))?,
-    };
-    let bs_bytes = match &o.block_size {
-        Some(b) => b
-            .bytes()
-            .map_err(|e| format!("{}: {e}", src("block-size", flags.block_size.is_some())))?,
-        None => 4096,
-    };
-    let block_size = BlockSize::new(bs_bytes).ok_or_else(|| {
-        format!(
-            "{}: {bs_bytes} is not a power of two in 512..1M",
-            src("block-size", flags.block_size.is_some())
-        )
-    })?;
-    let capacity = memory / block_size.bytes();
-    if capacity < 64 {
-        // A number without a unit counts bytes (`--memory 4096`, `memory = 4096`).
-        let bare = o.memory.as_ref().is_some_and(SizeValue::is_bare);
-        return Err(format!(
-            "{}: {memory} bytes hold fewer than 64 blocks of {bs_bytes}{}",
-            src("memory", flags.memory.is_some()),
-            if bare {
-                format!(" (a number without a unit counts bytes: write \"{memory}M\" for MiB)")
-            } else {
-                String::new()
-            }
-        ));
-    }
-    if let Some(total) = mem_total() {
-        if memory > total {
-            return Err(format!(
-                "{}: {} MiB is more than this machine's {} MiB of RAM",
-                src("memory", flags.memory.is_some()),
-                memory >> 20,
-                total >> 20
-            ));
-        }
-    }
+    let (block_size, capacity) = memory_size(&o, &flags, &src)?;
     let policy = match &o.policy {
-        Some(p) => p
-            .parse()
-            .map_err(|e| format!("{}: {e}", src("policy", flags.policy.is_some())))?,
+        Some(p) => p.parse::<PolicyKind>().map_err(|e| {
+            ConfigError::bad(src.of("policy", flags.policy.is_some()), e.to_string())
+        })?,
         None => PolicyKind::Lru,
     };
     let tiers = apply_remote_flags(o.tiers.clone(), &remote_flags(args))?;
@@ -453,74 +425,16 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, String> {
         block_size.bytes(),
         &memory_name,
     )?;
-    if let Some(cfg) = &args.config {
-        // A bad value in the file is reported against the file, not a flag.
-        partition_flags(&file_options, |name| src(name, false))?
-            .resolve(&PartitionFlags::default(), PartitionKind::Dirprio, capacity)
-            .map_err(|e| {
-                format!(
-                    "{}: {}",
-                    cfg.display(),
-                    e.trim_start_matches("--").replace('-', "_")
-                )
-            })?;
-    }
-    // Only the file's values can fail to parse here, and those were checked above.
-    let partition = partition_flags(&o, |name| src(name, true))?.resolve(
-        &PartitionFlags::default(),
-        PartitionKind::Dirprio,
-        capacity,
-    )?;
-    let emulate = match o.emulate.as_deref() {
-        None | Some("none") => None,
-        Some("hdd") => Some(tiercache_manager::DeviceModel::hdd()),
-        Some("ssd") => Some(tiercache_manager::DeviceModel::ssd()),
-        Some(other) => {
-            return Err(format!(
-                "{}: unknown model `{other}` (expected none|hdd|ssd)",
-                src("emulate", flags.emulate.is_some())
-            ))
-        }
-    };
-    let backing_cache = match o.backing_cache.as_deref() {
-        None => BackingCache::Drop,
-        Some(v) => v.parse().map_err(|e| {
-            format!(
-                "{}: {e}",
-                src("backing-cache", flags.backing_cache.is_some())
-            )
-        })?,
-    };
-    let kernel_cache = match &o.kernel_cache {
-        None => tiercache_fuse::KernelCacheMode::Priority,
-        Some(v) => v
-            .mode()
-            .map_err(|e| format!("{}: {e}", src("kernel-cache", flags.kernel_cache.is_some())))?,
-    };
+    let partition = partition(args, &o, &src, &file_options, capacity)?;
+    let (emulate, backing_cache, kernel_cache) = caching(&o, &flags, &src)?;
     let log_level = match o.log_level.as_deref() {
         None => None,
         Some(l) => Some(
-            crate::live::logging::parse_level(l)
-                .map_err(|e| format!("{}: {e}", src("log-level", false)))?,
+            crate::live::logging::parse_level(l).map_err(|e| e.at(src.of("log-level", false)))?,
         ),
     };
     let mountpoint = crate::live::control::canonical_mountpoint(&mountpoint);
-    let mut priority = PriorityDirs::default();
-    let whence = if flags.priority.is_some() || args.config.is_none() {
-        "--priority".to_string()
-    } else {
-        let cfg = args
-            .config
-            .as_ref()
-            .map_or(String::new(), |p| p.display().to_string());
-        format!("{cfg}: priority")
-    };
-    for (dirs, recursive) in [(&o.priority, false), (&o.priority_recursive, true)] {
-        for d in dirs.iter().flatten() {
-            let dir = normalize(d, &mountpoint).map_err(|e| format!("{whence}: {e}"))?;
-            priority.add(PriorityRule { dir, recursive });
-        }
-    }
+    let priority = priority_dirs(args, &o, &flags, &mountpoint)?;
     let mem = MemConfig {
         capacity_blocks: capacity as usize,
         block_size,
@@ -535,102 +449,21 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, String> {
             .map_or(Duration::from_secs(5), Duration::from_millis),
         ..MemConfig::default()
     };
-    mem.validate().map_err(|e| match (&e, &args.config) {
-        // The flusher's timings come only from the file.
-        (tiercache_manager::MemError::InvalidConfig { param, reason }, Some(cfg))
-            if *param == "flush-interval" =>
-        {
-            format!("flush_interval_ms ({}): {reason}", cfg.display())
-        }
-        _ => format!("--{e}"),
-    })?;
-    if let Some(addr) = &o.metrics {
-        addr.parse::<std::net::SocketAddr>().map_err(|_| {
-            format!(
-                "{}: `{addr}` is not an address like 127.0.0.1:9477",
-                src("metrics", flags.metrics.is_some())
-            )
-        })?;
-    }
-    if let Some(t) = o.threads {
-        if !(1..=256).contains(&t) {
-            return Err(format!(
-                "{}: {t} is outside 1..=256",
-                src("threads", flags.threads.is_some())
-            ));
-        }
-    }
-    if let Some(n) = o.io_workers {
-        if n > 1024 {
-            return Err(format!(
-                "{}: {n} is outside 0..=1024",
-                src("io-workers", flags.io_workers.is_some())
-            ));
-        }
-    }
-    let timeout = |secs: Option<f64>, from_flag: bool, name: &str| {
-        let secs = secs.unwrap_or(1.0);
-        if !(0.0..=86_400.0).contains(&secs) {
-            return Err(format!(
-                "{}: {secs} is outside 0..=86400 seconds",
-                src(name, from_flag)
-            ));
-        }
-        Ok(Duration::from_secs_f64(secs))
-    };
-    let entry_timeout = timeout(
-        o.entry_timeout,
-        flags.entry_timeout.is_some(),
-        "entry-timeout",
-    )?;
-    let attr_timeout = timeout(o.attr_timeout, flags.attr_timeout.is_some(), "attr-timeout")?;
-    let backing_identity = match o.backing_identity.as_deref() {
-        None | Some("auto") => tiercache_fuse::BackingIdentity::Auto,
-        Some("caller") => tiercache_fuse::BackingIdentity::Caller,
-        Some("daemon") => tiercache_fuse::BackingIdentity::Daemon,
-        Some(other) => {
-            return Err(format!(
-                "{}: `{other}` is not auto, caller or daemon",
-                src("backing-identity", flags.backing_identity.is_some())
-            ))
-        }
-    };
-    let zero_copy_group = match o.zero_copy_group.as_deref() {
-        None => None,
-        Some(g) => Some(group_id(g).map_err(|e| {
-            format!(
-                "{}: {e}",
-                src("zero-copy-group", flags.zero_copy_group.is_some())
-            )
-        })?),
-    };
-    let zero_copy = o.zero_copy.unwrap_or(false);
-    if zero_copy_group.is_some() && !zero_copy {
-        return Err(format!(
-            "{}: needs --zero-copy",
-            src("zero-copy-group", flags.zero_copy_group.is_some())
-        ));
-    }
-    if zero_copy_group.is_some() && !o.allow_other.unwrap_or(false) {
-        return Err(format!(
-            "{}: needs --allow-other (other users cannot open files on the mount otherwise)",
-            src("zero-copy-group", flags.zero_copy_group.is_some())
-        ));
-    }
+    validate(&mem, args.config.as_deref())?;
+    let serving = serving(&o, &flags, &src)?;
+    let zero_copy = zero_copy(&o, &flags, &src)?;
     let mount_flags = match &o.mount_flags {
         Some(list) => super::fstab::mount_flags(list)
-            .map_err(|e| format!("{}: {e}", src("mount-flags", flags.mount_flags.is_some())))?,
+            .map_err(|e| ConfigError::bad(src.of("mount-flags", flags.mount_flags.is_some()), e))?,
         None => tiercache_fuse::MountFlags::default(),
     };
     let mut mem = mem;
-    mem.zero_copy = zero_copy;
+    mem.zero_copy = zero_copy.is_some();
     Ok(Settings {
-        zero_copy: zero_copy.then_some(crate::live::zerocopy::ZeroCopySettings {
-            group: zero_copy_group,
-        }),
-        backing_identity,
-        entry_timeout,
-        attr_timeout,
+        zero_copy,
+        backing_identity: serving.backing_identity,
+        entry_timeout: serving.entry_timeout,
+        attr_timeout: serving.attr_timeout,
         backing,
         mountpoint,
         mount_flags,
@@ -647,6 +480,270 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, String> {
         lower_tiers,
         log_level,
     })
+}
+
+/// The memory tier's block size and its capacity in blocks: at least 64 blocks, and no more
+/// than the machine's RAM.
+fn memory_size(
+    o: &MountOptions,
+    flags: &MountOptions,
+    src: &Source<'_>,
+) -> Result<(BlockSize, u64), ConfigError> {
+    let memory_at = || src.of("memory", flags.memory.is_some());
+    let memory = match &o.memory {
+        Some(m) => m.bytes().map_err(|e| e.at(memory_at()))?,
+        None => parse_size(DEFAULT_MEMORY).map_err(|e| e.at("--memory"))?,
+    };
+    let block_size_at = || src.of("block-size", flags.block_size.is_some());
+    let bs_bytes = match &o.block_size {
+        Some(b) => b.bytes().map_err(|e| e.at(block_size_at()))?,
+        None => 4096,
+    };
+    let block_size = BlockSize::new(bs_bytes).ok_or_else(|| {
+        ConfigError::bad(
+            block_size_at(),
+            format!("{bs_bytes} is not a power of two in 512..1M"),
+        )
+    })?;
+    let capacity = memory / block_size.bytes();
+    if capacity < 64 {
+        // A number without a unit counts bytes (`--memory 4096`, `memory = 4096`).
+        let bare = o.memory.as_ref().is_some_and(SizeValue::is_bare);
+        return Err(ConfigError::bad(
+            memory_at(),
+            format!(
+                "{memory} bytes hold fewer than 64 blocks of {bs_bytes}{}",
+                if bare {
+                    format!(" (a number without a unit counts bytes: write \"{memory}M\" for MiB)")
+                } else {
+                    String::new()
+                }
+            ),
+        ));
+    }
+    if let Some(total) = mem_total() {
+        if memory > total {
+            return Err(ConfigError::bad(
+                memory_at(),
+                format!(
+                    "{} MiB is more than this machine's {} MiB of RAM",
+                    memory >> 20,
+                    total >> 20
+                ),
+            ));
+        }
+    }
+    Ok((block_size, capacity))
+}
+
+/// The partitioner of the memory tier: the file's values are checked against the file first
+/// (so a bad one names the file), then the flags over them.
+fn partition(
+    args: &MountArgs,
+    o: &MountOptions,
+    src: &Source<'_>,
+    file_options: &MountOptions,
+    capacity: u64,
+) -> Result<PartitionConfig, ConfigError> {
+    if let Some(cfg) = &args.config {
+        // A bad value in the file is reported against the file, not a flag.
+        partition_flags(file_options, |name| src.of(name, false))?
+            .resolve(&PartitionFlags::default(), PartitionKind::Dirprio, capacity)
+            .map_err(|e| {
+                ConfigError::bad(
+                    cfg.display().to_string(),
+                    e.trim_start_matches("--").replace('-', "_"),
+                )
+            })?;
+    }
+    // Only the file's values can fail to parse here, and those were checked above.
+    let partition = partition_flags(o, |name| src.of(name, true))?
+        .resolve(&PartitionFlags::default(), PartitionKind::Dirprio, capacity)
+        .map_err(ConfigError::Invalid)?;
+    Ok(partition)
+}
+
+/// Checks the memory tier's settings together; `config`: the file the flusher's timings came
+/// from.
+fn validate(mem: &MemConfig, config: Option<&Path>) -> Result<(), ConfigError> {
+    mem.validate().map_err(|e| match (&e, config) {
+        // The flusher's timings come only from the file.
+        (tiercache_manager::MemError::InvalidConfig { param, reason }, Some(cfg))
+            if *param == "flush-interval" =>
+        {
+            ConfigError::bad(
+                format!("flush_interval_ms ({})", cfg.display()),
+                reason.clone(),
+            )
+        }
+        _ => ConfigError::invalid(format!("--{e}")),
+    })
+}
+
+/// The priority directories of the flags, or else of the file, relative to the mount.
+fn priority_dirs(
+    args: &MountArgs,
+    o: &MountOptions,
+    flags: &MountOptions,
+    mountpoint: &Path,
+) -> Result<PriorityDirs, ConfigError> {
+    let mut priority = PriorityDirs::default();
+    let whence = if flags.priority.is_some() || args.config.is_none() {
+        "--priority".to_string()
+    } else {
+        let cfg = args
+            .config
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        format!("{cfg}: priority")
+    };
+    for (dirs, recursive) in [(&o.priority, false), (&o.priority_recursive, true)] {
+        for d in dirs.iter().flatten() {
+            let dir = normalize(d, mountpoint).map_err(|e| e.at(whence.clone()))?;
+            priority.add(PriorityRule { dir, recursive });
+        }
+    }
+    Ok(priority)
+}
+
+/// The device model in front of BACKING, whether BACKING's pages stay in the page cache, and
+/// which files the kernel page cache holds.
+fn caching(
+    o: &MountOptions,
+    flags: &MountOptions,
+    src: &Source<'_>,
+) -> Result<
+    (
+        Option<tiercache_manager::DeviceModel>,
+        BackingCache,
+        tiercache_fuse::KernelCacheMode,
+    ),
+    ConfigError,
+> {
+    let emulate = match o.emulate.as_deref() {
+        None | Some("none") => None,
+        Some("hdd") => Some(tiercache_manager::DeviceModel::hdd()),
+        Some("ssd") => Some(tiercache_manager::DeviceModel::ssd()),
+        Some(other) => {
+            return Err(ConfigError::bad(
+                src.of("emulate", flags.emulate.is_some()),
+                format!("unknown model `{other}` (expected none|hdd|ssd)"),
+            ))
+        }
+    };
+    let backing_cache = match o.backing_cache.as_deref() {
+        None => BackingCache::Drop,
+        Some(v) => v.parse::<BackingCache>().map_err(|e| {
+            ConfigError::bad(
+                src.of("backing-cache", flags.backing_cache.is_some()),
+                e.to_string(),
+            )
+        })?,
+    };
+    let kernel_cache = match &o.kernel_cache {
+        None => tiercache_fuse::KernelCacheMode::Priority,
+        Some(v) => v
+            .mode()
+            .map_err(|e| e.at(src.of("kernel-cache", flags.kernel_cache.is_some())))?,
+    };
+    Ok((emulate, backing_cache, kernel_cache))
+}
+
+/// How the mount serves: kernel cache timeouts and whose rights BACKING is asked with (the
+/// metrics address and thread counts are checked here and used as given).
+struct Serving {
+    entry_timeout: Duration,
+    attr_timeout: Duration,
+    backing_identity: tiercache_fuse::BackingIdentity,
+}
+
+/// Checks `metrics`, `threads`, `io_workers`, the timeouts and `backing_identity`.
+fn serving(
+    o: &MountOptions,
+    flags: &MountOptions,
+    src: &Source<'_>,
+) -> Result<Serving, ConfigError> {
+    if let Some(addr) = &o.metrics {
+        addr.parse::<std::net::SocketAddr>().map_err(|_| {
+            ConfigError::bad(
+                src.of("metrics", flags.metrics.is_some()),
+                format!("`{addr}` is not an address like 127.0.0.1:9477"),
+            )
+        })?;
+    }
+    if let Some(t) = o.threads {
+        if !(1..=256).contains(&t) {
+            return Err(ConfigError::bad(
+                src.of("threads", flags.threads.is_some()),
+                format!("{t} is outside 1..=256"),
+            ));
+        }
+    }
+    if let Some(n) = o.io_workers {
+        if n > 1024 {
+            return Err(ConfigError::bad(
+                src.of("io-workers", flags.io_workers.is_some()),
+                format!("{n} is outside 0..=1024"),
+            ));
+        }
+    }
+    let timeout = |secs: Option<f64>, from_flag: bool, name: &str| {
+        let secs = secs.unwrap_or(1.0);
+        if !(0.0..=86_400.0).contains(&secs) {
+            return Err(ConfigError::bad(
+                src.of(name, from_flag),
+                format!("{secs} is outside 0..=86400 seconds"),
+            ));
+        }
+        Ok(Duration::from_secs_f64(secs))
+    };
+    let entry_timeout = timeout(
+        o.entry_timeout,
+        flags.entry_timeout.is_some(),
+        "entry-timeout",
+    )?;
+    let attr_timeout = timeout(o.attr_timeout, flags.attr_timeout.is_some(), "attr-timeout")?;
+    let backing_identity = match o.backing_identity.as_deref() {
+        None | Some("auto") => tiercache_fuse::BackingIdentity::Auto,
+        Some("caller") => tiercache_fuse::BackingIdentity::Caller,
+        Some("daemon") => tiercache_fuse::BackingIdentity::Daemon,
+        Some(other) => {
+            return Err(ConfigError::bad(
+                src.of("backing-identity", flags.backing_identity.is_some()),
+                format!("`{other}` is not auto, caller or daemon"),
+            ))
+        }
+    };
+    Ok(Serving {
+        entry_timeout,
+        attr_timeout,
+        backing_identity,
+    })
+}
+
+/// The zero-copy service's settings (`None`: not served); its group needs `--zero-copy` and
+/// `--allow-other`.
+fn zero_copy(
+    o: &MountOptions,
+    flags: &MountOptions,
+    src: &Source<'_>,
+) -> Result<Option<crate::live::zerocopy::ZeroCopySettings>, ConfigError> {
+    let group_at = || src.of("zero-copy-group", flags.zero_copy_group.is_some());
+    let group = match o.zero_copy_group.as_deref() {
+        None => None,
+        Some(g) => Some(group_id(g).map_err(|e| ConfigError::bad(group_at(), e))?),
+    };
+    let zero_copy = o.zero_copy.unwrap_or(false);
+    if group.is_some() && !zero_copy {
+        return Err(ConfigError::bad(group_at(), "needs --zero-copy"));
+    }
+    if group.is_some() && !o.allow_other.unwrap_or(false) {
+        return Err(ConfigError::bad(
+            group_at(),
+            "needs --allow-other (other users cannot open files on the mount otherwise)",
+        ));
+    }
+    Ok(zero_copy.then_some(crate::live::zerocopy::ZeroCopySettings { group }))
 }
 
 /// A group's id from its name or number.
@@ -679,4 +776,93 @@ fn unsafe_zeroed_group() -> libc::group {
     // SAFETY: `libc::group` is plain data (ids and pointers); all-zero is a valid value that
     // getgrnam_r overwrites.
     unsafe { std::mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::live::reload::ReloadError;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        mount: MountArgs,
+    }
+
+    /// `tiercache mount --config FILE MOUNTPOINT` over a fresh BACKING and MOUNTPOINT.
+    fn args(dir: &Path, config: &Path) -> MountArgs {
+        for d in ["b", "m"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        let (b, m) = (dir.join("b"), dir.join("m"));
+        let argv = ["tiercache", "--config"]
+            .map(std::ffi::OsStr::new)
+            .into_iter()
+            .chain([config.as_os_str(), b.as_os_str(), m.as_os_str()]);
+        Cli::try_parse_from(argv).unwrap().mount
+    }
+
+    /// What a reload sees: a config file gone is an I/O error, a bad value in it a value error
+    /// naming where; both say the same lines as before.
+    #[test]
+    fn reload_tells_an_unreadable_file_from_a_bad_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("tc.toml");
+        let a = args(dir.path(), &cfg);
+        let reload = |a: &MountArgs| settings_at(a, true).map_err(ReloadError::Config);
+
+        let gone = reload(&a).unwrap_err();
+        let ReloadError::Config(e) = &gone else {
+            panic!("not a config error: {gone:?}")
+        };
+        assert!(
+            matches!(e.root(), ConfigError::Read { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
+        assert!(std::error::Error::source(e).is_some());
+        assert_eq!(
+            gone.to_string(),
+            format!("{}: No such file or directory (os error 2)", cfg.display())
+        );
+
+        std::fs::write(&cfg, "memory = \"lots\"\n").unwrap();
+        let bad = reload(&a).unwrap_err();
+        let ReloadError::Config(e) = &bad else {
+            panic!("not a config error: {bad:?}")
+        };
+        assert!(matches!(e.root(), ConfigError::Invalid(_)), "{e:?}");
+        assert_eq!(
+            bad.to_string(),
+            format!(
+                "memory ({}): `lots` is not a size (use e.g. 4096, 4K, 256M, 1G)",
+                cfg.display()
+            )
+        );
+
+        std::fs::write(&cfg, "memory = \"64M\"\ncolour = 1\n").unwrap();
+        let e = settings_at(&a, true).unwrap_err();
+        assert!(matches!(&e, ConfigError::Syntax { line: 2, .. }), "{e:?}");
+        std::fs::write(&cfg, "memory = \"64M\"\n").unwrap();
+        assert!(reload(&a).is_ok());
+    }
+
+    /// A BACKING that is a file, not a directory: the OS error kept, its number not shown.
+    #[test]
+    fn a_backing_that_is_no_directory_keeps_the_os_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        let e = check_dir("BACKING", &file).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("BACKING {}: Not a directory", file.display())
+        );
+        let ConfigError::Dir { source, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR));
+    }
 }

@@ -15,6 +15,7 @@
 
 use super::config_flash::{flash_only_key, FlashSpec, FractionValue};
 use super::config_remote::{remote_only_key, RemoteSpec};
+use super::error::ConfigError;
 use super::size::parse_size;
 use serde::{Deserialize, Deserializer};
 use std::ffi::OsString;
@@ -167,7 +168,7 @@ impl SizeValue {
             SizeValue::Text(t) => t.trim().bytes().all(|b| b.is_ascii_digit()),
         }
     }
-    pub fn bytes(&self) -> Result<u64, String> {
+    pub fn bytes(&self) -> Result<u64, ConfigError> {
         match self {
             SizeValue::Bytes(b) => Ok(*b),
             SizeValue::Text(t) => parse_size(t),
@@ -184,11 +185,13 @@ pub enum KernelCacheValue {
 }
 
 impl KernelCacheValue {
-    pub fn mode(&self) -> Result<tiercache_fuse::KernelCacheMode, String> {
+    pub fn mode(&self) -> Result<tiercache_fuse::KernelCacheMode, ConfigError> {
         match self {
             KernelCacheValue::Bool(true) => Ok(tiercache_fuse::KernelCacheMode::All),
             KernelCacheValue::Bool(false) => Ok(tiercache_fuse::KernelCacheMode::Off),
-            KernelCacheValue::Text(t) => t.parse().map_err(|e| format!("{e}")),
+            KernelCacheValue::Text(t) => {
+                t.parse().map_err(|e| ConfigError::invalid(format!("{e}")))
+            }
         }
     }
 }
@@ -305,14 +308,15 @@ impl TierTable {
     }
 
     /// Parses `--tier KIND:SIZE[:PLACEMENT]`.
-    pub fn from_flag(arg: &str) -> Result<TierTable, String> {
+    pub fn from_flag(arg: &str) -> Result<TierTable, ConfigError> {
         let parts: Vec<&str> = arg.split(':').collect();
         let (kind, size, placement) = match parts[..] {
             [k, s] => (k, s, None),
             [k, s, p] => (k, s, Some(p)),
             _ => {
-                return Err(format!(
-                    "--tier {arg}: expected KIND:SIZE[:PLACEMENT], e.g. test:64M:exclusive"
+                return Err(ConfigError::bad(
+                    format!("--tier {arg}"),
+                    "expected KIND:SIZE[:PLACEMENT], e.g. test:64M:exclusive",
                 ))
             }
         };
@@ -390,7 +394,7 @@ impl ConfigFile {
 
     /// Takes a memory `[[tier]]` out of the file's tiers into `memory`/`policy`; checks the
     /// rules that need no block size. Returns the memory tier's name.
-    pub fn fold_memory_tier(&mut self) -> Result<String, String> {
+    pub fn fold_memory_tier(&mut self) -> Result<String, ConfigError> {
         let Some(tiers) = self.options.tiers.take() else {
             return Ok("memory".to_string());
         };
@@ -403,62 +407,61 @@ impl ConfigFile {
             }
             let here = |at| self.place(&t, at);
             if i > 0 {
-                return Err(format!(
-                    "{}: the memory tier must be the first [[tier]] (at most one)",
-                    here(&t.kind)
+                return Err(ConfigError::bad(
+                    here(&t.kind),
+                    "the memory tier must be the first [[tier]] (at most one)",
                 ));
             }
             if let Some(p) = &t.placement {
-                return Err(format!(
-                    "{}: `placement` is for lower tiers, not the memory tier",
-                    self.place(&t, p)
+                return Err(ConfigError::bad(
+                    self.place(&t, p),
+                    "`placement` is for lower tiers, not the memory tier",
                 ));
             }
             if let Some((span, key)) = test_only_key(&t) {
-                return Err(format!(
-                    "{}: `{key}` is only for kind = \"test\", not \"memory\"",
-                    self.place_span(&t, span)
+                return Err(ConfigError::bad(
+                    self.place_span(&t, span),
+                    format!("`{key}` is only for kind = \"test\", not \"memory\""),
                 ));
             }
             if let Some((span, key)) = remote_only_key(&t) {
-                return Err(format!(
-                    "{}: `{key}` is only for kind = \"remote\", not \"memory\"",
-                    self.place_span(&t, span)
+                return Err(ConfigError::bad(
+                    self.place_span(&t, span),
+                    format!("`{key}` is only for kind = \"remote\", not \"memory\""),
                 ));
             }
             if let Some((span, key)) = flash_only_key(&t) {
-                return Err(format!(
-                    "{}: `{key}` is only for kind = \"flash\", not \"memory\"",
-                    self.place_span(&t, span)
+                return Err(ConfigError::bad(
+                    self.place_span(&t, span),
+                    format!("`{key}` is only for kind = \"flash\", not \"memory\""),
                 ));
             }
             if let Some(size) = &t.size {
                 if self.options.memory.is_some() {
-                    return Err(format!(
-                        "{}: memory tier `size` and top-level `memory` both given; keep one",
-                        self.place(&t, size)
+                    return Err(ConfigError::bad(
+                        self.place(&t, size),
+                        "memory tier `size` and top-level `memory` both given; keep one",
                     ));
                 }
                 size.value
                     .bytes()
-                    .map_err(|e| format!("{}: size: {e}", self.place(&t, size)))?;
+                    .map_err(|e| e.at(format!("{}: size", self.place(&t, size))))?;
                 self.options.memory = Some(size.value.clone());
             }
             if let Some(policy) = &t.policy {
                 if self.options.policy.is_some() {
-                    return Err(format!(
-                        "{}: memory tier `policy` and top-level `policy` both given; keep one",
-                        self.place(&t, policy)
+                    return Err(ConfigError::bad(
+                        self.place(&t, policy),
+                        "memory tier `policy` and top-level `policy` both given; keep one",
                     ));
                 }
-                policy
-                    .value
-                    .parse::<PolicyKind>()
-                    .map_err(|e| format!("{}: policy: {e}", self.place(&t, policy)))?;
+                policy.value.parse::<PolicyKind>().map_err(|e| {
+                    ConfigError::bad(format!("{}: policy", self.place(&t, policy)), e.to_string())
+                })?;
                 self.options.policy = Some(policy.value.clone());
             }
             if let Some(n) = &t.name {
-                name = checked_name(n).map_err(|e| format!("{}: {e}", self.place(&t, n)))?;
+                name = checked_name(n).map_err(|e| e.at(self.place(&t, n)))?;
             }
         }
         self.options.tiers = Some(lower);
@@ -470,31 +473,31 @@ impl ConfigFile {
     fn tier_kind(
         &self,
         t: &TierTable,
-    ) -> Result<(LowerTierKind, Option<RemoteSpec>, Option<FlashSpec>), String> {
+    ) -> Result<(LowerTierKind, Option<RemoteSpec>, Option<FlashSpec>), ConfigError> {
         let here = |at| self.place(t, at);
         let kind = match t.kind.value.as_str() {
             "test" => LowerTierKind::Test,
             "remote" => LowerTierKind::Remote,
             "flash" => LowerTierKind::Flash,
             "memory" => {
-                return Err(format!(
-                    "{}: the memory tier is set with --memory and --policy (or a first \
+                return Err(ConfigError::bad(
+                    here(&t.kind),
+                    "the memory tier is set with --memory and --policy (or a first \
                  [[tier]] in the config file)",
-                    here(&t.kind)
                 ))
             }
             other => {
-                return Err(format!(
-                    "{}: unknown tier kind `{other}` (expected memory|test|flash|remote)",
-                    here(&t.kind)
+                return Err(ConfigError::bad(
+                    here(&t.kind),
+                    format!("unknown tier kind `{other}` (expected memory|test|flash|remote)"),
                 ))
             }
         };
         if kind != LowerTierKind::Flash {
             if let Some((span, key)) = flash_only_key(t) {
-                return Err(format!(
-                    "{}: `{key}` is only for kind = \"flash\"",
-                    self.place_span(t, span)
+                return Err(ConfigError::bad(
+                    self.place_span(t, span),
+                    format!("`{key}` is only for kind = \"flash\""),
                 ));
             }
         }
@@ -502,9 +505,9 @@ impl ConfigFile {
             LowerTierKind::Remote => Some(self.remote_spec(t)?),
             LowerTierKind::Test => {
                 if let Some((span, key)) = remote_only_key(t) {
-                    return Err(format!(
-                        "{}: `{key}` is only for kind = \"remote\"",
-                        self.place_span(t, span)
+                    return Err(ConfigError::bad(
+                        self.place_span(t, span),
+                        format!("`{key}` is only for kind = \"remote\""),
                     ));
                 }
                 None
@@ -524,27 +527,26 @@ impl ConfigFile {
         t: &TierTable,
         kind: LowerTierKind,
         block_size: u64,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, ConfigError> {
         let here = |at| self.place(t, at);
         let capacity_bytes = match (&t.size, kind) {
             (Some(size), _) => size
                 .value
                 .bytes()
-                .map_err(|e| format!("{}: size: {e}", self.place_key(t, size, "size")))?,
+                .map_err(|e| e.at(format!("{}: size", self.place_key(t, size, "size"))))?,
             // Remote: the servers' limits; flash: the existing cache's own size.
             (None, LowerTierKind::Remote | LowerTierKind::Flash) => 0,
             (None, _) => {
-                return Err(format!(
-                    "{}: a {} tier needs `size`",
+                return Err(ConfigError::bad(
                     here(&t.kind),
-                    t.kind.value
+                    format!("a {} tier needs `size`", t.kind.value),
                 ))
             }
         };
         if let (Some(size), true) = (&t.size, capacity_bytes < block_size) {
-            return Err(format!(
-                "{}: size: {capacity_bytes} bytes is less than one block of {block_size}",
-                self.place_key(t, size, "size")
+            return Err(ConfigError::bad(
+                self.place_key(t, size, "size"),
+                format!("size: {capacity_bytes} bytes is less than one block of {block_size}"),
             ));
         }
         Ok(capacity_bytes)
@@ -556,7 +558,7 @@ impl ConfigFile {
         t: &TierTable,
         kind: LowerTierKind,
         first: bool,
-    ) -> Result<Placement, String> {
+    ) -> Result<Placement, ConfigError> {
         Ok(match &t.placement {
             // Paper 002 stores on a miss; a test tier demotes by default.
             // Paper 001 allocates on a read miss too.
@@ -569,11 +571,13 @@ impl ConfigFile {
             Some(p) => match p.value.parse::<Placement>() {
                 Ok(pl) => pl,
                 Err(_) => {
-                    return Err(format!(
-                        "{}: unknown placement `{}` (expected inclusive|exclusive|pinned\
-                     [=FIRST_BLOCK])",
+                    return Err(ConfigError::bad(
                         self.place_key(t, p, "placement"),
-                        p.value
+                        format!(
+                            "unknown placement `{}` (expected inclusive|exclusive|pinned\
+                     [=FIRST_BLOCK])",
+                            p.value
+                        ),
                     ))
                 }
             },
@@ -587,22 +591,25 @@ impl ConfigFile {
         tiers: &[TierTable],
         block_size: u64,
         memory_name: &str,
-    ) -> Result<Vec<LowerTierSpec>, String> {
+    ) -> Result<Vec<LowerTierSpec>, ConfigError> {
         let mut specs: Vec<LowerTierSpec> = Vec::new();
         for t in tiers {
             let here = |at| self.place(t, at);
             let (kind, remote, flash) = self.tier_kind(t)?;
             let capacity_bytes = self.tier_capacity(t, kind, block_size)?;
             let policy = match &t.policy {
-                Some(p) => p
-                    .value
-                    .parse()
-                    .map_err(|e| format!("{}: policy: {e}", self.place(t, p)))?,
+                Some(p) => {
+                    p.value
+                        .parse()
+                        .map_err(|e: <PolicyKind as std::str::FromStr>::Err| {
+                            ConfigError::bad(format!("{}: policy", self.place(t, p)), e.to_string())
+                        })?
+                }
                 None => PolicyKind::Lru,
             };
             let placement = self.tier_placement(t, kind, specs.is_empty())?;
             let name = match &t.name {
-                Some(n) => checked_name(n).map_err(|e| format!("{}: {e}", self.place(t, n)))?,
+                Some(n) => checked_name(n).map_err(|e| e.at(self.place(t, n)))?,
                 // Repeated `--tier` flags cannot name their tiers: test, test2, test3, ...
                 None if t.flag.is_some() => {
                     let same = specs.iter().filter(|s| s.kind == kind).count();
@@ -615,8 +622,9 @@ impl ConfigFile {
             };
             if name == memory_name || specs.iter().any(|s| s.name == name) {
                 let at = here(t.name.as_ref().unwrap_or(&t.kind));
-                return Err(format!(
-                    "{at}: tier name `{name}` is used twice (give each tier its own `name`)"
+                return Err(ConfigError::bad(
+                    at,
+                    format!("tier name `{name}` is used twice (give each tier its own `name`)"),
                 ));
             }
             let us = |v: &Option<At<u64>>| Duration::from_micros(v.as_ref().map_or(0, |a| a.value));
@@ -653,10 +661,10 @@ pub(super) fn test_only_key(t: &TierTable) -> Option<(&Option<Range<usize>>, &'s
     spans.into_iter().find_map(|(s, key)| s.map(|s| (s, key)))
 }
 
-fn checked_name(n: &At<String>) -> Result<String, String> {
+fn checked_name(n: &At<String>) -> Result<String, ConfigError> {
     let v = n.value.trim();
     if v.is_empty() {
-        return Err("name: must not be empty".to_string());
+        return Err(ConfigError::bad("name", "must not be empty"));
     }
     Ok(v.to_string())
 }
@@ -667,16 +675,22 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// Reads and parses `path`; errors are one line: `FILE:LINE: message`.
-pub fn load(path: &Path) -> Result<ConfigFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     ConfigFile::from_text(path, text)
 }
 
 impl ConfigFile {
     /// Parses `text` read from `path`.
-    pub fn from_text(path: &Path, text: String) -> Result<ConfigFile, String> {
-        let options =
-            parse(&text).map_err(|(line, msg)| format!("{}:{line}: {msg}", path.display()))?;
+    pub fn from_text(path: &Path, text: String) -> Result<ConfigFile, ConfigError> {
+        let options = parse(&text).map_err(|(line, message)| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            message,
+        })?;
         Ok(ConfigFile {
             path: Some(path.to_path_buf()),
             text,

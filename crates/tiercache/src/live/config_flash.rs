@@ -15,6 +15,7 @@
 
 use super::config::{test_only_key, At, ConfigFile, SizeOrPercent, SizeValue, TierTable};
 use super::config_remote::remote_only_key;
+use super::error::ConfigError;
 use serde::Deserialize;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -44,15 +45,15 @@ pub enum FlashMode {
 }
 
 impl std::str::FromStr for FlashMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s {
             "writeback" => Ok(FlashMode::Writeback),
             "writethrough" => Ok(FlashMode::Writethrough),
             "writearound" => Ok(FlashMode::Writearound),
-            _ => Err(format!(
+            _ => Err(ConfigError::invalid(format!(
                 "unknown mode `{s}` (expected writeback|writethrough|writearound)"
-            )),
+            ))),
         }
     }
 }
@@ -155,27 +156,30 @@ fn split_device(arg: &str) -> (PathBuf, Option<String>) {
 pub fn apply_flash_flags(
     tiers: Option<Vec<TierTable>>,
     f: &FlashFlags,
-) -> Result<Option<Vec<TierTable>>, String> {
+) -> Result<Option<Vec<TierTable>>, ConfigError> {
     if !f.any() {
         return Ok(tiers);
     }
     let mut tiers = tiers.unwrap_or_default();
     let flashes = tiers.iter().filter(|t| t.kind.value == "flash").count();
     if flashes > 1 {
-        return Err("--flash*: the config file has several flash tiers; set them there".into());
+        return Err(ConfigError::bad(
+            "--flash*",
+            "the config file has several flash tiers; set them there",
+        ));
     }
     if flashes == 0 {
         if f.device.is_none() {
-            return Err(
-                "--flash-*: no flash tier to apply it to (give --flash PATH[:SIZE], or a \
-                 [[tier]] kind = \"flash\" in the config file)"
-                    .to_string(),
-            );
+            return Err(ConfigError::bad(
+                "--flash-*",
+                "no flash tier to apply it to (give --flash PATH[:SIZE], or a \
+                 [[tier]] kind = \"flash\" in the config file)",
+            ));
         }
         tiers.insert(0, TierTable::of_kind("flash"));
     }
     let Some(t) = tiers.iter_mut().find(|t| t.kind.value == "flash") else {
-        return Err("--flash: internal error: no tier".to_string());
+        return Err(ConfigError::bad("--flash", "internal error: no tier"));
     };
     t.from_flags = Some("flash");
     if let Some(dev) = &f.device {
@@ -241,7 +245,7 @@ fn place<T>(cf: &ConfigFile, t: &TierTable, at: &At<T>, flag: &str) -> String {
 }
 
 /// `0.8`, `"0.8"` or `"80%"` as a fraction in (0, 1].
-fn fraction(v: &FractionValue) -> Result<f64, String> {
+fn fraction(v: &FractionValue) -> Result<f64, ConfigError> {
     let x = match v {
         FractionValue::Number(x) => *x,
         FractionValue::Text(s) => {
@@ -250,14 +254,17 @@ fn fraction(v: &FractionValue) -> Result<f64, String> {
                 Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
                 None => s.parse::<f64>(),
             }
-            .map_err(|_| format!("`{s}`: expected a fraction like 0.8 or 80%"))?
+            .map_err(|_| {
+                ConfigError::bad(format!("`{s}`"), "expected a fraction like 0.8 or 80%")
+            })?
         }
     };
     if x > 0.0 && x <= 1.0 {
         Ok(x)
     } else {
-        Err(format!(
-            "{x}: expected a fraction above 0 and at most 1 (or 1% to 100%)"
+        Err(ConfigError::bad(
+            x.to_string(),
+            "expected a fraction above 0 and at most 1 (or 1% to 100%)",
         ))
     }
 }
@@ -265,16 +272,16 @@ fn fraction(v: &FractionValue) -> Result<f64, String> {
 impl ConfigFile {
     /// A flash tier's `path`: a file or a block device; relative to the config file's
     /// directory when given there.
-    fn flash_path(&self, t: &TierTable) -> Result<std::path::PathBuf, String> {
+    fn flash_path(&self, t: &TierTable) -> Result<std::path::PathBuf, ConfigError> {
         let Some(path) = &t.path else {
-            return Err(format!(
-                "{}: a flash tier needs `path` (--flash PATH[:SIZE]): a file or a block device",
-                self.place(t, &t.kind)
+            return Err(ConfigError::bad(
+                self.place(t, &t.kind),
+                "a flash tier needs `path` (--flash PATH[:SIZE]): a file or a block device",
             ));
         };
         let path_at = place(self, t, path, "flash");
         if path.value.as_os_str().is_empty() {
-            return Err(format!("{path_at}: empty path"));
+            return Err(ConfigError::bad(path_at, "empty path"));
         }
         // A relative `path` in the config file is relative to the file's directory.
         let path_value = match (&path.span, &self.path) {
@@ -287,17 +294,19 @@ impl ConfigFile {
     }
 
     /// A flash tier's `free_floor`: a number of sets or a percentage of them.
-    fn free_floor(&self, t: &TierTable) -> Result<Floor, String> {
+    fn free_floor(&self, t: &TierTable) -> Result<Floor, ConfigError> {
         Ok(match &t.free_floor {
             None => Floor::Percent(DEFAULT_FREE_FLOOR_PERCENT),
             Some(at) => {
                 let text = at.value.as_text();
                 let text = text.trim();
                 let bad = || {
-                    format!(
-                        "{}: free floor `{text}`: expected a number of sets or a percentage \
-                     like 10%",
-                        place(self, t, at, "flash-free-floor")
+                    ConfigError::bad(
+                        place(self, t, at, "flash-free-floor"),
+                        format!(
+                            "free floor `{text}`: expected a number of sets or a percentage \
+                     like 10%"
+                        ),
                     )
                 };
                 match text.strip_suffix('%') {
@@ -312,11 +321,11 @@ impl ConfigFile {
     }
 
     /// Checks the flash keys of `t` (kind `flash`).
-    pub(super) fn flash_spec(&self, t: &TierTable) -> Result<FlashSpec, String> {
+    pub(super) fn flash_spec(&self, t: &TierTable) -> Result<FlashSpec, ConfigError> {
         if let Some((span, key)) = test_only_key(t).or_else(|| remote_only_key(t)) {
-            return Err(format!(
-                "{}: `{key}` is not a key of a flash tier",
-                self.place_span(t, span)
+            return Err(ConfigError::bad(
+                self.place_span(t, span),
+                format!("`{key}` is not a key of a flash tier"),
             ));
         }
         let path_value = self.flash_path(t)?;
@@ -325,7 +334,7 @@ impl ConfigFile {
             Some(at) => Some(
                 at.value
                     .bytes()
-                    .map_err(|e| format!("{}: size: {e}", place(self, t, at, "flash")))?,
+                    .map_err(|e| e.at(format!("{}: size", place(self, t, at, "flash"))))?,
             ),
         };
         let mode = match &t.mode {
@@ -334,34 +343,33 @@ impl ConfigFile {
                 .value
                 .trim()
                 .parse()
-                .map_err(|e| format!("{}: {e}", place(self, t, m, "flash-mode")))?,
+                .map_err(|e: ConfigError| e.at(place(self, t, m, "flash-mode")))?,
         };
         let seq_cutoff = match &t.seq_cutoff {
             None => DEFAULT_SEQ_CUTOFF,
             Some(at) => at.value.bytes().map_err(|e| {
-                format!(
-                    "{}: seq_cutoff: {e}",
+                e.at(format!(
+                    "{}: seq_cutoff",
                     place(self, t, at, "flash-seq-cutoff")
-                )
+                ))
             })?,
         };
         let cleaner = match t.cleaner.as_ref().map(|c| (c, c.value.trim())) {
             None | Some((_, "idle")) => CleanerKind::Idle,
             Some((_, "eager")) => CleanerKind::Eager,
             Some((c, other)) => {
-                return Err(format!(
-                    "{}: unknown cleaner `{other}` (expected idle|eager)",
-                    place(self, t, c, "flash-cleaner")
+                return Err(ConfigError::bad(
+                    place(self, t, c, "flash-cleaner"),
+                    format!("unknown cleaner `{other}` (expected idle|eager)"),
                 ))
             }
         };
         let wait = match &t.wait_ms {
             None => DEFAULT_WAIT,
             Some(at) if at.value > 3_600_000 => {
-                return Err(format!(
-                    "{}: wait {} ms: at most one hour",
+                return Err(ConfigError::bad(
                     place(self, t, at, "flash-wait"),
-                    at.value
+                    format!("wait {} ms: at most one hour", at.value),
                 ))
             }
             Some(at) => Duration::from_millis(at.value),
@@ -369,26 +377,33 @@ impl ConfigFile {
         let free_floor = self.free_floor(t)?;
         let dirty_max = match &t.dirty_max {
             None => DEFAULT_DIRTY_MAX,
-            Some(at) => fraction(&at.value)
-                .map_err(|e| format!("{}: dirty_max {e}", place(self, t, at, "flash-dirty-max")))?,
+            Some(at) => fraction(&at.value).map_err(|e| {
+                ConfigError::bad(
+                    place(self, t, at, "flash-dirty-max"),
+                    format!("dirty_max {e}"),
+                )
+            })?,
         };
         let max_errors = match &t.max_errors {
             None => DEFAULT_MAX_ERRORS,
             Some(at) if at.value == 0 => {
-                return Err(format!(
-                    "{}: max_errors must be at least 1",
-                    place(self, t, at, "flash-max-errors")
+                return Err(ConfigError::bad(
+                    place(self, t, at, "flash-max-errors"),
+                    "max_errors must be at least 1",
                 ))
             }
             Some(at) => at.value,
         };
         let io = match &t.io {
             None => IoChoice::Auto,
-            Some(at) => at
-                .value
-                .trim()
-                .parse()
-                .map_err(|e| format!("{}: {e}", place(self, t, at, "flash-io")))?,
+            Some(at) => {
+                at.value
+                    .trim()
+                    .parse()
+                    .map_err(|e: <IoChoice as std::str::FromStr>::Err| {
+                        ConfigError::bad(place(self, t, at, "flash-io"), e.to_string())
+                    })?
+            }
         };
         Ok(FlashSpec {
             path: path_value,
@@ -414,7 +429,7 @@ mod tests {
             .expect("parses")
     }
 
-    fn spec(text: &str) -> Result<FlashSpec, String> {
+    fn spec(text: &str) -> Result<FlashSpec, ConfigError> {
         let mut f = file(text);
         f.fold_memory_tier()?;
         let tiers = f.options.tiers.clone().unwrap_or_default();
@@ -422,7 +437,7 @@ mod tests {
         specs
             .pop()
             .and_then(|s| s.flash)
-            .ok_or_else(|| "no flash spec".to_string())
+            .ok_or_else(|| ConfigError::invalid("no flash spec"))
     }
 
     #[test]
@@ -479,7 +494,7 @@ mod tests {
                 "only for kind = \"flash\"",
             ),
         ] {
-            let e = spec(text).expect_err(text);
+            let e = spec(text).expect_err(text).to_string();
             assert!(e.contains(at) && e.contains(what), "{text}: {e}");
         }
     }
@@ -518,7 +533,8 @@ mod tests {
                 ..FlashFlags::default()
             },
         )
-        .expect_err("no tier");
+        .expect_err("no tier")
+        .to_string();
         assert!(e.contains("--flash-*"), "{e}");
         let e = cf
             .flash_spec(
@@ -533,7 +549,8 @@ mod tests {
                 .expect("ok")
                 .expect("some")[0],
             )
-            .expect_err("bad fraction");
+            .expect_err("bad fraction")
+            .to_string();
         assert!(e.starts_with("--flash-dirty-max:"), "{e}");
     }
 }

@@ -9,6 +9,7 @@
 //! (default: the servers' memory limits), `policy`, `placement` (default inclusive).
 
 use super::config::{test_only_key, At, ConfigFile, SizeValue, TierTable};
+use super::error::ConfigError;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,24 +61,25 @@ impl RemoteFlags {
 pub fn apply_remote_flags(
     tiers: Option<Vec<TierTable>>,
     f: &RemoteFlags,
-) -> Result<Option<Vec<TierTable>>, String> {
+) -> Result<Option<Vec<TierTable>>, ConfigError> {
     if !f.any() {
         return Ok(tiers);
     }
     let mut tiers = tiers.unwrap_or_default();
     let remotes = tiers.iter().filter(|t| t.kind.value == "remote").count();
     if remotes > 1 {
-        return Err(
-            "--remote*: the config file has several remote tiers; set them there".to_string(),
-        );
+        return Err(ConfigError::bad(
+            "--remote*",
+            "the config file has several remote tiers; set them there",
+        ));
     }
     if remotes == 0 {
         let Some(url) = &f.url else {
-            return Err(
-                "--remote-*: no remote tier to apply it to (give --remote URL, or a [[tier]] \
-                 kind = \"remote\" in the config file)"
-                    .to_string(),
-            );
+            return Err(ConfigError::bad(
+                "--remote-*",
+                "no remote tier to apply it to (give --remote URL, or a [[tier]] \
+                 kind = \"remote\" in the config file)",
+            ));
         };
         tiers.push(TierTable {
             servers: Some(At::flag(url.clone())),
@@ -86,7 +88,7 @@ pub fn apply_remote_flags(
     }
     let table = tiers.iter_mut().find(|t| t.kind.value == "remote");
     let Some(t) = table else {
-        return Err("--remote: internal error: no tier".to_string());
+        return Err(ConfigError::bad("--remote", "internal error: no tier"));
     };
     t.from_flags = Some("remote");
     if let Some(url) = &f.url {
@@ -123,27 +125,28 @@ fn place<T>(cf: &ConfigFile, t: &TierTable, at: &At<T>, flag: &str) -> String {
 
 impl ConfigFile {
     /// Checks the remote keys of `t` (kind `remote`).
-    pub(super) fn remote_spec(&self, t: &TierTable) -> Result<RemoteSpec, String> {
+    pub(super) fn remote_spec(&self, t: &TierTable) -> Result<RemoteSpec, ConfigError> {
         if let Some((span, key)) = test_only_key(t) {
-            return Err(format!(
-                "{}: `{key}` is only for kind = \"test\", not \"remote\"",
-                self.place_span(t, span)
+            return Err(ConfigError::bad(
+                self.place_span(t, span),
+                format!("`{key}` is only for kind = \"test\", not \"remote\""),
             ));
         }
         let Some(servers) = &t.servers else {
-            return Err(format!(
-                "{}: a remote tier needs `servers` (memcached://HOST:PORT[,HOST:PORT...])",
-                self.place(t, &t.kind)
+            return Err(ConfigError::bad(
+                self.place(t, &t.kind),
+                "a remote tier needs `servers` (memcached://HOST:PORT[,HOST:PORT...])",
             ));
         };
         let servers_at = place(self, t, servers, "remote");
         let list = tiercache_remote::parse_url(servers.value.trim())
-            .map_err(|e| format!("{servers_at}: {e}"))?;
+            .map_err(|e| ConfigError::bad(servers_at.clone(), e.to_string()))?;
         let Some(key) = &t.key_file else {
-            return Err(format!(
-                "{servers_at}: a remote tier needs a key file (--remote-key FILE or `key_file`; \
+            return Err(ConfigError::bad(
+                servers_at,
+                "a remote tier needs a key file (--remote-key FILE or `key_file`; \
                  create one with `tiercache keygen FILE`): values on the servers are encrypted \
-                 and authenticated with it"
+                 and authenticated with it",
             ));
         };
         let namespace = match &t.namespace {
@@ -151,10 +154,9 @@ impl ConfigFile {
             Some(n) => {
                 let v = n.value.trim();
                 if v.is_empty() || v.len() > 64 || v.contains(char::is_whitespace) {
-                    return Err(format!(
-                        "{}: namespace `{}`: 1 to 64 characters, no spaces",
+                    return Err(ConfigError::bad(
                         place(self, t, n, "remote-namespace"),
-                        n.value
+                        format!("namespace `{}`: 1 to 64 characters, no spaces", n.value),
                     ));
                 }
                 v.to_string()
@@ -169,17 +171,19 @@ impl ConfigFile {
                     SizeValue::Text(s) => s.trim().parse::<Threshold>(),
                 };
                 parsed.map_err(|e| {
-                    format!("{}: threshold: {e}", place(self, t, at, "remote-threshold"))
+                    ConfigError::bad(
+                        format!("{}: threshold", place(self, t, at, "remote-threshold")),
+                        e.to_string(),
+                    )
                 })?
             }
         };
         let timeout = match &t.timeout_ms {
             None => DEFAULT_TIMEOUT,
             Some(at) if at.value == 0 || at.value > 60_000 => {
-                return Err(format!(
-                    "{}: timeout {} ms: expected 1 to 60000",
+                return Err(ConfigError::bad(
                     place(self, t, at, "remote-timeout"),
-                    at.value
+                    format!("timeout {} ms: expected 1 to 60000", at.value),
                 ))
             }
             Some(at) => Duration::from_millis(at.value),
@@ -281,7 +285,7 @@ mod tests {
             let mut f = file(text);
             let mem = f.fold_memory_tier().unwrap();
             let tiers = f.options.tiers.clone().unwrap();
-            let e = f.lower_tiers(&tiers, 4096, &mem).unwrap_err();
+            let e = f.lower_tiers(&tiers, 4096, &mem).unwrap_err().to_string();
             assert!(e.starts_with(at) && e.contains(says), "{text}: {e}");
         }
     }
@@ -313,7 +317,8 @@ mod tests {
                 ..RemoteFlags::default()
             },
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--remote"), "{e}");
         let bad = RemoteFlags {
             url: Some("memcached://h:1".into()),
@@ -322,7 +327,10 @@ mod tests {
             ..RemoteFlags::default()
         };
         let tiers = apply_remote_flags(None, &bad).unwrap().unwrap();
-        let e = f.lower_tiers(&tiers, 4096, "memory").unwrap_err();
+        let e = f
+            .lower_tiers(&tiers, 4096, "memory")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("--remote-threshold: threshold"), "{e}");
     }
 

@@ -48,7 +48,7 @@ fn file(text: &str) -> ConfigFile {
 }
 
 /// The lower tiers of `text` with 4 KiB blocks, or the error.
-fn lower(text: &str) -> Result<Vec<LowerTierSpec>, String> {
+fn lower(text: &str) -> Result<Vec<LowerTierSpec>, ConfigError> {
     let mut f = file(text);
     let mem = f.fold_memory_tier()?;
     let tiers = f.options.tiers.clone().unwrap_or_default();
@@ -179,7 +179,7 @@ fn tier_errors_name_file_and_line() {
         ),
     ];
     for (text, place, needle) in cases {
-        let err = lower(text).unwrap_err();
+        let err = lower(text).unwrap_err().to_string();
         assert!(err.starts_with(place), "{text:?}: {err}");
         assert!(err.contains(needle), "{text:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -224,7 +224,7 @@ fn tier_flags_parse_and_name_themselves() {
         ("test", "expected KIND:SIZE[:PLACEMENT]"),
         ("test:1M:exclusive:x", "expected KIND:SIZE[:PLACEMENT]"),
     ] {
-        let err = TierTable::from_flag(arg).unwrap_err();
+        let err = TierTable::from_flag(arg).unwrap_err().to_string();
         assert!(err.starts_with(&format!("--tier {arg}: ")), "{err}");
         assert!(err.contains(needle), "{err}");
     }
@@ -235,7 +235,7 @@ fn tier_flags_parse_and_name_themselves() {
         ("test:1M:pinned=-1", "unknown placement"),
     ] {
         let t = TierTable::from_flag(arg).unwrap();
-        let err = f.lower_tiers(&[t], 4096, "memory").unwrap_err();
+        let err = f.lower_tiers(&[t], 4096, "memory").unwrap_err().to_string();
         assert!(err.starts_with(&format!("--tier {arg}: ")), "{err}");
         assert!(err.contains(needle), "{err}");
     }
@@ -244,7 +244,14 @@ fn tier_flags_parse_and_name_themselves() {
 #[test]
 fn kernel_cache_takes_a_mode_or_a_boolean() {
     use tiercache_fuse::KernelCacheMode;
-    let mode = |text: &str| parse(text).unwrap().kernel_cache.unwrap().mode();
+    let mode = |text: &str| {
+        parse(text)
+            .unwrap()
+            .kernel_cache
+            .unwrap()
+            .mode()
+            .map_err(|e| e.to_string())
+    };
     assert_eq!(
         mode("kernel_cache = \"priority\"\n"),
         Ok(KernelCacheMode::Priority)

@@ -47,7 +47,7 @@ pub struct Reply {
 
 /// Serves requests; implemented by the running mount.
 pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, req: Request) -> Result<serde_json::Value, String>;
+    fn handle(&self, req: Request) -> Result<serde_json::Value, super::error::DaemonError>;
 }
 
 /// `/run/tiercache` for root, else `$XDG_RUNTIME_DIR/tiercache` or `/tmp/tiercache-UID`.
@@ -281,7 +281,7 @@ fn serve_one(stream: &UnixStream, h: &dyn Handler) {
             },
             Err(e) => Reply {
                 ok: false,
-                error: Some(e),
+                error: Some(e.to_string()),
                 data: None,
             },
         },
@@ -302,12 +302,15 @@ fn serve_one(stream: &UnixStream, h: &dyn Handler) {
 /// cannot make the caller hold more.
 const MAX_REPLY: u64 = 16 << 20;
 
-/// Why a control call failed.
-#[derive(Debug)]
+/// Why a control call failed: the one-line message, and whether a daemon answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CallError {
     /// No daemon answered (not mounted, or the daemon is dead or hung).
+    #[error("{0}")]
     Unreachable(String),
     /// The daemon answered with an error.
+    #[error("{0}")]
     Refused(String),
 }
 
@@ -319,13 +322,13 @@ impl From<CallError> for String {
     }
 }
 
-/// Sends one request to the mount at `mountpoint` and returns its data, or a one-line error.
+/// Sends one request to the mount at `mountpoint` and returns its data, or why not.
 pub fn call(
     mountpoint: &Path,
     req: &Request,
     timeout: Duration,
-) -> Result<serde_json::Value, String> {
-    call_typed(mountpoint, req, timeout).map_err(String::from)
+) -> Result<serde_json::Value, CallError> {
+    call_typed(mountpoint, req, timeout)
 }
 
 /// [`call`], telling an unreachable daemon from a refusal.

@@ -5,6 +5,7 @@
 use super::adapter::CacheDataPath;
 use super::config::{LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
+use super::error::DaemonError;
 use super::flash::{self, MountedFlash};
 use super::priority::{normalize, PriorityDirs, PriorityRule};
 use super::reload::{self, Reloader};
@@ -59,8 +60,11 @@ pub struct Settings {
 /// the mount is gone and everything is written back (or with why not).
 struct StopRequest {
     force: bool,
-    reply: mpsc::Sender<Result<(), String>>,
+    reply: mpsc::Sender<StopOutcome>,
 }
+
+/// How a stop ended, as told to every `tiercache unmount` waiting for it.
+type StopOutcome = Result<(), Arc<DaemonError>>;
 
 /// The running mount as the control socket sees it.
 struct Live {
@@ -81,7 +85,7 @@ struct Live {
 }
 
 impl Handler for Live {
-    fn handle(&self, req: Request) -> Result<serde_json::Value, String> {
+    fn handle(&self, req: Request) -> Result<serde_json::Value, DaemonError> {
         match req {
             Request::Stats => {
                 let ms = self.data.mem().stats();
@@ -109,13 +113,13 @@ impl Handler for Live {
                 Ok(v)
             }
             Request::Reload => {
-                let r = self.reloader.as_ref().ok_or("this mount cannot reload")?;
-                let out = r
-                    .reload()
-                    .inspect_err(|e| {
-                        log::error!("reload refused, nothing changed: {e}");
-                    })
-                    .map_err(|e| e.to_string())?;
+                let r = self
+                    .reloader
+                    .as_ref()
+                    .ok_or_else(|| DaemonError::refused("this mount cannot reload"))?;
+                let out = r.reload().inspect_err(|e| {
+                    log::error!("reload refused, nothing changed: {e}");
+                })?;
                 log_reload("reload", &out);
                 Ok(out.json())
             }
@@ -134,7 +138,10 @@ impl Handler for Live {
             Request::PriorityRemove { dir } => {
                 let dir = normalize(&dir, &self.mountpoint)?;
                 if !self.data.update_priority(|p| p.remove(&dir)) {
-                    return Err(format!("{} is not a priority directory", dir.display()));
+                    return Err(DaemonError::refused(format!(
+                        "{} is not a priority directory",
+                        dir.display()
+                    )));
                 }
                 log::info!("priority remove {}", dir.display());
                 Ok(serde_json::json!({ "changed": true, "rules": self.data.priority_rules() }))
@@ -145,7 +152,7 @@ impl Handler for Live {
                 self.data
                     .mem()
                     .flush_all()
-                    .map_err(|e| format!("flush: {e}"))?;
+                    .map_err(|e| DaemonError::io("flush", e))?;
                 Ok(serde_json::json!({ "flushed": true, "secs": t.elapsed().as_secs_f64() }))
             }
             Request::Unmount { force } => {
@@ -154,11 +161,12 @@ impl Handler for Live {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .send(StopRequest { force, reply })
-                    .map_err(|_| "the daemon is already stopping".to_string())?;
+                    .map_err(|_| DaemonError::refused("the daemon is already stopping"))?;
                 // Answered after the unmount and the final write-back, however long that takes.
                 answer
                     .recv()
-                    .map_err(|_| "the daemon stopped without an answer".to_string())??;
+                    .map_err(|_| DaemonError::refused("the daemon stopped without an answer"))?
+                    .map_err(DaemonError::Shared)?;
                 Ok(serde_json::json!({ "unmounted": true, "pid": std::process::id() }))
             }
         }
@@ -166,28 +174,28 @@ impl Handler for Live {
 }
 
 /// The mount's control files, refusing a mount point a live daemon already serves.
-fn claim_files(mountpoint: &std::path::Path) -> Result<MountFiles, String> {
+fn claim_files(mountpoint: &std::path::Path) -> Result<MountFiles, DaemonError> {
     let files = MountFiles::for_mountpoint(mountpoint);
     if let Some(pid) = files.live_pid() {
-        return Err(format!(
+        return Err(DaemonError::refused(format!(
             "{}: already served by tiercache pid {pid}",
             mountpoint.display()
-        ));
+        )));
     }
     files
         .ensure_dir()
-        .map_err(|e| format!("{}: {e}", control::runtime_dir().display()))?;
+        .map_err(|e| DaemonError::io(control::runtime_dir().display().to_string(), e))?;
     Ok(files)
 }
 
 /// Mounts and serves until stopped. Errors before the mount is up leave nothing mounted.
-pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(), String> {
+pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(), DaemonError> {
     logging::init(logging::effective(s.log_level));
     // What a reload compares the re-read settings with.
     let in_force = s.clone();
     let (files, pid_lock, mut owned) = own_files(&s.mountpoint)?;
-    let backing =
-        std::fs::canonicalize(&s.backing).map_err(|e| format!("{}: {e}", s.backing.display()))?;
+    let backing = std::fs::canonicalize(&s.backing)
+        .map_err(|e| DaemonError::io(s.backing.display().to_string(), e))?;
     // The mount's source names its BACKING, for the one-mount check of later mounts.
     let fs_name = super::mountinfo::fs_name_for(&backing)?;
     // One mount per BACKING; held until this mount is in the mount table (recovery of an SSD
@@ -203,9 +211,10 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     let (stop, hup) = stop_signals()?;
     // Bind the metrics address before mounting, so a bad or busy address mounts nothing.
     let metrics_listener = match &s.metrics {
-        Some(addr) => {
-            Some(std::net::TcpListener::bind(addr).map_err(|e| format!("--metrics {addr}: {e}"))?)
-        }
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| DaemonError::io(format!("--metrics {addr}"), e))?,
+        ),
         None => None,
     };
     // Bound before mounting too: a zero-copy name in use mounts nothing.
@@ -218,8 +227,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
         &s.mountpoint,
         opts,
         data.clone() as Arc<dyn tiercache_fuse::DataPath>,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     drop(claim);
     data.set_kernel_cache(handle.kernel_cache());
     // The FUSE connection's number, to abort it (so no write is acknowledged any more) when a
@@ -277,7 +285,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     drop(pid_lock);
     // Let the control threads deliver their answers before the process goes.
     std::thread::sleep(Duration::from_millis(100));
-    result
+    result.map_err(DaemonError::Shared)
 }
 
 /// Serves until a stop, unmounts, writes everything back and marks the flash tiers cleanly
@@ -290,14 +298,14 @@ fn serve_then_write_back(
     mountpoint: &std::path::Path,
     mem: &MemCache,
     flashes: &[MountedFlash],
-) -> Result<(), String> {
+) -> StopOutcome {
     let mut waiting = serve_until_stopped(&mut handle, signals, stop_rx, conn, mountpoint);
     drop(handle);
     super::notify::notify_or_log("STOPPING=1\nSTATUS=unmounted; writing back");
     let mut result = final_write_back(mem, stop_rx, &mut waiting, conn);
     if result.is_ok() {
         // Everything is on BACKING: the flash tiers are marked cleanly shut (warm restart).
-        result = flash::close(flashes);
+        result = flash::close(flashes).map_err(Arc::new);
     }
     for w in waiting {
         let _ = w.send(result.clone());
@@ -308,15 +316,15 @@ fn serve_then_write_back(
 /// Claims the mount's control socket, pid file and log: locked for the daemon's life, and
 /// removed however it returns (the log only after a clean stop; after a failure it is the
 /// record of why).
-fn own_files(mountpoint: &std::path::Path) -> Result<(MountFiles, PidFile, OwnedFiles), String> {
+fn own_files(
+    mountpoint: &std::path::Path,
+) -> Result<(MountFiles, PidFile, OwnedFiles), DaemonError> {
     let files = claim_files(mountpoint)?;
     // Held for the daemon's life: proves to `live_pid` that the pid file is ours.
-    let lock = files.lock_pid().map_err(|e| {
-        format!(
-            "{}: cannot lock {} ({e}); another tiercache may be starting on it",
-            mountpoint.display(),
-            files.pid.display()
-        )
+    let lock = files.lock_pid().map_err(|source| DaemonError::PidLock {
+        mountpoint: mountpoint.to_path_buf(),
+        pid_file: files.pid.clone(),
+        source,
     })?;
     let pid_lock = PidFile {
         path: files.pid.clone(),
@@ -340,7 +348,7 @@ fn start_services(
     files: &MountFiles,
     live: &Arc<Live>,
     metrics_listener: Option<std::net::TcpListener>,
-) -> Result<(), String> {
+) -> Result<(), DaemonError> {
     if let Some(z) = zero_copy {
         let name = z.name().to_string();
         let mountpoint = tiercache_wire::canonical_mountpoint(&s.mountpoint);
@@ -348,7 +356,7 @@ fn start_services(
         log::info!("zero-copy clients served on @{name}");
     }
     control::serve(files, Arc::clone(live) as Arc<dyn Handler>)
-        .map_err(|e| format!("control socket {}: {e}", files.socket.display()))?;
+        .map_err(|e| DaemonError::io(format!("control socket {}", files.socket.display()), e))?;
     if let Some(l) = metrics_listener {
         serve_metrics(l, Arc::clone(live))?;
     }
@@ -386,21 +394,21 @@ fn mount_options(s: &Settings, fs_name: String) -> tiercache_fuse::MountOptions 
 }
 
 /// Flags set by SIGTERM/SIGINT (stop) and SIGHUP (reload), read by the main loop.
-fn stop_signals() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>), String> {
+fn stop_signals() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>), DaemonError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
-            .map_err(|e| format!("signal handler: {e}"))?;
+            .map_err(|e| DaemonError::io("signal handler", e))?;
     }
     // SIGHUP reloads the configuration (the main loop picks it up).
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
-        .map_err(|e| format!("signal handler: {e}"))?;
+        .map_err(|e| DaemonError::io("signal handler", e))?;
     Ok((stop, hup))
 }
 
 /// Serves `/metrics` on `l` from the live mount's counters.
-fn serve_metrics(l: std::net::TcpListener, live: Arc<Live>) -> Result<(), String> {
+fn serve_metrics(l: std::net::TcpListener, live: Arc<Live>) -> Result<(), DaemonError> {
     let render: metrics::Render = Arc::new(move || {
         let ms = live.data.mem().stats();
         stats::prometheus(&ms)
@@ -412,7 +420,7 @@ fn serve_metrics(l: std::net::TcpListener, live: Arc<Live>) -> Result<(), String
     });
     metrics::serve_listener(l, render)
         .map(|_| ())
-        .map_err(|e| format!("--metrics: {e}"))
+        .map_err(|e| DaemonError::io("--metrics", e))
 }
 
 /// Tells systemd and the log that the mount serves (mounted, handshake done, control socket
@@ -535,7 +543,7 @@ fn serve_until_stopped(
     requests: &mpsc::Receiver<StopRequest>,
     conn: Option<u64>,
     mountpoint: &std::path::Path,
-) -> Vec<mpsc::Sender<Result<(), String>>> {
+) -> Vec<mpsc::Sender<StopOutcome>> {
     let mut waiting = Vec::new();
     let mut draining = false;
     loop {
@@ -597,10 +605,10 @@ fn serve_until_stopped(
                     return waiting;
                 }
                 Err(tiercache_fuse::FuseError::Busy(_)) if !req.force => {
-                    let _ = req.reply.send(Err(format!(
+                    let _ = req.reply.send(Err(Arc::new(DaemonError::refused(format!(
                         "{}: busy (files are open); close them, or `tiercache unmount --force` to detach it and abort their access",
                         mountpoint.display()
-                    )));
+                    )))));
                 }
                 Err(tiercache_fuse::FuseError::Busy(_)) => {
                     log::warn!("forced unmount while files are open: detaching and aborting them");
@@ -612,7 +620,7 @@ fn serve_until_stopped(
                     return waiting;
                 }
                 Err(e) => {
-                    let _ = req.reply.send(Err(e.to_string()));
+                    let _ = req.reply.send(Err(Arc::new(DaemonError::Fuse(e))));
                 }
             }
         }
@@ -627,9 +635,9 @@ fn serve_until_stopped(
 fn final_write_back(
     mem: &MemCache,
     requests: &mpsc::Receiver<StopRequest>,
-    waiting: &mut Vec<mpsc::Sender<Result<(), String>>>,
+    waiting: &mut Vec<mpsc::Sender<StopOutcome>>,
     conn: Option<u64>,
-) -> Result<(), String> {
+) -> StopOutcome {
     let _ = conn;
     // Zero-copy clients learn at their next call that the region is no longer served (their
     // updates are requests: those answered are in memory, and written back below).
@@ -641,15 +649,16 @@ fn final_write_back(
             Ok(()) => {
                 return mem
                     .shutdown()
-                    .map_err(|e| format!("write-back at shutdown failed: {e}"));
+                    .map_err(|e| Arc::new(DaemonError::io("write-back at shutdown failed", e)));
             }
             Err(e) => {
                 let msg = format!(
                     "write-back failed: {e}; the dirty data stays in this daemon's memory and is retried every 5 s (fix BACKING, or `tiercache unmount --force` to discard it)"
                 );
                 log::error!("{msg}");
+                let failed = Arc::new(DaemonError::refused(msg.clone()));
                 for w in waiting.drain(..) {
-                    let _ = w.send(Err(msg.clone()));
+                    let _ = w.send(Err(Arc::clone(&failed)));
                 }
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while Instant::now() < deadline {
@@ -658,7 +667,7 @@ fn final_write_back(
                             let gave_up = format!("{msg}; forced stop: dirty data discarded");
                             log::error!("{gave_up}");
                             waiting.push(req.reply);
-                            return Err(gave_up);
+                            return Err(Arc::new(DaemonError::refused(gave_up)));
                         }
                         // Someone asks again: retry now and answer with that outcome.
                         waiting.push(req.reply);
@@ -672,7 +681,7 @@ fn final_write_back(
 
 /// Starts the daemon in its own session with output to its log file, and returns once the mount
 /// answers on its control socket (or with the daemon's own one-line error).
-pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), String> {
+pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), DaemonError> {
     let files = claim_files(&s.mountpoint)?;
     let log = OpenOptions::new()
         .create(true)
@@ -680,10 +689,11 @@ pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), Strin
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&files.log)
-        .map_err(|e| format!("{}: {e}", files.log.display()))?;
+        .map_err(|e| DaemonError::io(files.log.display().to_string(), e))?;
     let start_len = log.metadata().map_or(0, |m| m.len());
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
-    let err_log = log.try_clone().map_err(|e| e.to_string())?;
+    let exe =
+        std::env::current_exe().map_err(|e| DaemonError::io("cannot find own executable", e))?;
+    let err_log = log.try_clone().map_err(|e| DaemonError::io("", e))?;
     let mut cmd = Command::new(exe);
     cmd.args(&respawn.0)
         .arg("--foreground")
@@ -702,23 +712,25 @@ pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), Strin
     }
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start the daemon: {e}"))?;
+        .map_err(|e| DaemonError::io("cannot start the daemon", e))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(match last_error_line(&files.log, start_len) {
-                Some(why) => {
-                    // The error line says it all; a log this attempt created goes with it.
-                    if start_len == 0 {
-                        let _ = std::fs::remove_file(&files.log);
+            return Err(DaemonError::Refused(
+                match last_error_line(&files.log, start_len) {
+                    Some(why) => {
+                        // The error line says it all; a log this attempt created goes with it.
+                        if start_len == 0 {
+                            let _ = std::fs::remove_file(&files.log);
+                        }
+                        why.trim_start_matches("tiercache: ").to_string()
                     }
-                    why.trim_start_matches("tiercache: ").to_string()
-                }
-                None => format!(
-                    "the daemon exited with {status}; see {}",
-                    files.log.display()
-                ),
-            });
+                    None => format!(
+                        "the daemon exited with {status}; see {}",
+                        files.log.display()
+                    ),
+                },
+            ));
         }
         if control::call(
             &s.mountpoint,
@@ -740,10 +752,10 @@ pub fn spawn_background(respawn: &RespawnArgs, s: &Settings) -> Result<(), Strin
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!(
+    Err(DaemonError::refused(format!(
         "the daemon did not come up within 60 s; see {}",
         files.log.display()
-    ))
+    )))
 }
 
 fn last_error_line(log: &std::path::Path, from: u64) -> Option<String> {

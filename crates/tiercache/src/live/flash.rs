@@ -4,6 +4,7 @@
 
 use super::config::LowerTierSpec;
 use super::config_flash::{CleanerKind, FlashMode, FlashSpec};
+use super::error::DaemonError;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
@@ -31,24 +32,19 @@ pub struct MountedFlash {
 
 /// Checks that BACKING can reopen files by handle (a write-back tier needs it to find the
 /// files of its dirty blocks after a crash).
-fn check_handles(backing: &Path) -> Result<(), String> {
-    let root = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
-    let h = tiercache_manager::handle::file_handle(&root).map_err(|e| {
-        format!(
-            "BACKING {} has no file handles (name_to_handle_at: {e}); a write-back flash tier \
-             needs them to find its files after a crash: use --flash-mode writethrough or \
-             writearound",
-            backing.display()
-        )
+fn check_handles(backing: &Path) -> Result<(), DaemonError> {
+    let root = std::fs::File::open(backing)
+        .map_err(|e| DaemonError::io(backing.display().to_string(), e))?;
+    let h = tiercache_manager::handle::file_handle(&root).map_err(|source| {
+        DaemonError::NoFileHandles {
+            backing: backing.to_path_buf(),
+            source,
+        }
     })?;
     tiercache_manager::handle::open_by_handle(&root, &h, libc::O_RDONLY | libc::O_DIRECTORY)
-        .map_err(|e| {
-            format!(
-                "cannot reopen files of BACKING {} by handle (open_by_handle_at: {e}; it needs \
-                 CAP_DAC_READ_SEARCH: run tiercache as root), which a write-back flash tier needs \
-                 after a crash: use --flash-mode writethrough or writearound",
-                backing.display()
-            )
+        .map_err(|source| DaemonError::NoOpenByHandle {
+            backing: backing.to_path_buf(),
+            source,
         })?;
     Ok(())
 }
@@ -65,18 +61,18 @@ fn open_device(
     mut cfg: FlashConfig,
     backing: &Path,
     device: &dyn tiercache_manager::BackingIo,
-) -> Result<(FlashTier, &'static str, Option<RecoveryReport>, IoMode), String> {
+) -> Result<(FlashTier, &'static str, Option<RecoveryReport>, IoMode), DaemonError> {
     let at = f.path.display();
     let (dev, fresh) = FileDevice::open_locked(&f.path, f.size, f.io).map_err(|e| {
         if f.size.is_none() && e.kind() == std::io::ErrorKind::NotFound {
-            format!(
+            DaemonError::refused(format!(
                 "{at}: no cache there yet; give its size to create it (--flash {at}:SIZE, or \
                  `size`)"
-            )
+            ))
         } else if e.kind() == std::io::ErrorKind::Unsupported && f.io != IoChoice::Auto {
-            format!("{at}: --flash-io (`io`): {e}")
+            DaemonError::io(format!("{at}: --flash-io (`io`)"), e)
         } else {
-            format!("{at}: {e}")
+            DaemonError::io(at.to_string(), e)
         }
     })?;
     let io = dev.io_mode();
@@ -88,25 +84,31 @@ fn open_device(
         // A block device is formatted when it holds nothing yet (its first 128 KiB zero,
         // `open_or_create`); a regular file only when new or empty.
         if regular && !tiercache_flash::is_formatted(&dev) {
-            return Err(format!(
+            return Err(DaemonError::refused(format!(
                 "{at}: exists and is not a tiercache flash cache; refusing to overwrite it \
                  (remove it, or give a new path)"
-            ));
+            )));
         }
         if let Some(size) = f.size.filter(|&s| s != dev.len()) {
-            return Err(format!(
+            return Err(DaemonError::refused(format!(
                 "{at}: a flash cache of {} bytes already; it keeps its size (asked for {size}): \
                  drop SIZE, or remove the file to make a new cache",
                 dev.len()
-            ));
+            )));
         }
     }
     let geo = Geometry::compute(dev.len(), dev.sector_size(), cfg.block_shift, cfg.set_shift)
-        .map_err(|e| format!("{at}: {} bytes: {e}", dev.len()))?;
+        .map_err(|source| DaemonError::Flash {
+            what: format!("{at}: {} bytes", dev.len()),
+            source,
+        })?;
     cfg.cleaner.free_floor = f.free_floor.sets(geo.sets);
     let dev: Arc<dyn FlashDevice> = Arc::new(dev);
     if fresh {
-        let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: {e}"))?;
+        let t = FlashTier::create(dev, cfg).map_err(|source| DaemonError::Flash {
+            what: at.to_string(),
+            source,
+        })?;
         return Ok((t, "created", None, io));
     }
     match FlashTier::open_or_create(dev.clone(), cfg.clone()) {
@@ -115,11 +117,14 @@ fn open_device(
             let (t, report) = upgrade(f, dev, cfg, backing, device)?;
             Ok((t, "upgraded from format 2", Some(report), io))
         }
-        Err(FlashError::NotFormatted(_)) => Err(format!(
+        Err(FlashError::NotFormatted(_)) => Err(DaemonError::refused(format!(
             "{at}: holds other data and is not a tiercache flash cache; refusing to overwrite \
              it (to use the device as a cache, zero its first 128 KiB)"
-        )),
-        Err(e) => Err(format!("{at}: {e}")),
+        ))),
+        Err(source) => Err(DaemonError::Flash {
+            what: at.to_string(),
+            source,
+        }),
     }
 }
 
@@ -134,25 +139,35 @@ fn upgrade(
     cfg: FlashConfig,
     backing: &Path,
     device: &dyn tiercache_manager::BackingIo,
-) -> Result<(FlashTier, RecoveryReport), String> {
+) -> Result<(FlashTier, RecoveryReport), DaemonError> {
     let at = f.path.display();
-    let old = LegacyTier::open(dev.clone(), &cfg.name).map_err(|e| format!("{at}: {e}"))?;
+    let old = LegacyTier::open(dev.clone(), &cfg.name).map_err(|source| DaemonError::Flash {
+        what: at.to_string(),
+        source,
+    })?;
     log::warn!(
         "{at}: a flash cache of format 2 (an older tiercache): writing its {} dirty blocks to \
          BACKING, then reformatting it as format 3",
         old.dirty_left()
     );
-    let report = tiercache_manager::clean_recovered(&old, backing, device)
-        .map_err(|e| format!("{at}: upgrading from format 2: {e}"))?;
+    let report = tiercache_manager::clean_recovered(&old, backing, device).map_err(|source| {
+        DaemonError::Recovery {
+            what: format!("{at}: upgrading from format 2"),
+            source,
+        }
+    })?;
     if old.dirty_left() > 0 {
-        return Err(format!(
+        return Err(DaemonError::refused(format!(
             "{at}: upgrading from format 2: {} dirty blocks were not written back; the cache \
              is left as it was",
             old.dirty_left()
-        ));
+        )));
     }
     drop(old);
-    let t = FlashTier::create(dev, cfg).map_err(|e| format!("{at}: reformatting: {e}"))?;
+    let t = FlashTier::create(dev, cfg).map_err(|source| DaemonError::Flash {
+        what: format!("{at}: reformatting"),
+        source,
+    })?;
     Ok((t, report))
 }
 
@@ -164,7 +179,7 @@ pub fn build(
     block_size: usize,
     backing: &Path,
     device: &dyn tiercache_manager::BackingIo,
-) -> Result<(LowerTier, MountedFlash), String> {
+) -> Result<(LowerTier, MountedFlash), DaemonError> {
     if f.mode == FlashMode::Writeback {
         check_handles(backing)?;
     }
@@ -191,7 +206,12 @@ pub fn build(
     let tier = Arc::new(tier);
     // Before anything is served: what it holds dirty from before goes to BACKING.
     let recovery =
-        tiercache_manager::clean_recovered(&*tier, backing, device).map_err(|e| e.to_string())?;
+        tiercache_manager::clean_recovered(&*tier, backing, device).map_err(|source| {
+            DaemonError::Recovery {
+                what: String::new(),
+                source,
+            }
+        })?;
     let recovery = upgraded.unwrap_or(recovery);
     log::info!(
         "flash tier {} at {}: {} ({} sets, {} blocks), I/O {} (--flash-io {})",
@@ -221,11 +241,12 @@ pub fn build(
 }
 
 /// Closes the tiers after the final write-back (their clean-shutdown flag: warm restart).
-pub fn close(flashes: &[MountedFlash]) -> Result<(), String> {
+pub fn close(flashes: &[MountedFlash]) -> Result<(), DaemonError> {
     for f in flashes {
-        f.tier
-            .close()
-            .map_err(|e| format!("closing flash tier {}: {e}", f.spec.path.display()))?;
+        f.tier.close().map_err(|source| DaemonError::Flash {
+            what: format!("closing flash tier {}", f.spec.path.display()),
+            source,
+        })?;
     }
     Ok(())
 }

@@ -40,16 +40,16 @@ pub fn env_level() -> Option<LevelFilter> {
 }
 
 /// `error`, `warn`, `info`, `debug` or `trace`.
-pub fn parse_level(s: &str) -> Result<LevelFilter, String> {
+pub fn parse_level(s: &str) -> Result<LevelFilter, super::error::ConfigError> {
     match s {
         "error" => Ok(LevelFilter::Error),
         "warn" => Ok(LevelFilter::Warn),
         "info" => Ok(LevelFilter::Info),
         "debug" => Ok(LevelFilter::Debug),
         "trace" => Ok(LevelFilter::Trace),
-        other => Err(format!(
+        other => Err(super::error::ConfigError::invalid(format!(
             "unknown level `{other}` (expected error|warn|info|debug|trace)"
-        )),
+        ))),
     }
 }
 

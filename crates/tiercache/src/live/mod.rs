@@ -7,6 +7,7 @@ pub mod config_flash;
 pub mod config_remote;
 pub mod control;
 pub mod daemon;
+pub mod error;
 pub mod flash;
 pub mod io;
 pub mod kernel_cache;

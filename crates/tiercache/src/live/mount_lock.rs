@@ -11,6 +11,7 @@
 //! a crash, which has no fixed bound. The holder writes its pid and BACKING into the file, so
 //! a waiting daemon logs whom it waits for.
 
+use super::error::DaemonError;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
@@ -31,9 +32,10 @@ pub struct MountLock {
 
 /// Takes the lock in `dir` (the runtime directory), waiting while another daemon of this
 /// user holds it; `backing` is recorded for the daemons that wait meanwhile.
-pub fn take(dir: &Path, backing: &Path) -> Result<MountLock, String> {
+pub fn take(dir: &Path, backing: &Path) -> Result<MountLock, DaemonError> {
     let path = dir.join(NAME);
-    let file = open_checked(dir).map_err(|e| format!("the mount lock {}: {e}", path.display()))?;
+    let file =
+        open_checked(dir).map_err(|e| e.context(format!("the mount lock {}", path.display())))?;
     let start = Instant::now();
     let mut next_note = Duration::from_secs(1);
     loop {
@@ -43,7 +45,10 @@ pub fn take(dir: &Path, backing: &Path) -> Result<MountLock, String> {
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(format!("the mount lock {}: flock: {e}", path.display()));
+            return Err(DaemonError::io(
+                format!("the mount lock {}: flock", path.display()),
+                e,
+            ));
         }
         if start.elapsed() >= next_note {
             log::info!(
@@ -88,7 +93,7 @@ fn holder(file: &File) -> String {
 /// Opens `dir` and then `NAME` in it, neither through a symlink, and checks both: the
 /// directory ours and closed to group and others, the file a regular file, ours, mode 0600
 /// (created so when missing). Nothing is chmod'ed: a wrong one is reported, to be removed.
-fn open_checked(dir: &Path) -> Result<File, String> {
+fn open_checked(dir: &Path) -> Result<File, DaemonError> {
     // SAFETY: getuid has no preconditions and cannot fail.
     let me = unsafe { libc::getuid() };
     let d = open_at(
@@ -97,16 +102,16 @@ fn open_checked(dir: &Path) -> Result<File, String> {
         libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         0,
     )
-    .map_err(|e| format!("opening its directory {}: {e}", dir.display()))?;
-    let dm = d.metadata().map_err(|e| format!("fstat: {e}"))?;
+    .map_err(|e| DaemonError::io(format!("opening its directory {}", dir.display()), e))?;
+    let dm = d.metadata().map_err(|e| DaemonError::io("fstat", e))?;
     if dm.uid() != me || dm.mode() & 0o077 != 0 {
-        return Err(format!(
+        return Err(DaemonError::refused(format!(
             "its directory {} must be owned by uid {me} with mode 0700 (it is uid {}, mode \
              {:04o}); remove it",
             dir.display(),
             dm.uid(),
             dm.mode() & 0o7777
-        ));
+        )));
     }
     let f = open_at(
         d.as_raw_fd(),
@@ -115,19 +120,21 @@ fn open_checked(dir: &Path) -> Result<File, String> {
         0o600,
     )
     .map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => "it is a symlink; it must be a regular file: remove it".to_string(),
-        _ => e.to_string(),
+        Some(libc::ELOOP) => {
+            DaemonError::refused("it is a symlink; it must be a regular file: remove it")
+        }
+        _ => DaemonError::io("", e),
     })?;
-    let m = f.metadata().map_err(|e| format!("fstat: {e}"))?;
+    let m = f.metadata().map_err(|e| DaemonError::io("fstat", e))?;
     if !m.file_type().is_file() {
-        return Err("it is not a regular file; remove it".to_string());
+        return Err(DaemonError::refused("it is not a regular file; remove it"));
     }
     if m.uid() != me || m.mode() & 0o077 != 0 {
-        return Err(format!(
+        return Err(DaemonError::refused(format!(
             "it must be owned by uid {me} with mode 0600 (it is uid {}, mode {:04o}); remove it",
             m.uid(),
             m.mode() & 0o7777
-        ));
+        )));
     }
     Ok(f)
 }
@@ -182,17 +189,23 @@ mod tests {
         let target = d.path().join("elsewhere");
         std::fs::write(&target, b"").expect("write");
         std::os::unix::fs::symlink(&target, path_in(d.path())).expect("symlink");
-        let e = take(d.path(), Path::new("/b")).expect_err("a symlink");
+        let e = take(d.path(), Path::new("/b"))
+            .expect_err("a symlink")
+            .to_string();
         assert!(e.contains("symlink") && e.contains("remove it"), "{e}");
         std::fs::remove_file(path_in(d.path())).expect("rm");
         std::fs::write(path_in(d.path()), b"").expect("write");
         std::fs::set_permissions(path_in(d.path()), std::fs::Permissions::from_mode(0o644))
             .expect("chmod");
-        let e = take(d.path(), Path::new("/b")).expect_err("mode 0644");
+        let e = take(d.path(), Path::new("/b"))
+            .expect_err("mode 0644")
+            .to_string();
         assert!(e.contains("mode 0600") && e.contains("remove it"), "{e}");
         std::fs::remove_file(path_in(d.path())).expect("rm");
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let e = take(d.path(), Path::new("/b")).expect_err("directory mode 0755");
+        let e = take(d.path(), Path::new("/b"))
+            .expect_err("directory mode 0755")
+            .to_string();
         assert!(e.contains("mode 0700") && e.contains("remove it"), "{e}");
     }
 }

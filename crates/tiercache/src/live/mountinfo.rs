@@ -67,7 +67,7 @@ impl MountEntry {
 
 /// The FUSE `fsname` of a mount of the canonical `backing`: `tiercache:` and the path,
 /// percent-encoded. Errs when the kernel could not take it as a mount source.
-pub fn fs_name_for(backing: &Path) -> Result<String, String> {
+pub fn fs_name_for(backing: &Path) -> Result<String, super::error::DaemonError> {
     let mut s = String::from(PREFIX);
     for &b in backing.as_os_str().as_bytes() {
         if b.is_ascii_alphanumeric() || b"/._-~+=:@".contains(&b) {
@@ -77,12 +77,12 @@ pub fn fs_name_for(backing: &Path) -> Result<String, String> {
         }
     }
     if s.len() > MAX_SOURCE {
-        return Err(format!(
+        return Err(super::error::DaemonError::refused(format!(
             "BACKING {}: its path is too long to be recorded in the mount table ({} bytes \
              encoded, at most {MAX_SOURCE})",
             backing.display(),
             s.len()
-        ));
+        )));
     }
     Ok(s)
 }
@@ -256,7 +256,10 @@ mod tests {
             assert_eq!(m[0].backing().as_deref(), Some(odd));
         }
         let long = PathBuf::from(format!("/{}", "x".repeat(5000)));
-        assert!(fs_name_for(&long).unwrap_err().contains("too long"));
+        assert!(fs_name_for(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("too long"));
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub struct Claim {
 /// Takes the lock and checks the canonical `backing` against every running tiercache mount
 /// made by root or this user; the error names the mount in the way (its mount point and
 /// BACKING).
-pub fn claim(backing: &Path) -> Result<Claim, String> {
+pub fn claim(backing: &Path) -> Result<Claim, super::error::DaemonError> {
     let lock = mount_lock::take(&super::control::runtime_dir(), backing)?;
     let all = mountinfo::mounts();
     // SAFETY: getuid has no preconditions and cannot fail.
@@ -52,7 +52,7 @@ pub fn claim(backing: &Path) -> Result<Claim, String> {
             Overlap::Above => "holds the BACKING",
         };
         let of = if how == Overlap::Same { "" } else { " of" };
-        return Err(format!(
+        return Err(super::error::DaemonError::refused(format!(
             "BACKING {}: {relation}{of} the tiercache mount on {} (BACKING {}); two caches \
              over one tree lose each other's writes: unmount it first (`tiercache unmount {}`; \
              add --force if its daemon is gone)",
@@ -60,7 +60,7 @@ pub fn claim(backing: &Path) -> Result<Claim, String> {
             m.mount_point.display(),
             theirs.display(),
             m.mount_point.display()
-        ));
+        )));
     }
     Ok(Claim { _lock: lock })
 }

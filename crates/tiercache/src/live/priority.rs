@@ -3,6 +3,7 @@
 //! A rule names a directory inside the mount, relative to its root (it need not exist). Without
 //! `recursive`, files directly under it are priority (the paper); with it, the whole subtree.
 
+use super::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
 use tiercache_core::Class;
@@ -23,14 +24,14 @@ pub struct PriorityDirs {
 
 /// Makes `dir` relative to the mount root: an absolute path must lie under `mountpoint`; `..`
 /// may not climb out of the mount.
-pub fn normalize(dir: &Path, mountpoint: &Path) -> Result<PathBuf, String> {
+pub fn normalize(dir: &Path, mountpoint: &Path) -> Result<PathBuf, ConfigError> {
     let rel = if dir.is_absolute() {
         dir.strip_prefix(mountpoint).map_err(|_| {
-            format!(
+            ConfigError::invalid(format!(
                 "priority directory {} is not inside the mount {}",
                 dir.display(),
                 mountpoint.display()
-            )
+            ))
         })?
     } else {
         dir
@@ -42,17 +43,17 @@ pub fn normalize(dir: &Path, mountpoint: &Path) -> Result<PathBuf, String> {
             Component::CurDir | Component::RootDir => {}
             Component::ParentDir => {
                 if !out.pop() {
-                    return Err(format!(
+                    return Err(ConfigError::invalid(format!(
                         "priority directory {} leaves the mount",
                         dir.display()
-                    ));
+                    )));
                 }
             }
             Component::Prefix(_) => {
-                return Err(format!(
+                return Err(ConfigError::invalid(format!(
                     "priority directory {}: unsupported path",
                     dir.display()
-                ))
+                )))
             }
         }
     }

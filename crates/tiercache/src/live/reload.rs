@@ -30,10 +30,10 @@ pub type Source = Box<dyn Fn() -> Result<Settings, ReloadError> + Send + Sync>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReloadError {
-    /// The config file (or the flags over it) does not give valid settings: the one-line
-    /// message of the command line's config reader.
+    /// The config file (or the flags over it) does not give valid settings (the file cannot
+    /// be read, or a value is wrong: where and why).
     #[error("{0}")]
-    Config(String),
+    Config(#[source] super::error::ConfigError),
     /// The new partitioner parameters do not hold for this memory tier.
     #[error("partition parameters: {0}")]
     PartitionCheck(#[source] tiercache_core::CoreError),

@@ -3,6 +3,7 @@
 
 use super::config::LowerTierSpec;
 use super::config_remote::RemoteSpec;
+use super::error::DaemonError;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tiercache_manager::{LowerStats, SeqBypassStats};
@@ -20,15 +21,22 @@ pub fn build(
     spec: &LowerTierSpec,
     r: &RemoteSpec,
     block_size: usize,
-) -> Result<Arc<RemoteTier>, String> {
-    let key = tiercache_remote::keyfile::load(&r.key_file).map_err(|e| e.to_string())?;
+) -> Result<Arc<RemoteTier>, DaemonError> {
+    let key =
+        tiercache_remote::keyfile::load(&r.key_file).map_err(|source| DaemonError::Remote {
+            what: String::new(),
+            source,
+        })?;
     let mut cfg = RemoteConfig::new(spec.name.clone(), r.servers.clone(), key);
     cfg.namespace = r.namespace.clone();
     cfg.block_size = block_size;
     cfg.timeout = r.timeout;
     cfg.capacity_blocks =
         (spec.capacity_bytes > 0).then(|| spec.capacity_bytes / block_size as u64);
-    let tier = RemoteTier::connect(cfg).map_err(|e| format!("tier {}: {e}", spec.name))?;
+    let tier = RemoteTier::connect(cfg).map_err(|source| DaemonError::Remote {
+        what: format!("tier {}", spec.name),
+        source,
+    })?;
     Ok(Arc::new(tier))
 }
 

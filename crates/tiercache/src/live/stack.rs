@@ -3,6 +3,7 @@
 
 use super::config::{LowerTierKind, LowerTierSpec};
 use super::daemon::Settings;
+use super::error::DaemonError;
 use super::flash::{self, MountedFlash};
 use super::remote::{self, MountedRemote};
 use std::io::BufWriter;
@@ -23,7 +24,7 @@ pub(super) type OpenCache = (
 
 /// Builds the cache of a mount over `backing` (canonical) from its settings. Recovery of a
 /// persistent tier writes to BACKING here, before the mount.
-pub(super) fn open_cache(s: &Settings, backing: &Path) -> Result<OpenCache, String> {
+pub(super) fn open_cache(s: &Settings, backing: &Path) -> Result<OpenCache, DaemonError> {
     let real = backing_device(s.backing_cache, backing);
     let (device, emulation): (Arc<dyn BackingIo>, Option<String>) = match s.emulate.clone() {
         Some(model) => {
@@ -38,22 +39,21 @@ pub(super) fn open_cache(s: &Settings, backing: &Path) -> Result<OpenCache, Stri
         backing,
         &*device,
     )?;
-    let mem =
-        Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower).map_err(|e| e.to_string())?);
+    let mem = Arc::new(MemCache::with_tiers(s.mem.clone(), device, lower)?);
     if !flashes.is_empty() {
         // Only files on BACKING's own mount go into a persistent tier (their handles reopen
         // them after a crash).
-        let root =
-            std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
+        let root = std::fs::File::open(backing)
+            .map_err(|e| DaemonError::io(backing.display().to_string(), e))?;
         if let Err(e) = mem.set_backing_root(&root) {
             log::warn!("BACKING {}: no file handles ({e})", backing.display());
         }
     }
     if let Some(path) = &s.trace_out {
-        let f = std::fs::File::create(path)
-            .map_err(|e| format!("--trace-out {}: {e}", path.display()))?;
+        let trace_out = || format!("--trace-out {}", path.display());
+        let f = std::fs::File::create(path).map_err(|e| DaemonError::io(trace_out(), e))?;
         mem.set_trace(Some(Box::new(BufWriter::new(f))))
-            .map_err(|e| format!("--trace-out {}: {e}", path.display()))?;
+            .map_err(|e| DaemonError::io(trace_out(), e))?;
     }
     Ok((mem, remotes, flashes, emulation))
 }
@@ -86,7 +86,7 @@ fn build_lower_tiers(
     block_size: usize,
     backing: &Path,
     device: &dyn BackingIo,
-) -> Result<LowerStack, String> {
+) -> Result<LowerStack, DaemonError> {
     let mut remotes = Vec::new();
     let mut flashes = Vec::new();
     let tiers = specs
@@ -95,8 +95,10 @@ fn build_lower_tiers(
         .map(|(position, spec)| {
             let tier: Arc<dyn tiercache_tier::DataTier> = match spec.kind {
                 LowerTierKind::Test => {
-                    let blocks = usize::try_from(spec.capacity_bytes / block_size as u64)
-                        .map_err(|_| format!("tier {}: too large", spec.name))?;
+                    let blocks =
+                        usize::try_from(spec.capacity_bytes / block_size as u64).map_err(|_| {
+                            DaemonError::refused(format!("tier {}: too large", spec.name))
+                        })?;
                     let mut cfg = tiercache_memtier::TestTierConfig::new(
                         spec.name.clone(),
                         blocks,
@@ -106,13 +108,12 @@ fn build_lower_tiers(
                     cfg.read_latency = spec.read_latency;
                     cfg.write_latency = spec.write_latency;
                     cfg.accepts_dirty = spec.accepts_dirty;
-                    Arc::new(tiercache_memtier::TestTier::new(cfg).map_err(|e| e.to_string())?)
+                    Arc::new(tiercache_memtier::TestTier::new(cfg)?)
                 }
                 LowerTierKind::Remote => {
-                    let r = spec
-                        .remote
-                        .as_ref()
-                        .ok_or_else(|| format!("tier {}: no remote settings", spec.name))?;
+                    let r = spec.remote.as_ref().ok_or_else(|| {
+                        DaemonError::refused(format!("tier {}: no remote settings", spec.name))
+                    })?;
                     let t = remote::build(spec, r, block_size)?;
                     remotes.push(MountedRemote {
                         tier: Arc::clone(&t),
@@ -122,10 +123,9 @@ fn build_lower_tiers(
                     return Ok(lt);
                 }
                 LowerTierKind::Flash => {
-                    let f = spec
-                        .flash
-                        .as_ref()
-                        .ok_or_else(|| format!("tier {}: no flash settings", spec.name))?;
+                    let f = spec.flash.as_ref().ok_or_else(|| {
+                        DaemonError::refused(format!("tier {}: no flash settings", spec.name))
+                    })?;
                     let (lt, mounted) = flash::build(spec, f, block_size, backing, device)?;
                     flashes.push(mounted);
                     return Ok(lt);
@@ -133,6 +133,6 @@ fn build_lower_tiers(
             };
             Ok(LowerTier::new(tier, spec.placement))
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, DaemonError>>()?;
     Ok((tiers, remotes, flashes))
 }

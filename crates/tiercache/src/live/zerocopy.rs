@@ -13,6 +13,7 @@
 //! died in.
 
 use super::adapter::CacheDataPath;
+use super::error::DaemonError;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -53,13 +54,15 @@ pub struct Service {
 
 impl Service {
     /// Binds the mount's socket (before mounting: a taken name mounts nothing).
-    pub fn bind(mountpoint: &Path, settings: ZeroCopySettings) -> Result<Self, String> {
+    pub fn bind(mountpoint: &Path, settings: ZeroCopySettings) -> Result<Self, DaemonError> {
         let name = wire::socket_name(mountpoint);
         let addr = SocketAddr::from_abstract_name(name.as_bytes())
-            .map_err(|e| format!("--zero-copy: socket name {name}: {e}"))?;
-        let listener = UnixListener::bind_addr(&addr).map_err(|e| {
-            format!("--zero-copy: cannot bind @{name} ({e}; is this mount point already served?)")
-        })?;
+            .map_err(|e| DaemonError::io(format!("--zero-copy: socket name {name}"), e))?;
+        let listener =
+            UnixListener::bind_addr(&addr).map_err(|source| DaemonError::ZeroCopyBind {
+                name: name.clone(),
+                source,
+            })?;
         Ok(Self {
             listener,
             name,
@@ -78,12 +81,11 @@ impl Service {
         data: Arc<CacheDataPath>,
         mountpoint: PathBuf,
         backing: PathBuf,
-    ) -> Result<(), String> {
-        let region = data
-            .mem()
-            .zero_copy_region()
-            .cloned()
-            .ok_or("--zero-copy: the memory tier is not shared")?;
+    ) -> Result<(), DaemonError> {
+        let region =
+            data.mem().zero_copy_region().cloned().ok_or_else(|| {
+                DaemonError::refused("--zero-copy: the memory tier is not shared")
+            })?;
         let shared = Arc::new(Shared {
             data,
             region,
@@ -127,7 +129,7 @@ impl Service {
                 }
             })
             .map(|_| ())
-            .map_err(|e| format!("--zero-copy: cannot start the service: {e}"))
+            .map_err(|e| DaemonError::io("--zero-copy: cannot start the service", e))
     }
 }
 
