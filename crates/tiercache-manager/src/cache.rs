@@ -211,6 +211,7 @@ impl Inner {
             policy: self.cfg.policy.to_string(),
             partition: self.cfg.partition.kind.to_string(),
             s_target: eng.tier.s_target(),
+            target_reachable: Class::ALL.map(|c| eng.tier.partitioner().target_reachable(c)),
             s_cur: eng.tier.s_cur(),
             pools: pools_of(&current, sizes),
             classes: classes_of(&current),

@@ -133,6 +133,9 @@ pub struct MemStats {
     pub partition: String,
     /// The partitioner's protected-pool target, when it has one.
     pub s_target: Option<u64>,
+    /// Per class (`Class::index`): whether its hit-ratio target can be met, as the
+    /// partitioner judges it (`mrc`); `None` when it cannot tell.
+    pub target_reachable: [Option<bool>; Class::COUNT],
     /// Blocks in the protected pool.
     pub s_cur: u64,
     /// Since start.

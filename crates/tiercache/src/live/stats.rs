@@ -19,13 +19,14 @@ fn ratio(hits: u64, misses: u64) -> Value {
     }
 }
 
-fn class_json(all: &ClassStats, window: Option<&ClassStats>) -> Value {
+fn class_json(all: &ClassStats, window: Option<&ClassStats>, reachable: Option<bool>) -> Value {
     let (wh, wm) = window.map_or((0, 0), |w| (w.hits, w.misses));
     json!({
         "hits": all.hits,
         "misses": all.misses,
         "hit_ratio": ratio(all.hits, all.misses),
         "window": { "hits": wh, "misses": wm, "hit_ratio": ratio(wh, wm) },
+        "target_reachable": reachable,
     })
 }
 
@@ -43,7 +44,7 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
     };
     let class = |c: Class| {
         let w = s.window.classes.iter().find(|x| x.class == c);
-        class_json(&s.class(c), w)
+        class_json(&s.class(c), w, s.target_reachable[c.index()])
     };
     json!({
         "pid": std::process::id(),
@@ -292,6 +293,23 @@ fn pool_and_class_metrics(o: &mut String, s: &MemStats) {
     let hits: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.1)).collect();
     let misses: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.2)).collect();
     metric(o, "class_hits_total", "counter", "Hits per class.", &hits);
+    let reachable: Vec<(String, f64)> = Class::ALL
+        .iter()
+        .filter_map(|&c| {
+            let r = s.target_reachable[c.index()]?;
+            Some((format!("class=\"{c}\""), f64::from(u8::from(r))))
+        })
+        .collect();
+    let reachable: Vec<(&str, f64)> = reachable.iter().map(|c| (c.0.as_str(), c.1)).collect();
+    if !reachable.is_empty() {
+        metric(
+            o,
+            "class_target_reachable",
+            "gauge",
+            "1 if the partitioner (mrc) judges the class's hit-ratio target reachable, else 0.",
+            &reachable,
+        );
+    }
     metric(
         o,
         "class_misses_total",
