@@ -8,7 +8,8 @@
 //! (T − H)·A equals T·A − hits, the number of extra hits the window lacked; it is rounded up to
 //! whole blocks ("at least 4 more buffers", Fig. 3), with a tolerance for float error.
 
-use super::{release_rule, Access, PartitionKind, Partitioner, PoolSizes};
+use super::target::Target;
+use super::{Access, PartitionKind, Partitioner, PoolSizes};
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
 
@@ -133,12 +134,10 @@ pub struct Resolved {
     pub capacity: u64,
 }
 
-/// The controller state. Invariant: B_pmin ≤ S_target ≤ B − B_nmin.
+/// The controller state (the target's bounds are kept by [`Target`]).
 #[derive(Debug, Clone)]
 pub struct Dirprio {
-    p: Resolved,
-    params: DirprioParams,
-    s_target: u64,
+    target: Target,
     /// Window counters, indexed by `PoolId::index`.
     accesses: [u64; 2],
     hits: [u64; 2],
@@ -149,11 +148,8 @@ impl Dirprio {
     /// Starts with S_target = B_pmin (the paper gives no initial value; the floor is the
     /// smallest target the user accepted).
     pub fn new(params: DirprioParams, capacity: u64) -> Result<Self, CoreError> {
-        let p = params.resolved(capacity)?;
         Ok(Self {
-            p,
-            params,
-            s_target: p.b_pmin,
+            target: Target::new(params, capacity)?,
             accesses: [0; 2],
             hits: [0; 2],
             seen: 0,
@@ -161,7 +157,7 @@ impl Dirprio {
     }
 
     pub fn params(&self) -> &Resolved {
-        &self.p
+        self.target.resolved()
     }
 
     /// Equations (1)–(3) over the window that just ended.
@@ -175,13 +171,13 @@ impl Dirprio {
             }
         };
         let (h_p, h_n) = (ratio(pi), ratio(ni));
-        if h_p < self.p.t_protected {
-            let grow = missing_hits(self.p.t_protected, self.accesses[pi], self.hits[pi]);
-            let cap = self.p.capacity - self.p.b_nmin;
-            self.s_target = self.s_target.saturating_add(grow).min(cap);
-        } else if h_n < self.p.t_normal {
-            let shrink = missing_hits(self.p.t_normal, self.accesses[ni], self.hits[ni]);
-            self.s_target = self.s_target.saturating_sub(shrink).max(self.p.b_pmin);
+        let (p, now) = (*self.target.resolved(), self.target.get());
+        if h_p < p.t_protected {
+            let grow = missing_hits(p.t_protected, self.accesses[pi], self.hits[pi]);
+            self.target.set(now.saturating_add(grow));
+        } else if h_n < p.t_normal {
+            let shrink = missing_hits(p.t_normal, self.accesses[ni], self.hits[ni]);
+            self.target.set(now.saturating_sub(shrink));
         }
         self.accesses = [0; 2];
         self.hits = [0; 2];
@@ -216,39 +212,33 @@ impl Partitioner for Dirprio {
         self.accesses[i] += 1;
         self.hits[i] += u64::from(access.hit);
         self.seen += 1;
-        if self.seen >= self.p.omega {
-            let before = self.s_target;
+        if self.seen >= self.target.resolved().omega {
+            let before = self.target.get();
             self.end_window();
-            return self.s_target != before;
+            return self.target.get() != before;
         }
         false
     }
     fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
-        release_rule(self.s_target, incoming, sizes)
+        self.target.victim_pool(incoming, sizes)
     }
     fn s_target(&self) -> Option<u64> {
-        Some(self.s_target)
+        Some(self.target.get())
     }
     fn set_capacity(&mut self, blocks: u64) {
-        if let Ok(p) = self.params.resolved(blocks) {
-            self.p = p;
-            self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
-        }
+        self.target.set_capacity(blocks);
     }
     /// The target keeps its value, clamped into the new bounds; the window under way goes on
     /// (a new ω applies from its next access).
     fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
-        let p = params.resolved(capacity)?;
-        self.params = params;
-        self.p = p;
-        self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
-        Ok(())
+        self.target.set_params(params, capacity)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition::release_rule;
 
     fn params(omega: u64, t_p: f64, t_n: f64, b_pmin: u64, b_nmin: u64) -> DirprioParams {
         DirprioParams {
@@ -294,7 +284,7 @@ mod tests {
     #[test]
     fn normal_shortfall_shrinks_target_when_protected_is_fine() {
         let mut d = Dirprio::new(params(20, 0.5, 0.8, 5, 0), 100).unwrap();
-        d.s_target = 50;
+        d.target.set(50);
         feed(&mut d, PoolId::Protected, 10, 0); // H_p = 100 %
         feed(&mut d, PoolId::Normal, 4, 6); // H_n = 40 %, T_n·A_n − hits = 8 − 4
         assert_eq!(d.s_target(), Some(46));
@@ -312,7 +302,7 @@ mod tests {
     fn empty_window_pool_counts_as_full_hit_ratio() {
         // Only normal accesses, all misses: H_p counts as 100 %, so the target shrinks.
         let mut d = Dirprio::new(params(10, 1.0, 0.5, 0, 0), 100).unwrap();
-        d.s_target = 30;
+        d.target.set(30);
         feed(&mut d, PoolId::Normal, 0, 10);
         assert_eq!(d.s_target(), Some(25));
         // Only protected accesses, all hits: H_n counts as 100 %, nothing moves.

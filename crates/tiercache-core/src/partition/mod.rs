@@ -7,6 +7,7 @@
 
 mod dirprio;
 mod mrc;
+mod target;
 
 pub use dirprio::{Amount, Dirprio, DirprioParams, Resolved};
 pub use mrc::MrcPartitioner;

@@ -16,10 +16,11 @@
 //! the curve of its pool. A target of 1.0 is never reachable (first touches always miss): give
 //! `mrc` the hit ratio that is wanted, e.g. 0.95.
 //!
-//! Invariant: B_pmin ≤ S_target ≤ B − B_nmin, as for `dirprio`.
+//! The target stays within B_pmin ≤ S_target ≤ B − B_nmin (`Target`), as for `dirprio`.
 
-use super::dirprio::{DirprioParams, Resolved};
-use super::{release_rule, Access, PartitionKind, Partitioner, PoolSizes};
+use super::dirprio::DirprioParams;
+use super::target::Target;
+use super::{Access, PartitionKind, Partitioner, PoolSizes};
 use crate::class::{Class, PoolId};
 use crate::error::CoreError;
 use crate::ids::BlockKey;
@@ -40,9 +41,7 @@ const KEEP: f64 = 0.75;
 /// The partitioner's state.
 #[derive(Debug)]
 pub struct MrcPartitioner {
-    p: Resolved,
-    params: DirprioParams,
-    s_target: u64,
+    target: Target,
     /// One sampler per class, indexed by `Class::index`.
     shards: Vec<Shards>,
     seen: u64,
@@ -57,11 +56,8 @@ fn block_id(key: &BlockKey) -> u64 {
 impl MrcPartitioner {
     /// Starts at S_target = B_pmin, as `dirprio` does, until the first window's curves.
     pub fn new(params: DirprioParams, capacity: u64) -> Result<Self, CoreError> {
-        let p = params.resolved(capacity)?;
         Ok(Self {
-            p,
-            params,
-            s_target: p.b_pmin,
+            target: Target::new(params, capacity)?,
             shards: Self::samplers(capacity),
             seen: 0,
             reachable: [None; Class::COUNT],
@@ -80,7 +76,8 @@ impl MrcPartitioner {
     fn end_window(&mut self) {
         let curves: Vec<_> = self.shards.iter().map(Shards::curve).collect();
         let (pi, ni) = (Class::Priority.index(), Class::Normal.index());
-        let cap = self.p.capacity;
+        let p = *self.target.resolved();
+        let cap = p.capacity;
         let demand = |i: usize, target: f64, min: u64, max: u64| ClassDemand {
             curve: &curves[i],
             accesses: curves[i].accesses(),
@@ -90,8 +87,8 @@ impl MrcPartitioner {
             sampling_rate: self.shards[i].rate(),
         };
         let demands = [
-            demand(pi, self.p.t_protected, self.p.b_pmin, cap - self.p.b_nmin),
-            demand(ni, self.p.t_normal, self.p.b_nmin, cap - self.p.b_pmin),
+            demand(pi, p.t_protected, p.b_pmin, cap - p.b_nmin),
+            demand(ni, p.t_normal, p.b_nmin, cap - p.b_pmin),
         ];
         let a = allocate(&demands, cap, (cap / STEPS).max(1));
         // A class with no accesses in sight meets any target with what it has.
@@ -102,7 +99,7 @@ impl MrcPartitioner {
                 Some(true)
             };
         }
-        self.s_target = a.blocks[0].clamp(self.p.b_pmin, cap - self.p.b_nmin);
+        self.target.set(a.blocks[0]);
         self.shards.iter_mut().for_each(|s| s.decay(KEEP));
         self.seen = 0;
     }
@@ -122,10 +119,10 @@ impl Partitioner for MrcPartitioner {
     fn record(&mut self, access: Access) -> bool {
         self.shards[access.class.index()].access(block_id(&access.key));
         self.seen += 1;
-        if self.seen >= self.p.omega {
-            let before = self.s_target;
+        if self.seen >= self.target.resolved().omega {
+            let before = self.target.get();
             self.end_window();
-            return self.s_target != before;
+            return self.target.get() != before;
         }
         false
     }
@@ -133,24 +130,17 @@ impl Partitioner for MrcPartitioner {
         self.reachable[class.index()]
     }
     fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
-        release_rule(self.s_target, incoming, sizes)
+        self.target.victim_pool(incoming, sizes)
     }
     fn s_target(&self) -> Option<u64> {
-        Some(self.s_target)
+        Some(self.target.get())
     }
     /// New bounds; the curves are in blocks and stay valid, the bucket width stays.
     fn set_capacity(&mut self, blocks: u64) {
-        if let Ok(p) = self.params.resolved(blocks) {
-            self.p = p;
-            self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
-        }
+        self.target.set_capacity(blocks);
     }
     fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
-        let p = params.resolved(capacity)?;
-        self.params = params;
-        self.p = p;
-        self.s_target = self.s_target.clamp(p.b_pmin, p.capacity - p.b_nmin);
-        Ok(())
+        self.target.set_params(params, capacity)
     }
 }
 
