@@ -33,6 +33,10 @@ pub struct StreamSpec {
     pub class: Class,
     pub weight: f64,
     pub file: Option<u64>,
+    /// The part of the run the stream is active in, as fractions of the requests
+    /// (`from=0.5,until=1`: the second half; a phase change). Default: all of it.
+    pub from: f64,
+    pub until: f64,
 }
 
 impl fmt::Display for StreamSpec {
@@ -48,7 +52,11 @@ impl fmt::Display for StreamSpec {
             f,
             "{kind} blocks={} class={} weight={}",
             self.blocks, self.class, self.weight
-        )
+        )?;
+        if self.from > 0.0 || self.until < 1.0 {
+            write!(f, " from={} until={}", self.from, self.until)?;
+        }
+        Ok(())
     }
 }
 
@@ -80,6 +88,7 @@ impl FromStr for StreamSpec {
         let mut file = None;
         let mut alpha = None;
         let mut mean = None;
+        let (mut from, mut until) = (0.0f64, 1.0f64);
         for kv in rest.split(',').filter(|p| !p.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
@@ -107,6 +116,18 @@ impl FromStr for StreamSpec {
                 }
                 "alpha" => alpha = Some(num("alpha")?),
                 "mean" => mean = Some(num("mean")?),
+                "from" | "until" => {
+                    let x = v
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| (0.0..=1.0).contains(x))
+                        .ok_or_else(|| bad(format!("{k} `{v}` must be a fraction in 0..=1")))?;
+                    if k == "from" {
+                        from = x;
+                    } else {
+                        until = x;
+                    }
+                }
                 _ => return Err(bad(format!("unknown key `{k}`"))),
             }
         }
@@ -134,12 +155,17 @@ impl FromStr for StreamSpec {
         if let Some(k) = misplaced {
             return Err(bad(format!("`{k}` does not apply to {kind}")));
         }
+        if from >= until {
+            return Err(bad(format!("from {from} must be below until {until}")));
+        }
         Ok(StreamSpec {
             pattern,
             blocks,
             class,
             weight,
             file,
+            from,
+            until,
         })
     }
 }
@@ -156,6 +182,48 @@ enum Sampler {
     Zipf(Zipf<f64>),
     Exp(Exp<f64>),
     Seq { next: u64 },
+}
+
+/// Chooses the stream of each request among those active at that point of the run, by
+/// weight; the active set and its cumulative weights are computed again only when the run
+/// passes a stream's `from` or `until`.
+#[derive(Default)]
+struct Picker {
+    active: Vec<usize>,
+    cumulative: Vec<f64>,
+    /// The next `from`/`until` ahead (`None`: not computed yet).
+    next_change: Option<f64>,
+}
+
+impl Picker {
+    fn stream(&mut self, specs: &[StreamSpec], at: f64, rng: &mut SmallRng) -> Option<usize> {
+        if self.next_change.is_none_or(|c| at >= c) {
+            self.active = (0..specs.len())
+                .filter(|&i| specs[i].from <= at && at < specs[i].until)
+                .collect();
+            let total: f64 = self.active.iter().map(|&i| specs[i].weight).sum();
+            let mut acc = 0.0;
+            self.cumulative = self
+                .active
+                .iter()
+                .map(|&i| {
+                    acc += specs[i].weight / total;
+                    acc
+                })
+                .collect();
+            let ahead = specs.iter().flat_map(|s| [s.from, s.until]);
+            self.next_change = Some(ahead.filter(|&b| b > at).fold(f64::INFINITY, f64::min));
+        }
+        match self.active.len() {
+            0 => None,
+            1 => Some(self.active[0]),
+            n => {
+                let x: f64 = rng.gen();
+                let k = self.cumulative.iter().position(|&c| x < c).unwrap_or(n - 1);
+                Some(self.active[k])
+            }
+        }
+    }
 }
 
 /// Generates the interleaved request stream of several specs, deterministically from a seed.
@@ -181,23 +249,12 @@ pub fn generate(
             Pattern::Loop | Pattern::Scan => Sampler::Seq { next: 0 },
         });
     }
-    let total: f64 = specs.iter().map(|s| s.weight).sum();
-    let mut cumulative = Vec::with_capacity(specs.len());
-    let mut acc = 0.0;
-    for s in specs {
-        acc += s.weight / total;
-        cumulative.push(acc);
-    }
     let mut out = Vec::with_capacity(requests);
-    for _ in 0..requests {
-        let i = if specs.len() == 1 {
-            0
-        } else {
-            let x: f64 = rng.gen();
-            cumulative
-                .iter()
-                .position(|&c| x < c)
-                .unwrap_or(specs.len() - 1)
+    let mut pick = Picker::default();
+    for r in 0..requests {
+        let at = r as f64 / requests.max(1) as f64;
+        let Some(i) = pick.stream(specs, at, &mut rng) else {
+            continue; // no stream active at this point of the run
         };
         let s = &specs[i];
         let block = match &mut samplers[i] {
@@ -231,6 +288,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_phase_change_switches_streams_at_its_fraction_of_the_run() {
+        let specs: Vec<StreamSpec> = [
+            "loop:blocks=10,class=priority,until=0.5,file=1",
+            "scan:class=normal,from=0.5,file=2",
+            "uniform:blocks=5,file=3,weight=0.5",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        let out = generate(&specs, 1000, 7).unwrap();
+        assert_eq!(out.len(), 1000);
+        let (first, second) = out.split_at(500);
+        let files = |part: &[Access]| -> std::collections::BTreeSet<u64> {
+            part.iter().map(|a| a.key.file.0).collect()
+        };
+        assert_eq!(files(first), [1, 3].into());
+        assert_eq!(files(second), [2, 3].into());
+    }
+
+    #[test]
     fn parses_every_kind_and_rejects_bad_keys() {
         let z: StreamSpec = "zipf:alpha=0.8,blocks=500,class=priority,weight=2,file=7"
             .parse()
@@ -250,6 +327,8 @@ mod tests {
             "gauss",
             "uniform:weight=-1",
             "uniform:blocks",
+            "loop:from=0.5,until=0.5",
+            "loop:until=1.5",
         ] {
             let e = bad.parse::<StreamSpec>().unwrap_err();
             assert!(

@@ -20,7 +20,8 @@ use tiercache_sim::workload::{generate, StreamSpec};
 #[derive(Args, Debug)]
 pub struct SimArgs {
     /// A synthetic stream KIND:key=value,... (uniform|zipf|exponential|loop|scan; keys blocks,
-    /// class, weight, file, alpha, mean). Repeatable: streams interleave at random by weight.
+    /// class, weight, file, alpha, mean, from, until — the fractions of the run it is active
+    /// in, for a phase change). Repeatable: streams interleave at random by weight.
     #[arg(long = "workload", value_name = "SPEC")]
     pub workloads: Vec<StreamSpec>,
     /// Replay a block trace instead of a workload.
