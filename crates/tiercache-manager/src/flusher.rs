@@ -319,7 +319,7 @@ impl Inner {
         if cleaned_any {
             if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
                 if let Err(e) = t.sync() {
-                    first.get_or_insert(io::Error::other(e.to_string()));
+                    first.get_or_insert(io::Error::from(e));
                 }
             }
         }
@@ -414,7 +414,7 @@ impl Inner {
         }
         if let (Why::Sync(_) | Why::FlushAll, Some(t)) = (why, &below) {
             // A persistent tier below holds them now: make that durable.
-            t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+            t.sync().map_err(io::Error::from)?;
         }
         if let Why::Sync(datasync) = why {
             self.flush_sync_backing(file, &wb.fd, datasync)?;
