@@ -221,7 +221,7 @@ impl Inner {
         if cleaned_any {
             if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
                 if let Err(e) = t.sync() {
-                    first.get_or_insert(io::Error::other(e.to_string()));
+                    first.get_or_insert(io::Error::from(e));
                 }
             }
         }

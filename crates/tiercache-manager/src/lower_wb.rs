@@ -447,7 +447,7 @@ impl Inner {
                     continue;
                 }
                 Err(e) => {
-                    let e = io::Error::other(e.to_string());
+                    let e = io::Error::from(e);
                     return match flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
                         Ok(()) => (done, wrote_end, Some(e)),
                         Err(w) => (done, wrote_end, Some(w)),

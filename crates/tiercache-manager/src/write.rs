@@ -661,7 +661,7 @@ impl Inner {
             // record may bring back those blocks, with the old size, after a crash.
             if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
                 if t.info().persistent {
-                    t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+                    t.sync().map_err(io::Error::from)?;
                 }
             }
         }

@@ -188,7 +188,7 @@ impl Inner {
         }
         if let (Why::Sync(_) | Why::FlushAll, Some(t)) = (why, &below) {
             // A persistent tier below holds them now: make that durable.
-            t.sync().map_err(|e| io::Error::other(e.to_string()))?;
+            t.sync().map_err(io::Error::from)?;
         }
         if let Why::Sync(datasync) = why {
             self.flush_sync_backing(file, &wb.fd, datasync)?;

@@ -133,6 +133,22 @@ impl MemoryTier {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A read's buffer must hold a whole block: a shorter one is the caller's error, never
+    /// a panic (the contract: whole or a miss or an error).
+    fn check_buf(&self, buf: &[u8]) -> Result<(), TierError> {
+        let bs = self.info.block_size;
+        if buf.len() >= bs {
+            return Ok(());
+        }
+        Err(TierError::Io {
+            tier: self.info.name.clone(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("buffer of {} bytes, block size {bs}", buf.len()),
+            ),
+        })
+    }
+
     /// Counts a failed operation (a wrapper's injected fault).
     pub(crate) fn count_error(&self) {
         self.state().snap.errors += 1;
@@ -145,6 +161,7 @@ impl MemoryTier {
         buf: &mut [u8],
         take: bool,
     ) -> Result<Lookup, TierError> {
+        self.check_buf(buf)?;
         let mut st = self.state();
         let r = match st.find(key) {
             Some((bkey, slot)) if st.slots[slot.index()].version == version => {
@@ -497,6 +514,7 @@ impl DataTier for MemoryTier {
         version: u64,
         buf: &mut [u8],
     ) -> Result<Option<u64>, TierError> {
+        self.check_buf(buf)?;
         let st = self.state();
         let Some((_, slot)) = st.find(key) else {
             return Ok(None);

@@ -8,6 +8,8 @@
 //! - [`tier`]: the [`DataTier`] trait (lookups, reads, fills, demotions, promotions, clean
 //!   blocks evicted by a store handed back to be demoted further, dirty write-back and
 //!   cleaning by someone else, invalidation, stats) and its outcome types;
+//! - `conformance` (feature `conformance`, tests only): the trait's contract as checks that
+//!   every implementation's tests run;
 //!
 //! The implementations live in their own crates: `tiercache-memtier` (the memory tier, and the
 //! test tier with injectable latency and faults), `tiercache-flash`, `tiercache-remote`.
@@ -15,6 +17,8 @@
 //! Tiers decide nothing about placement: [`tiercache_core::placement::Planner`] decides, the
 //! manager does the I/O through this trait.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod key;
 pub mod tier;
 

@@ -160,6 +160,15 @@ pub enum TierError {
     Unavailable { tier: String, why: String },
 }
 
+/// For a caller that answers `io::Result` (the manager's write-back and sync paths): the tier
+/// error itself travels inside (`get_ref` / `into_inner` give it back, `source` its cause),
+/// never flattened into text; kind `Other`, as a tier's failure is not the caller's errno.
+impl From<TierError> for io::Error {
+    fn from(e: TierError) -> Self {
+        io::Error::other(e)
+    }
+}
+
 /// Counters and occupancy, for `stats --json` `tiers[]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TierSnapshot {
