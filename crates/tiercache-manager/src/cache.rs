@@ -191,7 +191,7 @@ impl Inner {
             kind: TierKind::Memory.to_string(),
             capacity_blocks: eng.tier.capacity() as u64,
             used_blocks: eng.tier.len() as u64,
-            dirty_blocks: eng.dirty_blocks as u64,
+            dirty_blocks: eng.dirty_blocks() as u64,
             hits: current.hits,
             misses: current.requests.saturating_sub(current.hits),
             demotions_in: 0,
@@ -207,7 +207,7 @@ impl Inner {
             capacity_blocks: eng.tier.capacity() as u64,
             block_size: self.bs as u64,
             used_blocks: eng.tier.len() as u64,
-            dirty_blocks: eng.dirty_blocks as u64,
+            dirty_blocks: eng.dirty_blocks() as u64,
             policy: self.cfg.policy.to_string(),
             partition: self.cfg.partition.kind.to_string(),
             s_target: eng.tier.s_target(),
@@ -267,7 +267,7 @@ impl Inner {
             }
             None => (None, None),
         };
-        let old = std::mem::replace(&mut self.lock().trace, sink);
+        let old = self.lock().replace_trace(sink);
         drop(old); // closes the old channel; its writer drains and exits
         let old_thread = std::mem::replace(&mut *lock(&self.trace_thread), handle);
         if let Some(t) = old_thread {
@@ -320,7 +320,7 @@ impl MemCache {
         };
         let start = Instant::now();
         let mut engine = Engine::new(tier, Windows::new(cfg.stats_window, start), start);
-        engine.zc = arena.shared().cloned();
+        engine.set_zero_copy(arena.shared().cloned());
         let lower = if lower.is_empty() {
             None
         } else {

@@ -32,10 +32,10 @@ use tiercache_tier::TierKey;
 pub(crate) struct Engine {
     pub tier: Tier,
     pub files: HashMap<FileId, FileState>,
-    pub dirty_blocks: usize,
+    dirty_blocks: usize,
     /// Blocks being written straight to BACKING, with the number of writers doing so.
-    pub wt_inflight: HashMap<BlockKey, u32>,
-    pub trace: Option<TraceSink>,
+    wt_inflight: HashMap<BlockKey, u32>,
+    trace: Option<TraceSink>,
     /// Change times hidden from readers (see `times`); outlives per-file states.
     pub ctimes: CtimeTable,
     /// Content versions of files whose state went (see `versions`).
@@ -46,11 +46,11 @@ pub(crate) struct Engine {
     pub lower: Option<Arc<Lower>>,
     /// The zero-copy region when the arena is shared: eviction asks it before taking a slot,
     /// removal retires the slot's header there.
-    pub zc: Option<Arc<Region>>,
+    zc: Option<Arc<Region>>,
     /// Slots removed while a zero-copy client pinned them: not reused until unpinned.
-    pub held: Vec<SlotId>,
+    held: Vec<SlotId>,
     /// Where the next bounded look at `held` starts (round robin, see `release_some_held`).
-    pub held_cursor: usize,
+    held_cursor: usize,
 }
 
 /// Held slots one insertion looks at: bounded work under the engine lock, whatever a client
@@ -67,6 +67,47 @@ pub(crate) enum Dropped {
 }
 
 impl Engine {
+    /// Dirty blocks in memory (Σ |files[f].dirty|).
+    pub fn dirty_blocks(&self) -> usize {
+        self.dirty_blocks
+    }
+
+    /// A write straight to BACKING of `key` starts: no fill of it until it ends.
+    pub fn begin_write_through(&mut self, key: BlockKey) {
+        *self.wt_inflight.entry(key).or_insert(0) += 1;
+    }
+
+    /// A write straight to BACKING of `key` ended.
+    pub fn end_write_through(&mut self, key: BlockKey) {
+        if let Some(n) = self.wt_inflight.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.wt_inflight.remove(&key);
+            }
+        }
+    }
+
+    /// Whether a write straight to BACKING of `key` is under way.
+    pub fn writing_through(&self, key: &BlockKey) -> bool {
+        self.wt_inflight.contains_key(key)
+    }
+
+    /// The zero-copy region, when the arena is shared (set once, at construction).
+    pub fn set_zero_copy(&mut self, region: Option<Arc<Region>>) {
+        self.zc = region;
+    }
+
+    /// Slots removed while a client pinned them, not yet reusable.
+    pub fn held_slots(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Puts `sink` in place of the trace sink in force (`None`: stop tracing); returns the old
+    /// one, for the caller to drop outside the engine lock.
+    pub fn replace_trace(&mut self, sink: Option<TraceSink>) -> Option<TraceSink> {
+        std::mem::replace(&mut self.trace, sink)
+    }
+
     pub fn new(tier: Tier, windows: Windows, start: Instant) -> Self {
         Self {
             tier,

@@ -74,7 +74,7 @@ impl Inner {
         // to a quarter below it: a writer over the ratio kicks a round at every write, and
         // rounds that stopped right at the ratio scanned every dirty file once per write. The
         // files chosen are written in inode order too.
-        let dirty = self.lock().dirty_blocks;
+        let dirty = self.lock().dirty_blocks();
         if dirty > self.dirty_bg_limit {
             let mut over = dirty - (self.dirty_bg_limit - self.dirty_bg_limit / 4);
             let mut others = others;
@@ -124,7 +124,7 @@ impl Inner {
         for _ in 0..MAX_THROTTLE_ROUNDS {
             let target = {
                 let eng = self.lock();
-                if eng.dirty_blocks <= self.dirty_limit {
+                if eng.dirty_blocks() <= self.dirty_limit {
                     return;
                 }
                 eng.files

@@ -168,7 +168,7 @@ impl Inner {
         end: u64,
     ) -> bool {
         let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
-        if eng.dirty_blocks > self.dirty_limit {
+        if eng.dirty_blocks() > self.dirty_limit {
             return false;
         }
         let bs = self.bs as u64;
@@ -185,7 +185,7 @@ impl Inner {
                 Some(slot) => {
                     !needs_old || self.arena.try_state(slot).is_some_and(|st| st.holds(key))
                 }
-                None => !needs_old && !eng.wt_inflight.contains_key(&key),
+                None => !needs_old && !eng.writing_through(&key),
             }
         })
     }
@@ -247,7 +247,7 @@ impl Inner {
                         return Ok(Err(class));
                     }
                     None => {
-                        *eng.wt_inflight.entry(key).or_insert(0) += 1;
+                        eng.begin_write_through(key);
                         WPlan::Through
                     }
                 },
@@ -564,12 +564,7 @@ impl Inner {
                         eng.reap(&self.arena, key, slot);
                     }
                     WPlan::Through => {
-                        if let Some(n) = eng.wt_inflight.get_mut(&key) {
-                            *n -= 1;
-                            if *n == 0 {
-                                eng.wt_inflight.remove(&key);
-                            }
-                        }
+                        eng.end_write_through(key);
                     }
                 }
             }
@@ -587,7 +582,7 @@ impl Inner {
                     f.set_mtime(Some(wall));
                 }
             }
-            eng.dirty_blocks > self.dirty_bg_limit
+            eng.dirty_blocks() > self.dirty_bg_limit
         };
         Counters::add(&self.counters.write_through_blocks, done.through_blocks);
         if kick {

@@ -122,6 +122,6 @@ impl Inner {
 
     /// Slots held back because a client pinned them when they were removed.
     pub(crate) fn held_slots(&self) -> usize {
-        self.lock().held.len()
+        self.lock().held_slots()
     }
 }
