@@ -116,7 +116,7 @@ impl FlashTier {
 
     /// Stores `data`; the clean blocks of a set reused for it go to `spill` when given (those
     /// of an older version dropped for a version change do not: they are stale).
-    pub(crate) fn store(
+    pub(crate) fn store_block(
         &self,
         key: &TierKey,
         version: u64,

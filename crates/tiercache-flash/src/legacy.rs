@@ -18,7 +18,6 @@ use crate::meta::NewestMeta;
 use crate::recovery::{read_superblock_of, scan_records};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use tiercache_core::Class;
 use tiercache_tier::{
     Admit, DataTier, DirtyBlock, FileKey, Lookup, RecoveredFile, TierError, TierInfo, TierKey,
     TierKind, TierSnapshot,
@@ -148,27 +147,13 @@ impl DataTier for LegacyTier {
     fn take(&self, _: &TierKey, _: u64, _: &mut [u8]) -> Result<Lookup, TierError> {
         Ok(Lookup::Miss)
     }
-    fn fill(
+    /// Takes no store: the device is only drained before its reformat.
+    fn store(
         &self,
-        _: &TierKey,
-        _: u64,
-        _: Class,
-        _: &[u8],
+        _: &tiercache_tier::Store<'_>,
         _: &dyn Fn() -> bool,
+        _: Option<&mut tiercache_tier::Spill<'_>>,
     ) -> Result<Admit, TierError> {
-        Ok(Admit::Rejected)
-    }
-    fn demote(
-        &self,
-        _: &TierKey,
-        _: u64,
-        _: Class,
-        _: &[u8],
-        _: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        Ok(Admit::Rejected)
-    }
-    fn write_dirty(&self, _: &TierKey, _: u64, _: Class, _: &[u8]) -> Result<Admit, TierError> {
         Ok(Admit::Rejected)
     }
     fn invalidate(&self, _: &TierKey) {}

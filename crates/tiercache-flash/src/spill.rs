@@ -1,5 +1,5 @@
 //! Spilling: the clean blocks of a set dropped to reuse it for a clean store
-//! (`DataTier::fill_spilling` / `demote_spilling`) are read back from the device and handed to
+//! (a clean `DataTier::store` given a `spill`) are read back from the device and handed to
 //! the caller, so the manager can demote them into the tier below.
 //!
 //! Invariant: a block is handed over only with the bytes the device returned for its slot,

@@ -41,10 +41,9 @@ use crate::sums::{Checked, Sums};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
-use tiercache_core::Class;
 use tiercache_tier::{
     Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, Spill,
-    TierError, TierInfo, TierKey, TierSnapshot,
+    StoreKind, TierError, TierInfo, TierKey, TierSnapshot,
 };
 
 /// How a flash tier is built (geometry applies to `create`; `open` takes it from the device).
@@ -413,67 +412,27 @@ impl DataTier for FlashTier {
         self.lookup_read(key, version, buf, true)
     }
 
-    fn fill(
+    fn store(
         &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
+        req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, data, Store::Fill, current, None)
-    }
-
-    fn demote(
-        &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.store(key, version, data, Store::Demote, current, None)
-    }
-
-    fn fill_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        self.store(key, version, data, Store::Fill, current, Some(spill))
+        let (key, version, data) = (&req.key, req.version, req.data);
+        match req.kind {
+            StoreKind::Fill => self.store_block(key, version, data, Store::Fill, current, spill),
+            StoreKind::Demote => {
+                self.store_block(key, version, data, Store::Demote, current, spill)
+            }
+            StoreKind::WriteDirty if self.cfg.clean_only => Ok(Admit::Rejected),
+            StoreKind::WriteDirty => {
+                self.store_block(key, version, data, Store::Dirty, &|| true, None)
+            }
+        }
     }
 
     fn can_spill(&self) -> bool {
         true
-    }
-
-    fn demote_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        self.store(key, version, data, Store::Demote, current, Some(spill))
-    }
-
-    fn write_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
-    ) -> Result<Admit, TierError> {
-        if self.cfg.clean_only {
-            return Ok(Admit::Rejected);
-        }
-        self.store(key, version, data, Store::Dirty, &|| true, None)
     }
 
     fn invalidate(&self, key: &TierKey) {

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta, Lookup, TierKey};
 
 const FILES: u64 = 3;

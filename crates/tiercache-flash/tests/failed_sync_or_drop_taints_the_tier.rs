@@ -6,6 +6,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FlashDevice, FlashTier, MemDevice};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 /// Linux fsync semantics after a writeback error: the failed sync reports EIO once, the dirty

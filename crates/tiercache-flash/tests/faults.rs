@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashError, FlashTier, MemDevice};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;

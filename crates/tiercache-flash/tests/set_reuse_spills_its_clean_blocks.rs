@@ -9,6 +9,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FlashDevice, FlashTier};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Spilled, TierKey};
 
 /// 2 KiB blocks in 4-block sets; a few sets.

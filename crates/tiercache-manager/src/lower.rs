@@ -12,7 +12,7 @@
 //!   stores them into the exclusive tier below and then removes them from the map. Reads look
 //!   in the map, so at every moment the block is in its slot, in transit or in the tier below.
 //! - Evictions cascade: what a lower tier evicts while the background thread stores into it
-//!   is spilled (`DataTier::fill_spilling` / `demote_spilling`) into the transit map and on
+//!   is spilled (a clean `DataTier::store` given a `spill`) into the transit map and on
 //!   into the exclusive tier below it, level by level (`lower_transit`).
 //! - Writes and truncation invalidate lower copies (and transit entries) of the blocks they
 //!   change, top down (`invalidate_from`); a lower copy is also keyed by the file content

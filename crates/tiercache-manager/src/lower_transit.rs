@@ -29,7 +29,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, PoisonError};
 use tiercache_core::Class;
-use tiercache_tier::{Admit, Spilled, TierKey};
+use tiercache_tier::{Admit, Spilled, Store, StoreKind, TierKey};
 
 /// Blocks waiting to be stored in lower tiers, at most.
 pub(crate) const TRANSIT_MAX: usize = 1024;
@@ -335,19 +335,22 @@ impl Lower {
             .planner
             .on_evict(job.tier)
             .filter(|&j| !self.is_detached(j - 1));
-        let (key, v, class, data) = (&job.key, job.version, job.class, &job.data[..]);
-        let r = match (below, job.kind) {
-            (Some(j), JobKind::Fill) => {
-                tier.fill_spilling(key, v, class, data, &current, &mut |s| {
-                    self.queue_spill(j, s)
-                })
-            }
-            (Some(j), _) => tier.demote_spilling(key, v, class, data, &current, &mut |s| {
-                self.queue_spill(j, s)
-            }),
-            (None, JobKind::Fill) => tier.fill(key, v, class, data, &current),
-            (None, _) => tier.demote(key, v, class, data, &current),
+        let kind = match job.kind {
+            JobKind::Fill => StoreKind::Fill,
+            _ => StoreKind::Demote,
         };
+        let req = Store {
+            key: job.key,
+            version: job.version,
+            class: job.class,
+            data: &job.data[..],
+            kind,
+        };
+        let r = match below {
+            Some(j) => tier.store(&req, &current, Some(&mut |s| self.queue_spill(j, s))),
+            None => tier.store(&req, &current, None),
+        };
+        let key = &job.key;
         // A store that raced a change is undone after the fact (the writer's own
         // invalidation may have come before it).
         if !current() {

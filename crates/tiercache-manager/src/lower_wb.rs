@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tiercache_core::{BlockKey, Class, FileId, SlotId};
 use tiercache_tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileKey, FileMeta, TierKey,
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileKey, FileMeta, StoreExt, TierKey,
 };
 
 /// Which file a write-back batch belongs to, here and below.

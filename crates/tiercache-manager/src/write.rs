@@ -29,7 +29,7 @@ use std::time::{Instant, SystemTime};
 use tiercache_core::Class;
 use tiercache_core::{BlockKey, FileId, SlotId};
 use tiercache_memtier::arena::SlotState;
-use tiercache_tier::{Admit, FileKey, TierKey};
+use tiercache_tier::{Admit, FileKey, StoreExt, TierKey};
 
 #[derive(Debug, Clone, Copy)]
 enum WPlan {

@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use tiercache_flash::FlashTier;
 use tiercache_manager::Class;
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileKey, FileMeta, TierKey};
 
 const BS: u64 = 512;

@@ -14,7 +14,7 @@ use tiercache_manager::{LowerTier, MemCache, MemConfig, RealBacking};
 use tiercache_memtier::TestTier;
 use tiercache_tier::*;
 
-/// A test tier whose next `demote_spilling` (once armed) pauses inside the tier's lock before
+/// A test tier whose next spilling demotion (once armed) pauses inside the tier's lock before
 /// handing over its victim, and again after the store, outside the lock.
 #[derive(Debug)]
 struct Gate {
@@ -35,51 +35,32 @@ impl DataTier for Gate {
     fn take(&self, k: &TierKey, v: u64, b: &mut [u8]) -> Result<Lookup, TierError> {
         self.inner.take(k, v, b)
     }
-    fn fill(
-        &self,
-        k: &TierKey,
-        v: u64,
-        c: Class,
-        d: &[u8],
-        cur: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.inner.fill(k, v, c, d, cur)
-    }
-    fn demote(
-        &self,
-        k: &TierKey,
-        v: u64,
-        c: Class,
-        d: &[u8],
-        cur: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.inner.demote(k, v, c, d, cur)
-    }
     fn can_spill(&self) -> bool {
         self.inner.can_spill()
     }
-    fn demote_spilling(
+    fn store(
         &self,
-        k: &TierKey,
-        v: u64,
-        c: Class,
-        d: &[u8],
+        req: &Store<'_>,
         cur: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
+        let Some(spill) = spill.filter(|_| req.kind == StoreKind::Demote) else {
+            return self.inner.store(req, cur, None);
+        };
         if !self.armed.swap(false, Ordering::SeqCst) {
-            return self.inner.demote_spilling(k, v, c, d, cur, spill);
+            return self.inner.store(req, cur, Some(spill));
         }
-        let r = self.inner.demote_spilling(k, v, c, d, cur, &mut |s| {
-            eprintln!("spilling {:?}", s.key.block);
-            std::thread::sleep(PAUSE);
-            spill(s)
-        });
+        let r = self.inner.store(
+            req,
+            cur,
+            Some(&mut |s| {
+                eprintln!("spilling {:?}", s.key.block);
+                std::thread::sleep(PAUSE);
+                spill(s)
+            }),
+        );
         std::thread::sleep(PAUSE);
         r
-    }
-    fn write_dirty(&self, k: &TierKey, v: u64, c: Class, d: &[u8]) -> Result<Admit, TierError> {
-        self.inner.write_dirty(k, v, c, d)
     }
     fn invalidate(&self, k: &TierKey) {
         self.inner.invalidate(k)

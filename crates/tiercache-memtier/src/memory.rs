@@ -21,8 +21,8 @@ use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, TierError, TierInfo, TierKey,
-    TierKind, TierSnapshot,
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, StoreKind, TierError, TierInfo,
+    TierKey, TierKind, TierSnapshot,
 };
 
 /// How a [`MemoryTier`] is built.
@@ -195,7 +195,7 @@ impl MemoryTier {
     /// Stores `data`; a clean block the index evicts for it goes to `spill` (when given) with
     /// the bytes still in the slot the new block takes.
     #[allow(clippy::too_many_arguments)]
-    fn store(
+    fn put(
         &self,
         key: &TierKey,
         version: u64,
@@ -414,76 +414,44 @@ impl DataTier for MemoryTier {
         self.lookup_read(key, version, buf, true)
     }
 
-    fn fill(
+    fn store(
         &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
+        req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Fill, current, None)
-    }
-
-    fn demote(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Demote, current, None)
-    }
-
-    fn fill_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        self.store(key, version, class, data, Store::Fill, current, Some(spill))
+        let how = match req.kind {
+            StoreKind::Fill => Store::Fill,
+            StoreKind::Demote => Store::Demote,
+            StoreKind::WriteDirty if !self.info.accepts_dirty => {
+                self.state().snap.rejected += 1;
+                return Ok(Admit::Rejected);
+            }
+            StoreKind::WriteDirty => {
+                return self.put(
+                    &req.key,
+                    req.version,
+                    req.class,
+                    req.data,
+                    Store::Dirty,
+                    &|| true,
+                    None,
+                )
+            }
+        };
+        self.put(
+            &req.key,
+            req.version,
+            req.class,
+            req.data,
+            how,
+            current,
+            spill,
+        )
     }
 
     fn can_spill(&self) -> bool {
         true
-    }
-
-    fn demote_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        self.store(
-            key,
-            version,
-            class,
-            data,
-            Store::Demote,
-            current,
-            Some(spill),
-        )
-    }
-
-    fn write_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-    ) -> Result<Admit, TierError> {
-        if !self.info.accepts_dirty {
-            self.state().snap.rejected += 1;
-            return Ok(Admit::Rejected);
-        }
-        self.store(key, version, class, data, Store::Dirty, &|| true, None)
     }
 
     fn invalidate(&self, key: &TierKey) {

@@ -12,7 +12,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tiercache_core::policy::PolicyKind;
-use tiercache_core::{Class, InvariantViolation};
+use tiercache_core::InvariantViolation;
 use tiercache_tier::{
     Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, TierError, TierInfo, TierKey, TierKind,
     TierSnapshot,
@@ -147,71 +147,18 @@ impl DataTier for TestTier {
         self.after_read(self.inner.take(key, version, buf))
     }
 
-    fn fill(
+    fn store(
         &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
+        req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         self.before_store()?;
-        self.inner.fill(key, version, class, data, current)
-    }
-
-    fn demote(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.before_store()?;
-        self.inner.demote(key, version, class, data, current)
-    }
-
-    fn fill_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        self.before_store()?;
-        self.inner
-            .fill_spilling(key, version, class, data, current, spill)
+        self.inner.store(req, current, spill)
     }
 
     fn can_spill(&self) -> bool {
         true
-    }
-
-    fn demote_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        self.before_store()?;
-        self.inner
-            .demote_spilling(key, version, class, data, current, spill)
-    }
-
-    fn write_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-    ) -> Result<Admit, TierError> {
-        self.before_store()?;
-        self.inner.write_dirty(key, version, class, data)
     }
 
     fn invalidate(&self, key: &TierKey) {

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use tiercache_core::Class;
 use tiercache_memtier::{MemoryTier, MemoryTierConfig, TestTier, TestTierConfig};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileKey, Lookup, Spilled, TierKey};
 
 const BS: usize = 16;

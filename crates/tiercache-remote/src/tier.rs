@@ -31,10 +31,9 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tiercache_core::Class;
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, TierError, TierInfo, TierKey, TierKind,
-    TierSnapshot,
+    Admit, DataTier, DirtyBlock, FileKey, Lookup, StoreKind, TierError, TierInfo, TierKey,
+    TierKind, TierSnapshot,
 };
 
 #[derive(Debug, Default)]
@@ -455,7 +454,7 @@ impl RemoteTier {
         Ok(Admit::Rejected)
     }
 
-    fn store(
+    fn put(
         &self,
         key: &TierKey,
         version: u64,
@@ -581,37 +580,19 @@ impl DataTier for RemoteTier {
         self.lookup(key, version, buf, true)
     }
 
-    fn fill(
+    /// Clean data only (BACKING or a local tier always holds the truth): a dirty store is
+    /// turned down. Nothing is spilled: memcached evicts on its own.
+    fn store(
         &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
+        req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
+        _spill: Option<&mut tiercache_tier::Spill<'_>>,
     ) -> Result<Admit, TierError> {
-        self.store(key, version, data, current, false)
-    }
-
-    fn demote(
-        &self,
-        key: &TierKey,
-        version: u64,
-        _class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError> {
-        self.store(key, version, data, current, true)
-    }
-
-    fn write_dirty(
-        &self,
-        _key: &TierKey,
-        _version: u64,
-        _class: Class,
-        _data: &[u8],
-    ) -> Result<Admit, TierError> {
-        // Clean data only: BACKING or a local tier always holds the truth.
-        self.reject()
+        match req.kind {
+            StoreKind::Fill => self.put(&req.key, req.version, req.data, current, false),
+            StoreKind::Demote => self.put(&req.key, req.version, req.data, current, true),
+            StoreKind::WriteDirty => self.reject(),
+        }
     }
 
     fn invalidate(&self, key: &TierKey) {

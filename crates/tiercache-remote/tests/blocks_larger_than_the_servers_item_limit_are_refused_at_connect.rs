@@ -8,6 +8,7 @@ use std::time::Duration;
 use tiercache_core::Class;
 use tiercache_remote::local::LocalMemcached;
 use tiercache_remote::{RemoteError, RemoteKey, RemoteTier};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 const MIB: usize = 1 << 20;

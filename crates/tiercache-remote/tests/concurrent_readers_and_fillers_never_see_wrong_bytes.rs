@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiercache_core::Class;
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{DataTier, Lookup};
 
 const BLOCKS: u64 = 64;

@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 use tiercache_core::Class;
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{DataTier, Lookup};
 
 /// memcached's `total_connections` (connections ever accepted).

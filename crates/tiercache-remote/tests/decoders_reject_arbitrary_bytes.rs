@@ -14,6 +14,7 @@ use std::time::Duration;
 use tiercache_core::Class;
 use tiercache_remote::proto::{parse_line, parse_reply, Reply, MAX_LINE};
 use tiercache_remote::{RemoteError, ServerClient};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{DataTier, Lookup};
 
 #[path = "../../tiercache-fuse/tests/common/largest_alloc.rs"]

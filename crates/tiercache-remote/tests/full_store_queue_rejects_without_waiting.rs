@@ -7,6 +7,7 @@ use common::*;
 use std::time::{Duration, Instant};
 use tiercache_core::Class;
 use tiercache_remote::{RemoteKey, RemoteTier};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 #[test]

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 use tiercache_core::Class;
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{DataTier, Lookup};
 
 #[test]

@@ -8,6 +8,7 @@ use common::*;
 use std::time::Duration;
 use tiercache_core::Class;
 use tiercache_remote::{RemoteKey, RemoteTier, ServerClient};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 #[test]

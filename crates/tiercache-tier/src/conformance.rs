@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use crate::key::{FileKey, TierKey};
-use crate::tier::{Admit, DataTier, FileHandle, FileMeta, Lookup, Spilled, TierInfo};
+use crate::tier::{Admit, DataTier, FileHandle, FileMeta, Lookup, Spilled, StoreExt, TierInfo};
 use std::any::Any;
 use std::sync::Arc;
 use tiercache_core::Class;

@@ -25,5 +25,6 @@ pub mod tier;
 pub use key::{FileKey, TierKey};
 pub use tier::{
     Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileMeta, Lookup, RecoveredFile, Spill,
-    Spilled, TierError, TierInfo, TierKind, TierSnapshot, MAX_HANDLE_BYTES,
+    Spilled, Store, StoreExt, StoreKind, TierError, TierInfo, TierKind, TierSnapshot,
+    MAX_HANDLE_BYTES,
 };

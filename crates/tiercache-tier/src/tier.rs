@@ -5,7 +5,7 @@
 //!   content `version` it was stored with; a read with another version is a miss and drops the
 //!   old copy if it is clean (a dirty one stays until cleaned), so a tier never returns bytes
 //!   of another version;
-//! - a clean store (`fill`, `demote` and their `_spilling` forms) is made visible only if its
+//! - a clean store ([`DataTier::store`] of kind `Fill` or `Demote`) is made visible only if its
 //!   `current` check, asked under the same lock that makes it visible, still holds — so a
 //!   write that makes the bytes stale either comes first (the store is turned down) or
 //!   invalidates after it;
@@ -13,13 +13,12 @@
 //!   never partial or unverified bytes (a tier that cannot verify its medium reports a miss);
 //! - clean blocks may be dropped at any time (BACKING or a tier above has them); dirty blocks
 //!   (only in tiers with [`TierInfo::accepts_dirty`]) are kept until [`DataTier::mark_clean`];
-//! - a clean store through [`DataTier::fill_spilling`] / [`DataTier::demote_spilling`] hands
-//!   each block it evicts to make room (always clean: dirty blocks are never evicted) to the
+//! - a clean store given a `spill` (and [`DataTier::can_spill`]) hands each block it evicts to make room (always clean: dirty blocks are never evicted) to the
 //!   caller's `spill` ([`Spilled`]: key, version, class and the whole stored bytes), under
 //!   the lock that drops it and before its bytes are overwritten, so the caller can demote it
 //!   further down; a victim whose bytes cannot be read back is dropped unspilled, never handed
 //!   over with other bytes. `spill` must not call into this tier. A tier that evicts out of
-//!   sight (memcached) spills nothing (the default methods);
+//!   sight (memcached) spills nothing (`can_spill` false);
 //! - all methods take `&self` and are safe to call from several threads; none blocks on
 //!   another tier or on the manager's locks (its `current` and `spill` callbacks take only the
 //!   manager's short transit lock);
@@ -195,8 +194,8 @@ pub struct TierSnapshot {
     pub errors: u64,
 }
 
-/// A clean block a tier evicted to make room for a clean store, handed to the caller of
-/// [`DataTier::fill_spilling`] / [`DataTier::demote_spilling`] so it can go one tier further
+/// A clean block a tier evicted to make room for a clean store, handed to the `spill` of
+/// [`DataTier::store`] so it can go one tier further
 /// down. `data` is the whole block as stored, with the `version` it was stored with.
 #[derive(Debug, Clone, Copy)]
 pub struct Spilled<'a> {
@@ -210,6 +209,133 @@ pub struct Spilled<'a> {
 /// Where a store hands the clean blocks it evicts (see [`Spilled`]).
 pub type Spill<'s> = dyn FnMut(Spilled<'_>) + 's;
 
+/// What a [`DataTier::store`] is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// A clean copy read from below on a miss (inclusive placement).
+    Fill,
+    /// A clean block evicted from the tier above (exclusive placement).
+    Demote,
+    /// Dirty data written back from above (tiers with [`TierInfo::accepts_dirty`]).
+    WriteDirty,
+}
+
+impl StoreKind {
+    /// Whether the store is of clean data (asks `current`, may spill).
+    pub fn is_clean(self) -> bool {
+        !matches!(self, StoreKind::WriteDirty)
+    }
+}
+
+/// One store request: the whole block `data` of `key`, with the content `version` and the
+/// `class` it is stored with.
+#[derive(Debug, Clone, Copy)]
+pub struct Store<'a> {
+    pub key: TierKey,
+    pub version: u64,
+    pub class: Class,
+    pub data: &'a [u8],
+    pub kind: StoreKind,
+}
+
+/// Shorthands for [`DataTier::store`], one per kind (callers and tests; implementations
+/// implement `store` only).
+pub trait StoreExt: DataTier {
+    /// A clean [`StoreKind::Fill`], nothing spilled.
+    fn fill(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        let req = Store {
+            key: *key,
+            version,
+            class,
+            data,
+            kind: StoreKind::Fill,
+        };
+        self.store(&req, current, None)
+    }
+    /// A clean [`StoreKind::Demote`], nothing spilled.
+    fn demote(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+    ) -> Result<Admit, TierError> {
+        let req = Store {
+            key: *key,
+            version,
+            class,
+            data,
+            kind: StoreKind::Demote,
+        };
+        self.store(&req, current, None)
+    }
+    /// `fill`, handing evicted clean blocks to `spill`.
+    fn fill_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        let req = Store {
+            key: *key,
+            version,
+            class,
+            data,
+            kind: StoreKind::Fill,
+        };
+        self.store(&req, current, Some(spill))
+    }
+    /// `demote`, handing evicted clean blocks to `spill`.
+    fn demote_spilling(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+        current: &dyn Fn() -> bool,
+        spill: &mut Spill<'_>,
+    ) -> Result<Admit, TierError> {
+        let req = Store {
+            key: *key,
+            version,
+            class,
+            data,
+            kind: StoreKind::Demote,
+        };
+        self.store(&req, current, Some(spill))
+    }
+    /// A [`StoreKind::WriteDirty`].
+    fn write_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Admit, TierError> {
+        let req = Store {
+            key: *key,
+            version,
+            class,
+            data,
+            kind: StoreKind::WriteDirty,
+        };
+        self.store(&req, &|| true, None)
+    }
+}
+
+impl<T: DataTier + ?Sized> StoreExt for T {}
+
 /// One cache tier below the memory tier. Object safe: the manager holds `Arc<dyn DataTier>`.
 pub trait DataTier: Send + Sync + fmt::Debug {
     fn info(&self) -> &TierInfo;
@@ -220,76 +346,37 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// Like `read`, then removes a clean copy (exclusive promotion). A dirty copy stays: the
     /// tier remains responsible for it until cleaned.
     fn take(&self, key: &TierKey, version: u64, buf: &mut [u8]) -> Result<Lookup, TierError>;
-    /// Stores a clean copy read from below on a miss (inclusive placement). `current` is asked
-    /// atomically with making the copy visible (under the tier's own lock): `false` means the
-    /// bytes went stale since they were read, and the store is `Rejected`.
-    fn fill(
+    /// Stores a block: a clean copy read from below on a miss ([`StoreKind::Fill`], inclusive
+    /// placement), a clean block evicted from the tier above ([`StoreKind::Demote`],
+    /// exclusive placement), or dirty data written back from above
+    /// ([`StoreKind::WriteDirty`], only when `accepts_dirty`).
+    ///
+    /// A clean store asks `current` atomically with making the copy visible (under the tier's
+    /// own lock): `false` means the bytes went stale since they were read, and the store is
+    /// `Rejected`. With `spill` (and [`DataTier::can_spill`]), each clean block evicted to make
+    /// room for a clean store is handed to it (see the module docs); without, it is dropped.
+    ///
+    /// A dirty store ignores `current` and `spill`. A block the tier already holds dirty
+    /// *with this `version`* is never turned down (it is overwritten in place); when the tier
+    /// cannot take it (degraded, closed) that is an `Err`, never `Rejected`, so the caller does
+    /// not write around a dirty copy. One exception: a tier that keeps one version per group
+    /// of blocks (the flash tier's sets) answers `Rejected` to a store of another `version`
+    /// while the group holds dirty blocks of the old one (a version conflict): the manager
+    /// cleans (or discards) the old version's dirty blocks before a version change reaches
+    /// the tier.
+    ///
+    /// [`StoreExt`] has the per-kind shorthands (`fill`, `demote`, `write_dirty`, ...).
+    fn store(
         &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
+        req: &Store<'_>,
         current: &dyn Fn() -> bool,
+        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError>;
-    /// Stores a clean block evicted from the tier above (exclusive placement); `current` as
-    /// for `fill`.
-    fn demote(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-    ) -> Result<Admit, TierError>;
-    /// Whether `fill_spilling`/`demote_spilling` hand down what the tier evicts (so an
-    /// exclusive tier below it receives blocks). Default: no (a memcached pool evicts on its
-    /// own).
+    /// Whether a clean `store` with `spill` hands down what the tier evicts (so an exclusive
+    /// tier below it receives blocks). Default: no (a memcached pool evicts on its own).
     fn can_spill(&self) -> bool {
         false
     }
-    /// Like `fill`, handing each clean block evicted to make room to `spill` (see the module
-    /// docs). Default: `fill`, nothing spilled.
-    fn fill_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        let _ = spill;
-        self.fill(key, version, class, data, current)
-    }
-    /// Like `demote`, handing each clean block evicted to make room to `spill`. Default:
-    /// `demote`, nothing spilled.
-    fn demote_spilling(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-        current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
-    ) -> Result<Admit, TierError> {
-        let _ = spill;
-        self.demote(key, version, class, data, current)
-    }
-    /// Stores dirty data written back from above. Only called when `accepts_dirty`. A block
-    /// the tier already holds dirty *with this `version`* is never turned down (it is
-    /// overwritten in place); when the tier cannot take it (degraded, closed) that is an
-    /// `Err`, never `Rejected`, so the caller does not write around a dirty copy. One exception:
-    /// a tier that keeps one version per group of blocks (the flash tier's sets) answers
-    /// `Rejected` to a store of another `version` while the group holds dirty blocks of the
-    /// old one (a version conflict): the manager cleans (or discards) the old version's dirty
-    /// blocks before a version change reaches the tier.
-    fn write_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        class: Class,
-        data: &[u8],
-    ) -> Result<Admit, TierError>;
     /// Drops a clean copy (a write above made it stale). A dirty copy stays: it may hold data
     /// acknowledged by `fsync`, and the newer bytes above reach this tier by write-back.
     fn invalidate(&self, key: &TierKey);

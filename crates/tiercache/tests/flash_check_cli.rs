@@ -9,6 +9,7 @@ use std::sync::Arc;
 use support::{s, tc};
 use tiercache_core::Class;
 use tiercache_flash::{FileDevice, FlashConfig, FlashTier, IoChoice};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{DataTier, FileKey, TierKey};
 
 #[test]

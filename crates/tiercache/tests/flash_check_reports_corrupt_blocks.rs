@@ -10,7 +10,8 @@ use std::sync::Arc;
 use support::{s, tc};
 use tiercache_core::Class;
 use tiercache_flash::{FileDevice, FlashConfig, FlashTier, Geometry, IoChoice};
-use tiercache_tier::{DataTier, FileKey, TierKey};
+use tiercache_tier::StoreExt as _;
+use tiercache_tier::{FileKey, TierKey};
 
 #[test]
 fn check_reports_a_block_that_fails_its_checksum_and_exits_1() {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FaultyDevice, FlashConfig, FlashDevice, FlashTier, MemDevice};
+use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileKey, Lookup, TierKey};
 
 pub const V: u64 = 7;
