@@ -64,7 +64,7 @@ pub(crate) struct FileShared {
     pub change: AtomicU64,
     /// Writes served without waiting (`Inner::try_write`) between their plan and their
     /// finish: they invalidate the tiers below once, at the plan, so while any is under way
-    /// no lower-tier store of this file is current (see `lower_transit::Guard`).
+    /// no lower-tier store of this file is current (see `transit::Guard`).
     pub no_wait_writes: AtomicU64,
     /// Held while blocks only in the tier below are cleaned or patched in place there (a
     /// write-through of such a block); taken after `io` or `op`, before the engine lock.

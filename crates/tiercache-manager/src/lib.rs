@@ -75,6 +75,7 @@ mod stats;
 mod sync_batch;
 mod times;
 mod trace;
+mod transit;
 mod versions;
 mod write;
 mod writeback;

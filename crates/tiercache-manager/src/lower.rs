@@ -31,7 +31,7 @@ use crate::error::MemError;
 use crate::file_state::FileShared;
 use crate::locks::lock;
 use crate::lower_bypass::{Bypass, MeasuredCosts};
-use crate::lower_transit::Transit;
+use crate::transit::Transit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
