@@ -134,7 +134,7 @@ pub struct Resolved {
     pub capacity: u64,
 }
 
-/// The controller state (the target's bounds are kept by [`Target`]).
+/// The controller state (the target and its bounds are kept by `partition::target`).
 #[derive(Debug, Clone)]
 pub struct Dirprio {
     target: Target,
