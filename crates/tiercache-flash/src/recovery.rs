@@ -192,6 +192,134 @@ fn snap(cfg: &FlashConfig, geo: &Geometry) -> TierSnapshot {
     }
 }
 
+/// What `FlashTier::open` learns from the records, one set at a time (`Scan::record`).
+struct Scan {
+    geo: Geometry,
+    /// The last close was clean: every valid block is served again (else only dirty ones).
+    clean: bool,
+    idx: Index,
+    fs: FlashStats,
+    /// Sets dropped because another set caches the same backing set.
+    duplicates: Vec<u32>,
+    /// Pairs of sets both holding dirty blocks of one backing set (the open is refused).
+    dirty_twice: Vec<(u32, u32)>,
+    free: Vec<u32>,
+    metas: NewestMeta,
+    in_place: Vec<(u32, Vec<u64>)>,
+}
+
+impl Scan {
+    fn new(geo: Geometry, clean: bool) -> Self {
+        let mut idx = Index::new(geo.sets, geo.set_blocks());
+        idx.free.clear();
+        Self {
+            geo,
+            clean,
+            idx,
+            fs: FlashStats {
+                opened_clean: clean,
+                ..FlashStats::default()
+            },
+            duplicates: Vec::new(),
+            dirty_twice: Vec::new(),
+            free: Vec::new(),
+            metas: NewestMeta::default(),
+            in_place: Vec::new(),
+        }
+    }
+
+    /// Takes set `set`'s newest good record (`None`: none), `bad` torn ones seen on the way.
+    fn record(&mut self, set: u32, rec: Option<Record>, bad: u32) {
+        self.fs.torn_records += bad;
+        if let Some((file, _)) = rec.as_ref().and_then(|r| r.tag) {
+            self.metas
+                .see(file, &rec.as_ref().and_then(|r| r.meta.clone()));
+        }
+        let Some(mut rec) = rec else {
+            // No good record: nothing on the device can be trusted here.
+            self.free.push(set);
+            self.idx.note_meta(set);
+            return;
+        };
+        self.idx.sets[set as usize].rec_seq = rec.seq;
+        let r = self.idx.range(set);
+        self.idx.disk_dirty[r.clone()].copy_from_slice(&rec.dirty);
+        let insane = rec.sanitize(self.geo.set_blocks());
+        if insane {
+            log::error!(
+                "flash set {set}: record with dirty bits not valid or past the set; repaired"
+            );
+        }
+        let bad = bad + u32::from(insane);
+        let keep: Vec<u64> = if self.clean {
+            rec.valid.clone()
+        } else {
+            rec.dirty.clone()
+        };
+        if bad > 0 || keep != rec.valid {
+            self.idx.note_meta(set);
+        }
+        let Some((file, si)) = rec.tag else {
+            self.free.push(set);
+            return;
+        };
+        if keep.iter().all(|&w| w == 0) {
+            self.free.push(set);
+            if rec.valid.iter().any(|&w| w != 0) {
+                self.idx.note_meta(set);
+            }
+            return;
+        }
+        if let Some(other) = self.idx.find(&file, si) {
+            // Two records name one backing set: keep the one holding dirty blocks.
+            let mine = rec.dirty.iter().any(|&w| w != 0);
+            match (self.idx.set_dirty_any(other), mine) {
+                (true, true) => {
+                    self.dirty_twice.push((other, set));
+                    return;
+                }
+                (false, true) => {
+                    log::error!(
+                        "flash set {other}: backing set also cached (dirty) by set {set}; dropped"
+                    );
+                    for b in 0..self.geo.set_blocks() {
+                        self.idx.drop_block(other, b);
+                    }
+                    self.idx.unmap(other);
+                    self.duplicates.push(other);
+                    self.free.push(other);
+                }
+                _ => {
+                    log::error!(
+                        "flash set {set}: backing set already cached by set {other}; dropped"
+                    );
+                    self.duplicates.push(set);
+                    self.free.push(set);
+                    return;
+                }
+            }
+        }
+        self.idx.map(set, file, si, rec.version);
+        for b in 0..self.geo.set_blocks() {
+            if Index::bit(&keep, 0, self.idx.words, b) {
+                let dirty = Index::bit(&rec.dirty, 0, self.idx.words, b);
+                self.idx.set_block(set, b, dirty);
+                if dirty {
+                    self.fs.recovered_dirty_blocks += 1;
+                }
+            }
+        }
+        self.idx.written[r].fill(0);
+        if rec.in_place.iter().any(|&w| w != 0) {
+            self.in_place.push((set, rec.in_place.clone()));
+        }
+        if !(bad > 0 || keep != rec.valid) {
+            // RAM equals the record: not pending after all.
+            self.idx.sets[set as usize].flags &= !F_META_DIRTY;
+        }
+    }
+}
+
 impl FlashTier {
     /// Formats `dev` (everything on it is lost) and opens the empty tier.
     ///
@@ -353,104 +481,21 @@ impl FlashTier {
                 geo.block_shift, geo.set_shift, cfg.block_shift, cfg.set_shift
             )));
         }
-        let clean = sb.flags & SB_CLEAN != 0;
-        let mut idx = Index::new(geo.sets, geo.set_blocks());
-        idx.free.clear();
-        let mut fs = FlashStats {
-            opened_clean: clean,
-            ..FlashStats::default()
-        };
-        let mut duplicates = Vec::new();
-        let mut dirty_twice = Vec::new();
-        let mut free = Vec::new();
-        let mut metas = NewestMeta::default();
-        let mut in_place = Vec::new();
+        let mut scan = Scan::new(geo, sb.flags & SB_CLEAN != 0);
         scan_records(dev.as_ref(), &sb, |set, rec, bad| {
-            fs.torn_records += bad;
-            if let Some((file, _)) = rec.as_ref().and_then(|r| r.tag) {
-                metas.see(file, &rec.as_ref().and_then(|r| r.meta.clone()));
-            }
-            let Some(mut rec) = rec else {
-                // No good record: nothing on the device can be trusted here.
-                free.push(set);
-                idx.note_meta(set);
-                return;
-            };
-            idx.sets[set as usize].rec_seq = rec.seq;
-            let r = idx.range(set);
-            idx.disk_dirty[r.clone()].copy_from_slice(&rec.dirty);
-            let insane = rec.sanitize(geo.set_blocks());
-            if insane {
-                log::error!(
-                    "flash set {set}: record with dirty bits not valid or past the set; repaired"
-                );
-            }
-            let bad = bad + u32::from(insane);
-            let keep: Vec<u64> = if clean {
-                rec.valid.clone()
-            } else {
-                rec.dirty.clone()
-            };
-            if bad > 0 || keep != rec.valid {
-                idx.note_meta(set);
-            }
-            let Some((file, si)) = rec.tag else {
-                free.push(set);
-                return;
-            };
-            if keep.iter().all(|&w| w == 0) {
-                free.push(set);
-                if rec.valid.iter().any(|&w| w != 0) {
-                    idx.note_meta(set);
-                }
-                return;
-            }
-            if let Some(other) = idx.find(&file, si) {
-                // Two records name one backing set: keep the one holding dirty blocks.
-                let mine = rec.dirty.iter().any(|&w| w != 0);
-                match (idx.set_dirty_any(other), mine) {
-                    (true, true) => {
-                        dirty_twice.push((other, set));
-                        return;
-                    }
-                    (false, true) => {
-                        log::error!("flash set {other}: backing set also cached (dirty) by set {set}; dropped");
-                        for b in 0..geo.set_blocks() {
-                            idx.drop_block(other, b);
-                        }
-                        idx.unmap(other);
-                        duplicates.push(other);
-                        free.push(other);
-                    }
-                    _ => {
-                        log::error!(
-                            "flash set {set}: backing set already cached by set {other}; dropped"
-                        );
-                        duplicates.push(set);
-                        free.push(set);
-                        return;
-                    }
-                }
-            }
-            idx.map(set, file, si, rec.version);
-            for b in 0..geo.set_blocks() {
-                if Index::bit(&keep, 0, idx.words, b) {
-                    let dirty = Index::bit(&rec.dirty, 0, idx.words, b);
-                    idx.set_block(set, b, dirty);
-                    if dirty {
-                        fs.recovered_dirty_blocks += 1;
-                    }
-                }
-            }
-            idx.written[r].fill(0);
-            if rec.in_place.iter().any(|&w| w != 0) {
-                in_place.push((set, rec.in_place.clone()));
-            }
-            if !(bad > 0 || keep != rec.valid) {
-                // RAM equals the record: not pending after all.
-                idx.sets[set as usize].flags &= !F_META_DIRTY;
-            }
+            scan.record(set, rec, bad)
         })?;
+        let Scan {
+            mut idx,
+            mut fs,
+            duplicates,
+            dirty_twice,
+            mut free,
+            metas,
+            in_place,
+            clean,
+            ..
+        } = scan;
         if let Some((a, b)) = dirty_twice.first() {
             return Err(FlashError::Mismatch(format!(
                 "sets {a} and {b} both hold dirty blocks of one backing set ({} such pairs): \
@@ -480,7 +525,7 @@ impl FlashTier {
             // The freed duplicates may carry a file's newest meta: the carriers first.
             let mut st = tier.st();
             tier.sync_locked(&mut st)
-                .map_err(|e| FlashError::Io(std::io::Error::other(e.to_string())))?;
+                .map_err(|e| FlashError::Io(std::io::Error::from(e)))?;
         }
         Ok(tier)
     }
