@@ -238,6 +238,18 @@ pub struct Store<'a> {
     pub kind: StoreKind,
 }
 
+impl<'a> Store<'a> {
+    pub fn new(key: &TierKey, version: u64, class: Class, data: &'a [u8], kind: StoreKind) -> Self {
+        Self {
+            key: *key,
+            version,
+            class,
+            data,
+            kind,
+        }
+    }
+}
+
 /// Shorthands for [`DataTier::store`], one per kind (callers and tests; implementations
 /// implement `store` only).
 pub trait StoreExt: DataTier {
@@ -250,14 +262,11 @@ pub trait StoreExt: DataTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        let req = Store {
-            key: *key,
-            version,
-            class,
-            data,
-            kind: StoreKind::Fill,
-        };
-        self.store(&req, current, None)
+        self.store(
+            &Store::new(key, version, class, data, StoreKind::Fill),
+            current,
+            None,
+        )
     }
     /// A clean [`StoreKind::Demote`], nothing spilled.
     fn demote(
@@ -268,14 +277,11 @@ pub trait StoreExt: DataTier {
         data: &[u8],
         current: &dyn Fn() -> bool,
     ) -> Result<Admit, TierError> {
-        let req = Store {
-            key: *key,
-            version,
-            class,
-            data,
-            kind: StoreKind::Demote,
-        };
-        self.store(&req, current, None)
+        self.store(
+            &Store::new(key, version, class, data, StoreKind::Demote),
+            current,
+            None,
+        )
     }
     /// `fill`, handing evicted clean blocks to `spill`.
     fn fill_spilling(
@@ -287,14 +293,11 @@ pub trait StoreExt: DataTier {
         current: &dyn Fn() -> bool,
         spill: &mut Spill<'_>,
     ) -> Result<Admit, TierError> {
-        let req = Store {
-            key: *key,
-            version,
-            class,
-            data,
-            kind: StoreKind::Fill,
-        };
-        self.store(&req, current, Some(spill))
+        self.store(
+            &Store::new(key, version, class, data, StoreKind::Fill),
+            current,
+            Some(spill),
+        )
     }
     /// `demote`, handing evicted clean blocks to `spill`.
     fn demote_spilling(
@@ -306,14 +309,11 @@ pub trait StoreExt: DataTier {
         current: &dyn Fn() -> bool,
         spill: &mut Spill<'_>,
     ) -> Result<Admit, TierError> {
-        let req = Store {
-            key: *key,
-            version,
-            class,
-            data,
-            kind: StoreKind::Demote,
-        };
-        self.store(&req, current, Some(spill))
+        self.store(
+            &Store::new(key, version, class, data, StoreKind::Demote),
+            current,
+            Some(spill),
+        )
     }
     /// A [`StoreKind::WriteDirty`].
     fn write_dirty(
@@ -323,14 +323,11 @@ pub trait StoreExt: DataTier {
         class: Class,
         data: &[u8],
     ) -> Result<Admit, TierError> {
-        let req = Store {
-            key: *key,
-            version,
-            class,
-            data,
-            kind: StoreKind::WriteDirty,
-        };
-        self.store(&req, &|| true, None)
+        self.store(
+            &Store::new(key, version, class, data, StoreKind::WriteDirty),
+            &|| true,
+            None,
+        )
     }
 }
 

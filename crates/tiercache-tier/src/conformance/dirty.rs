@@ -20,7 +20,10 @@ pub fn dirty_blocks_stay_until_mark_clean(make: Make<'_>) {
         for i in 0..n {
             let k = key(100 + i / 64, i % 64);
             let b = bytes(&k, V, 0, bs(&s));
-            let _ = s.tier.fill(&k, V, Class::Normal, &b, &yes).unwrap();
+            let _ = s
+                .tier
+                .fill(&k, V, Class::Normal, &b, &yes)
+                .expect(TIER_FAILED);
         }
     }
     let want = d.len() as u64 + others;
@@ -39,7 +42,7 @@ pub fn dirty_blocks_stay_until_mark_clean(make: Make<'_>) {
     }
     let cleaned = s.tier.stats().cleaned;
     for (k, v, _) in &d {
-        let (seq, _) = read_dirty(&s, k, *v).unwrap();
+        let (seq, _) = read_dirty(&s, k, *v).expect(NO_DIRTY_COPY);
         assert!(s.tier.mark_clean(k, seq), "{name}: mark_clean of {k:?}");
         assert!(read_dirty(&s, k, *v).is_none(), "{name}: clean now");
         assert!(!is_listed_dirty(&s, k), "{name}: no longer listed");
@@ -68,12 +71,16 @@ pub fn mark_clean_with_an_old_seq_after_a_rewrite_fails(make: Make<'_>) {
     let d1 = bytes(&k, V, 1, bs(&s));
     let d2 = bytes(&k, V, 2, bs(&s));
     assert_eq!(
-        s.tier.write_dirty(&k, V, Class::Normal, &d1).unwrap(),
+        s.tier
+            .write_dirty(&k, V, Class::Normal, &d1)
+            .expect(TIER_FAILED),
         Admit::Stored
     );
-    let (seq1, _) = read_dirty(&s, &k, V).unwrap();
+    let (seq1, _) = read_dirty(&s, &k, V).expect(NO_DIRTY_COPY);
     assert_eq!(
-        s.tier.write_dirty(&k, V, Class::Normal, &d2).unwrap(),
+        s.tier
+            .write_dirty(&k, V, Class::Normal, &d2)
+            .expect(TIER_FAILED),
         Admit::Stored
     );
     assert!(
@@ -99,7 +106,9 @@ pub fn a_dirty_rewrite_of_the_same_version_is_never_rejected(make: Make<'_>) {
     let k = key(10, 0);
     let d = bytes(&k, V, 1, bs(&s));
     assert_eq!(
-        s.tier.write_dirty(&k, V, Class::Normal, &d).unwrap(),
+        s.tier
+            .write_dirty(&k, V, Class::Normal, &d)
+            .expect(TIER_FAILED),
         Admit::Stored
     );
     let n = (s.info().capacity_blocks * 2).min(8192);
@@ -107,7 +116,11 @@ pub fn a_dirty_rewrite_of_the_same_version_is_never_rejected(make: Make<'_>) {
     for i in 0..n {
         let o = key(300 + i / 64, i % 64);
         let b = bytes(&o, V, 0, bs(&s));
-        if s.tier.write_dirty(&o, V, Class::Normal, &b).unwrap() == Admit::Rejected {
+        if s.tier
+            .write_dirty(&o, V, Class::Normal, &b)
+            .expect(TIER_FAILED)
+            == Admit::Rejected
+        {
             full = true;
             break;
         }
@@ -119,7 +132,10 @@ pub fn a_dirty_rewrite_of_the_same_version_is_never_rejected(make: Make<'_>) {
     );
     for seed in 2..5 {
         let d = bytes(&k, V, seed, bs(&s));
-        let a = s.tier.write_dirty(&k, V, Class::Normal, &d).unwrap();
+        let a = s
+            .tier
+            .write_dirty(&k, V, Class::Normal, &d)
+            .expect(TIER_FAILED);
         assert_eq!(
             a,
             Admit::Stored,
@@ -151,8 +167,8 @@ pub fn dirty_blocks_and_file_meta_survive_a_reopen(make: Make<'_>) {
         },
     };
     s.tier.set_file_meta(&file(50), &meta);
-    let d = dirty(&s, 3).unwrap();
-    s.tier.sync().unwrap();
+    let d = dirty(&s, 3).expect(NO_DIRTY_COPY);
+    s.tier.sync().expect(TIER_FAILED);
     let keep = std::mem::take(&mut s._keep);
     drop(s);
     let t = reopen();
@@ -167,7 +183,7 @@ pub fn dirty_blocks_and_file_meta_survive_a_reopen(make: Make<'_>) {
     for (k, v, b) in &d {
         let mut buf = vec![0u8; t.info().block_size];
         assert!(
-            t.read_dirty(k, *v, &mut buf).unwrap().is_some(),
+            t.read_dirty(k, *v, &mut buf).expect(TIER_FAILED).is_some(),
             "{name}: {k:?} lost"
         );
         assert_eq!(&buf, b, "{name}: {k:?} bytes after reopen");

@@ -18,6 +18,11 @@ use tiercache_core::Class;
 mod dirty;
 pub use dirty::*;
 
+/// A check's panic when the tier fails a request the contract says it serves.
+const TIER_FAILED: &str = "the tier failed a request the contract says it serves";
+/// A check's panic when a dirty copy the contract keeps is gone.
+const NO_DIRTY_COPY: &str = "no dirty copy where the contract keeps one";
+
 /// A tier under test and what the checks need to know about it beyond [`TierInfo`].
 pub struct Subject {
     pub tier: Arc<dyn DataTier>,
@@ -159,7 +164,10 @@ fn bs(s: &Subject) -> usize {
 
 fn fill(s: &Subject, k: &TierKey, v: u64) -> Vec<u8> {
     let d = bytes(k, v, 0, bs(s));
-    let a = s.tier.fill(k, v, Class::Normal, &d, &yes).unwrap();
+    let a = s
+        .tier
+        .fill(k, v, Class::Normal, &d, &yes)
+        .expect(TIER_FAILED);
     assert_eq!(
         a,
         Admit::Stored,
@@ -171,7 +179,7 @@ fn fill(s: &Subject, k: &TierKey, v: u64) -> Vec<u8> {
 
 fn read(s: &Subject, k: &TierKey, v: u64) -> (Lookup, Vec<u8>) {
     let mut buf = vec![0x5Au8; bs(s)];
-    let l = s.tier.read(k, v, &mut buf).unwrap();
+    let l = s.tier.read(k, v, &mut buf).expect(TIER_FAILED);
     (l, buf)
 }
 
@@ -179,7 +187,7 @@ fn read_dirty(s: &Subject, k: &TierKey, v: u64) -> Option<(u64, Vec<u8>)> {
     let mut buf = vec![0x5Au8; bs(s)];
     s.tier
         .read_dirty(k, v, &mut buf)
-        .unwrap()
+        .expect(TIER_FAILED)
         .map(|seq| (seq, buf))
 }
 
@@ -191,7 +199,10 @@ fn dirty(s: &Subject, n: usize) -> Option<Vec<(TierKey, u64, Vec<u8>)>> {
             .map(|b| {
                 let k = key(50, b);
                 let d = bytes(&k, V, 1, bs(s));
-                let a = s.tier.write_dirty(&k, V, Class::Normal, &d).unwrap();
+                let a = s
+                    .tier
+                    .write_dirty(&k, V, Class::Normal, &d)
+                    .expect(TIER_FAILED);
                 assert_eq!(a, Admit::Stored, "{}: write_dirty of {k:?}", s.info().name);
                 (k, V, d)
             })
@@ -262,11 +273,15 @@ pub fn a_store_no_longer_current_is_rejected_and_invisible(make: Make<'_>) {
     let da = bytes(&a, V, 0, bs(&s));
     let db = bytes(&b, V, 0, bs(&s));
     assert_eq!(
-        s.tier.fill(&a, V, Class::Normal, &da, &no).unwrap(),
+        s.tier
+            .fill(&a, V, Class::Normal, &da, &no)
+            .expect(TIER_FAILED),
         Admit::Rejected
     );
     assert_eq!(
-        s.tier.demote(&b, V, Class::Normal, &db, &no).unwrap(),
+        s.tier
+            .demote(&b, V, Class::Normal, &db, &no)
+            .expect(TIER_FAILED),
         Admit::Rejected
     );
     s.settle();
@@ -294,11 +309,15 @@ pub fn a_tier_taking_no_store_rejects_every_store(make: Make<'_>) {
     let k = key(3, 0);
     let d = bytes(&k, V, 0, bs(&s));
     assert_eq!(
-        s.tier.fill(&k, V, Class::Normal, &d, &yes).unwrap(),
+        s.tier
+            .fill(&k, V, Class::Normal, &d, &yes)
+            .expect(TIER_FAILED),
         Admit::Rejected
     );
     assert_eq!(
-        s.tier.demote(&k, V, Class::Normal, &d, &yes).unwrap(),
+        s.tier
+            .demote(&k, V, Class::Normal, &d, &yes)
+            .expect(TIER_FAILED),
         Admit::Rejected
     );
     let w = s.tier.write_dirty(&k, V, Class::Normal, &d);
@@ -374,7 +393,7 @@ pub fn take_removes_clean_and_keeps_dirty(make: Make<'_>) {
         s.settle();
         let mut buf = vec![0u8; bs(&s)];
         assert_eq!(
-            s.tier.take(&k, V, &mut buf).unwrap(),
+            s.tier.take(&k, V, &mut buf).expect(TIER_FAILED),
             Lookup::Hit { dirty: false }
         );
         assert_eq!(buf, d, "{name}: take's bytes");
@@ -384,7 +403,7 @@ pub fn take_removes_clean_and_keeps_dirty(make: Make<'_>) {
     if let Some(d) = dirty(&s, 1) {
         let (k, v, b) = &d[0];
         let mut buf = vec![0u8; bs(&s)];
-        match s.tier.take(k, *v, &mut buf).unwrap() {
+        match s.tier.take(k, *v, &mut buf).expect(TIER_FAILED) {
             Lookup::Hit { dirty } => assert!(dirty && buf == *b, "{name}: take of a dirty copy"),
             Lookup::Miss => {}
         }
@@ -512,7 +531,7 @@ pub fn spills_hand_over_clean_victims_exactly(make: Make<'_>) {
         } else {
             s.tier.demote_spilling(&k, v, class, &d, &yes, &mut spill)
         };
-        if a.unwrap() == Admit::Stored {
+        if a.expect(TIER_FAILED) == Admit::Stored {
             stored.insert(k, (v, class, d));
         }
     }
@@ -579,12 +598,16 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
     fill(&s, &a, V);
     let db = bytes(&b, V, 0, bs(&s));
     assert_eq!(
-        s.tier.demote(&b, V, Class::Normal, &db, &yes).unwrap(),
+        s.tier
+            .demote(&b, V, Class::Normal, &db, &yes)
+            .expect(TIER_FAILED),
         Admit::Stored
     );
     let dc = bytes(&c, V, 0, bs(&s));
     assert_eq!(
-        s.tier.fill(&c, V, Class::Normal, &dc, &no).unwrap(),
+        s.tier
+            .fill(&c, V, Class::Normal, &dc, &no)
+            .expect(TIER_FAILED),
         Admit::Rejected
     );
     s.settle();
@@ -604,7 +627,7 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
     assert_eq!(st2.misses, st1.misses + 1, "{name}: misses");
     let mut buf = vec![0u8; bs(&s)];
     assert_eq!(
-        s.tier.take(&b, V, &mut buf).unwrap(),
+        s.tier.take(&b, V, &mut buf).expect(TIER_FAILED),
         Lookup::Hit { dirty: false }
     );
     let st3 = s.tier.stats();
@@ -622,7 +645,9 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
         let k = key(11, 5);
         let d = bytes(&k, V, 0, bs(&s));
         assert_eq!(
-            s.tier.write_dirty(&k, V, Class::Normal, &d).unwrap(),
+            s.tier
+                .write_dirty(&k, V, Class::Normal, &d)
+                .expect(TIER_FAILED),
             Admit::Stored
         );
         let st4 = s.tier.stats();
@@ -636,7 +661,7 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
             st3.dirty_blocks + 1,
             "{name}: dirty_blocks"
         );
-        let (seq, _) = read_dirty(&s, &k, V).unwrap();
+        let (seq, _) = read_dirty(&s, &k, V).expect(NO_DIRTY_COPY);
         assert!(s.tier.mark_clean(&k, seq));
         let st5 = s.tier.stats();
         assert_eq!(st5.cleaned, st4.cleaned + 1, "{name}: cleaned");
