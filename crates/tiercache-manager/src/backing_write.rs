@@ -26,9 +26,11 @@ impl Inner {
     /// noted (batched syncs group by it). False if the file is not in the table.
     pub(crate) fn hide_backing_ctime(&self, file: FileId, before: &Metadata) -> bool {
         let mut eng = self.lock();
-        let pending = eng.files.get(&file).and_then(|f| f.mtime());
-        let logical = eng.ctimes.resolve(file, ctime_of(before), None, pending);
-        match eng.files.get_mut(&file) {
+        let pending = eng.files().get(&file).and_then(|f| f.mtime());
+        let logical = eng
+            .ctimes_mut()
+            .resolve(file, ctime_of(before), None, pending);
+        match eng.files_mut().get_mut(&file) {
             Some(f) => {
                 f.hide_ctime(logical, std::os::unix::fs::MetadataExt::dev(before));
                 true
@@ -69,11 +71,14 @@ impl Engine {
         end_ctime: Option<SystemTime>,
         wrote_end: u64,
     ) {
-        let during = self.files.get_mut(&file).and_then(|f| f.take_wb_ctime());
+        let during = self
+            .files_mut()
+            .get_mut(&file)
+            .and_then(|f| f.take_wb_ctime());
         if let (Some(logical), Some(ours)) = (during, end_ctime) {
-            self.ctimes.set(file, CtimeMap { ours, logical });
+            self.ctimes_mut().set(file, CtimeMap { ours, logical });
         }
-        if let (true, Some(f)) = (wrote_end > 0, self.files.get_mut(&file)) {
+        if let (true, Some(f)) = (wrote_end > 0, self.files_mut().get_mut(&file)) {
             f.wrote_to_backing(wrote_end);
         }
     }

@@ -108,7 +108,7 @@ pub(crate) fn closed_fd_budget() -> usize {
 impl Inner {
     /// The class of `file` (`None`: not open nor cached).
     pub(crate) fn class_of(&self, file: FileId) -> Option<Class> {
-        self.lock().files.get(&file).map(|f| f.class())
+        self.lock().files().get(&file).map(|f| f.class())
     }
 
     #[inline]
@@ -178,19 +178,16 @@ impl Inner {
         let c = &self.counters;
         let wb_total = Counters::get(&c.writeback_blocks);
         let mut eng = self.lock();
-        let current = *eng.tier.stats();
-        eng.windows.roll(now, &current);
-        let rate = eng
-            .windows
-            .sample_rate(now, wb_total, self.timings.interval());
-        let (wsecs, complete, wstats) = eng.windows.view(now, &current);
-        let sizes = eng.tier.pool_sizes();
+        let (windows, current) = eng.windows_at(now);
+        let rate = windows.sample_rate(now, wb_total, self.timings.interval());
+        let (wsecs, complete, wstats) = windows.view(now, &current);
+        let sizes = eng.tier().pool_sizes();
         let sizes = [sizes.protected as u64, sizes.normal as u64];
         let tiers = vec![TierSnapshot {
             name: "memory".into(),
             kind: TierKind::Memory.to_string(),
-            capacity_blocks: eng.tier.capacity() as u64,
-            used_blocks: eng.tier.len() as u64,
+            capacity_blocks: eng.tier().capacity() as u64,
+            used_blocks: eng.tier().len() as u64,
             dirty_blocks: eng.dirty_blocks() as u64,
             hits: current.hits,
             misses: current.requests.saturating_sub(current.hits),
@@ -204,15 +201,15 @@ impl Inner {
         }];
         let mut ms = MemStats {
             uptime_secs: now.saturating_duration_since(self.start).as_secs_f64(),
-            capacity_blocks: eng.tier.capacity() as u64,
+            capacity_blocks: eng.tier().capacity() as u64,
             block_size: self.bs as u64,
-            used_blocks: eng.tier.len() as u64,
+            used_blocks: eng.tier().len() as u64,
             dirty_blocks: eng.dirty_blocks() as u64,
             policy: self.cfg.policy.to_string(),
             partition: self.cfg.partition.kind.to_string(),
-            s_target: eng.tier.s_target(),
-            target_reachable: Class::ALL.map(|c| eng.tier.partitioner().target_reachable(c)),
-            s_cur: eng.tier.s_cur(),
+            s_target: eng.tier().s_target(),
+            target_reachable: Class::ALL.map(|c| eng.tier().partitioner().target_reachable(c)),
+            s_cur: eng.tier().s_cur(),
             pools: pools_of(&current, sizes),
             classes: classes_of(&current),
             window: WindowStats {
@@ -319,15 +316,15 @@ impl MemCache {
             Arena::new(cfg.capacity_blocks, bs)?
         };
         let start = Instant::now();
-        let mut engine = Engine::new(tier, Windows::new(cfg.stats_window, start), start);
-        engine.set_zero_copy(arena.shared().cloned());
         let lower = if lower.is_empty() {
             None
         } else {
             let l = Lower::new(lower, bs)?;
             Some(Arc::new(l))
         };
-        engine.lower = lower.clone();
+        let windows = Windows::new(cfg.stats_window, start);
+        let mut engine = Engine::new(tier, windows, start, lower.clone());
+        engine.set_zero_copy(arena.shared().cloned());
         let inner = Arc::new(Inner {
             bs,
             shift: cfg.block_size.shift(),
@@ -431,7 +428,7 @@ impl MemCache {
         let mut out = self.inner.open(file, backing, class, stamp)?;
         // Read after the open: a concurrent open that found the file changed may have moved it
         // already, and the newer version is the one to report (it only drops more).
-        if let Some(f) = self.inner.lock().files.get(&file) {
+        if let Some(f) = self.inner.lock().files().get(&file) {
             out.content_version = f.version();
         }
         Ok(out)
@@ -510,7 +507,7 @@ impl MemCache {
     /// must not wait for write-back. Later failures are remembered anew.
     pub fn take_writeback_error(&self, file: FileId) -> Option<io::Error> {
         let mut eng = self.inner.lock();
-        let e = eng.files.get_mut(&file)?.take_error()?;
+        let e = eng.files_mut().get_mut(&file)?.take_error()?;
         Some(e.to_io())
     }
 

@@ -4,14 +4,16 @@
 //!
 //! Invariants (all under the engine lock):
 //! - a block is in `files[f].blocks` iff the tier holds it; in `files[f].dirty` iff the tier's
-//!   slot meta says dirty; `dirty_blocks` = Σ |files[f].dirty|;
+//!   slot meta says dirty. Only this module changes the core tier's blocks, and each change
+//!   goes with the matching block transition of the [`FileTable`] (which keeps its dirty
+//!   count); other modules read the tier (`tier()`) and change a file's other state;
 //! - the engine lock is never held across device I/O, and never while *blocking* on a slot lock
 //!   (only `try_write`/`try_state` on slots nobody has pinned);
 //! - a key with a write-through in flight (`wt_inflight`) is never inserted, so no fill can read
 //!   BACKING under a write-through of the same block and cache the old bytes;
 //! - a slot is removed from the tier only when unpinned (`Tier::remove` does not check pins).
 
-use crate::file_state::FileState;
+use crate::file_state::{FileState, FileTable};
 use crate::lower::Lower;
 use crate::stats::Windows;
 use crate::times::CtimeTable;
@@ -21,6 +23,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
+use tiercache_core::partition::DirprioParams;
+use tiercache_core::stats::TierStats;
 use tiercache_core::tier::{Evicted, Tier};
 use tiercache_core::{BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
 use tiercache_memtier::arena::{Arena, SlotState, ORD};
@@ -30,20 +34,19 @@ use tiercache_tier::TierKey;
 /// The state guarded by the engine lock.
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub tier: Tier,
-    pub files: HashMap<FileId, FileState>,
-    dirty_blocks: usize,
+    tier: Tier,
+    files: FileTable,
     /// Blocks being written straight to BACKING, with the number of writers doing so.
     wt_inflight: HashMap<BlockKey, u32>,
     trace: Option<TraceSink>,
     /// Change times hidden from readers (see `times`); outlives per-file states.
-    pub ctimes: CtimeTable,
+    ctimes: CtimeTable,
     /// Content versions of files whose state went (see `versions`).
-    pub kept: KeptVersions,
-    pub windows: Windows,
-    pub start: Instant,
-    /// The tiers below memory (evictions are demoted into them).
-    pub lower: Option<Arc<Lower>>,
+    kept: KeptVersions,
+    windows: Windows,
+    start: Instant,
+    /// The tiers below memory (evictions are demoted into them); set once, at construction.
+    lower: Option<Arc<Lower>>,
     /// The zero-copy region when the arena is shared: eviction asks it before taking a slot,
     /// removal retires the slot's header there.
     zc: Option<Arc<Region>>,
@@ -69,7 +72,7 @@ pub(crate) enum Dropped {
 impl Engine {
     /// Dirty blocks in memory (Σ |files[f].dirty|).
     pub fn dirty_blocks(&self) -> usize {
-        self.dirty_blocks
+        self.files.dirty_blocks()
     }
 
     /// A write straight to BACKING of `key` starts: no fill of it until it ends.
@@ -108,18 +111,87 @@ impl Engine {
         std::mem::replace(&mut self.trace, sink)
     }
 
-    pub fn new(tier: Tier, windows: Windows, start: Instant) -> Self {
+    /// The core tier (key map, slots, pools, partitioner), to read. Its blocks change only
+    /// through the engine's operations, which keep the file table in step.
+    pub fn tier(&self) -> &Tier {
+        &self.tier
+    }
+
+    /// The per-file states.
+    pub fn files(&self) -> &FileTable {
+        &self.files
+    }
+
+    /// The per-file states, to change (the table keeps its own invariants).
+    pub fn files_mut(&mut self) -> &mut FileTable {
+        &mut self.files
+    }
+
+    /// Change times hidden from readers (see `times`).
+    pub fn ctimes(&self) -> &CtimeTable {
+        &self.ctimes
+    }
+
+    pub fn ctimes_mut(&mut self) -> &mut CtimeTable {
+        &mut self.ctimes
+    }
+
+    /// Content versions of files whose state went (see `versions`).
+    pub fn kept(&self) -> &KeptVersions {
+        &self.kept
+    }
+
+    pub fn kept_mut(&mut self) -> &mut KeptVersions {
+        &mut self.kept
+    }
+
+    /// Rolls the statistics windows to `now` with the tier's counters; returns the windows
+    /// (to read or sample) and those counters.
+    pub fn windows_at(&mut self, now: Instant) -> (&mut Windows, TierStats) {
+        let current = *self.tier.stats();
+        self.windows.roll(now, &current);
+        (&mut self.windows, current)
+    }
+
+    /// Records an access to `key` of `class` with the partitioner; the slot when resident.
+    pub fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
+        self.tier.lookup(key, class)
+    }
+
+    /// Moves the cached blocks of `file` to the pool of `class` (after its state's class
+    /// changed).
+    pub fn reclassify_blocks(&mut self, file: FileId, class: Class) {
+        let Some(f) = self.files.get(&file) else {
+            return;
+        };
+        let blocks: Vec<u64> = f.blocks().iter().copied().collect();
+        for b in blocks {
+            let key = BlockKey {
+                file,
+                block: tiercache_core::BlockIndex(b),
+            };
+            if let Some(slot) = self.tier.peek(&key) {
+                self.tier.set_class(slot, class);
+            }
+        }
+    }
+
+    /// Applies new partition parameters (a reload).
+    pub fn set_partition_params(&mut self, params: DirprioParams) -> Result<(), CoreError> {
+        self.tier.set_partition_params(params)
+    }
+
+    pub fn new(tier: Tier, windows: Windows, start: Instant, lower: Option<Arc<Lower>>) -> Self {
         Self {
             tier,
-            files: HashMap::new(),
-            dirty_blocks: 0,
+            files: FileTable::default(),
             wt_inflight: HashMap::new(),
             trace: None,
             ctimes: CtimeTable::default(),
             kept: KeptVersions::default(),
             windows,
             start,
-            lower: None,
+            lower,
             zc: None,
             held: Vec::new(),
             held_cursor: 0,
@@ -204,9 +276,7 @@ impl Engine {
                 return None;
             }
         }
-        if let Some(f) = self.files.get_mut(&key.file) {
-            f.note_cached(key.block.0);
-        }
+        self.files.cached(key);
         self.pin(ins.slot);
         Some(ins.slot)
     }
@@ -277,9 +347,7 @@ impl Engine {
 
     /// Bookkeeping for a block the tier pushed out (it was clean and unpinned).
     fn on_evicted(&mut self, ev: Evicted) {
-        if let Some(f) = self.files.get_mut(&ev.key.file) {
-            f.note_gone(ev.key.block.0);
-        }
+        self.files.gone(ev.key);
         self.gc_file(ev.key.file);
     }
 
@@ -292,11 +360,8 @@ impl Engine {
         }
         if !self.tier.meta(slot).dirty {
             self.tier.set_dirty(slot, true);
-            self.dirty_blocks += 1;
         }
-        if let Some(f) = self.files.get_mut(&key.file) {
-            f.mark_dirty(key.block.0, now);
-        }
+        self.files.dirtied(key, now);
     }
 
     /// Write-back of `slot` finished with the bytes of dirty sequence `seq`: clean it unless it
@@ -312,11 +377,8 @@ impl Engine {
     fn clear_dirty(&mut self, key: BlockKey, slot: SlotId) {
         if self.tier.meta(slot).dirty {
             self.tier.set_dirty(slot, false);
-            self.dirty_blocks = self.dirty_blocks.saturating_sub(1);
         }
-        if let Some(f) = self.files.get_mut(&key.file) {
-            f.mark_clean(key.block.0);
-        }
+        self.files.cleaned(key);
     }
 
     /// Removes `key` from the cache if nobody has it pinned (and, unless `allow_dirty`, if it is
@@ -336,9 +398,7 @@ impl Engine {
             self.clear_dirty(key, slot);
         }
         self.remove_slot(key, slot);
-        if let Some(f) = self.files.get_mut(&key.file) {
-            f.note_gone(key.block.0);
-        }
+        self.files.gone(key);
         Dropped::Yes
     }
 
@@ -383,9 +443,7 @@ impl Engine {
         if let Some(state) = arena.try_state(slot) {
             if !state.holds(key) {
                 self.remove_slot(key, slot);
-                if let Some(f) = self.files.get_mut(&key.file) {
-                    f.note_gone(key.block.0);
-                }
+                self.files.gone(key);
                 self.gc_file(key.file);
             }
         }
@@ -444,7 +502,7 @@ impl Engine {
         self.tier.check_invariants()?;
         let mut dirty = 0usize;
         let mut blocks = 0usize;
-        for (id, f) in &self.files {
+        for (id, f) in self.files.iter() {
             for &b in f.blocks() {
                 let key = BlockKey {
                     file: *id,
@@ -479,10 +537,10 @@ impl Engine {
             dirty += f.dirty().len();
             blocks += f.blocks().len();
         }
-        if dirty != self.dirty_blocks {
+        if dirty != self.files.dirty_blocks() {
             return Err(InvariantViolation::from(format!(
                 "dirty count {} != {dirty}",
-                self.dirty_blocks
+                self.files.dirty_blocks()
             )));
         }
         if blocks != self.tier.len() {

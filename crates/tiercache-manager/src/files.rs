@@ -103,7 +103,7 @@ impl Inner {
     /// The per-file locks of a known file.
     pub(crate) fn shared(&self, file: FileId) -> io::Result<Arc<FileShared>> {
         let eng = self.lock();
-        eng.files
+        eng.files()
             .get(&file)
             .map(|f| Arc::clone(f.shared()))
             .ok_or_else(|| unknown_file(file))
@@ -181,9 +181,9 @@ impl Inner {
         stamp: FileStamp,
     ) -> Result<OpenOutcome, Arc<FileShared>> {
         let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&a.file) else {
-            let v = eng.kept.take(a.file, &st, a.born);
-            eng.files.insert(a.file, a.new_state(st, v));
+        let Some(f) = eng.files_mut().get_mut(&a.file) else {
+            let v = eng.kept_mut().take(a.file, &st, a.born);
+            eng.files_mut().insert(a.file, a.new_state(st, v));
             return Ok(OpenOutcome::default());
         };
         if f.stamp() == stamp && !f.forgotten() {
@@ -202,7 +202,7 @@ impl Inner {
     fn replace_forgotten(&self, a: &Opening, shared: &Arc<FileShared>, now: FileStamp) -> Step<()> {
         let replace = {
             let eng = self.lock();
-            match eng.files.get(&a.file) {
+            match eng.files().get(&a.file) {
                 Some(f) if Arc::ptr_eq(f.shared(), shared) => {
                     f.forgotten() && (f.stamp() != now || reborn(f.born(), a.born))
                 }
@@ -218,11 +218,11 @@ impl Inner {
         };
         drop(old_fd);
         let mut eng = self.lock();
-        if eng.files.contains_key(&a.file) {
+        if eng.files().contains(&a.file) {
             return Step::Retry; // another open of the id came first
         }
-        let v = eng.kept.take(a.file, &now, a.born);
-        eng.files.insert(a.file, a.new_state(now, v));
+        let v = eng.kept_mut().take(a.file, &now, a.born);
+        eng.files_mut().insert(a.file, a.new_state(now, v));
         Step::Done(OpenOutcome {
             dropped_blocks: dropped,
             ..OpenOutcome::default()
@@ -241,7 +241,7 @@ impl Inner {
     ) -> io::Result<Step<(bool, FileStamp), std::convert::Infallible>> {
         let (changed, below) = {
             let eng = self.lock();
-            match eng.files.get(&a.file) {
+            match eng.files().get(&a.file) {
                 Some(f) if Arc::ptr_eq(f.shared(), shared) => (
                     f.stamp() != now || (f.forgotten() && reborn(f.born(), a.born)),
                     !f.lower_dirty().is_empty(),
@@ -280,7 +280,7 @@ impl Inner {
         now: FileStamp,
     ) -> Option<OpenOutcome> {
         let mut eng = self.lock();
-        let f = eng.files.get_mut(&a.file)?;
+        let f = eng.files_mut().get_mut(&a.file)?;
         if !Arc::ptr_eq(f.shared(), shared) {
             return None;
         }
@@ -326,13 +326,13 @@ impl Inner {
     /// Returns the file's cached blocks.
     fn attach(&self, mut eng: MutexGuard<'_, Engine>, a: &Opening) -> usize {
         let (file, class) = (a.file, a.class);
-        let Some(f) = eng.files.get_mut(&file) else {
+        let Some(f) = eng.files_mut().get_mut(&file) else {
             return 0;
         };
         let (unused, reclass) = f.attach(Arc::clone(&a.backing), a.mode, class, a.born);
         let blocks = f.blocks().len();
         if reclass {
-            self.reclassify(&mut eng, file, class);
+            eng.reclassify_blocks(file, class);
         }
         drop(eng);
         drop(unused);
@@ -349,7 +349,7 @@ impl Inner {
         if self.lower.is_some() {
             let eng = self.lock();
             let last_after_forget = eng
-                .files
+                .files()
                 .get(&file)
                 .is_some_and(|f| f.is_forget_at_release() && f.handles() <= 1);
             if last_after_forget {
@@ -364,7 +364,7 @@ impl Inner {
         let mut invalidate_below = None;
         let (fd, kick, holds) = {
             let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
+            let Some(f) = eng.files_mut().get_mut(&file) else {
                 return;
             };
             // One release per successful open: counted under the engine lock, like the opens,
@@ -389,7 +389,10 @@ impl Inner {
                 }
             }
             let fd = eng.gc_file(file);
-            let holds = eng.files.get(&file).is_some_and(|f| f.backing().is_some());
+            let holds = eng
+                .files()
+                .get(&file)
+                .is_some_and(|f| f.backing().is_some());
             (fd, kick, holds)
         };
         drop(fd);
@@ -404,28 +407,11 @@ impl Inner {
         }
     }
 
-    /// Moves the file's cached blocks to the pool of `class`.
-    fn reclassify(&self, eng: &mut crate::engine::Engine, file: FileId, class: Class) {
-        let Some(f) = eng.files.get(&file) else {
-            return;
-        };
-        let blocks: Vec<u64> = f.blocks().iter().copied().collect();
-        for b in blocks {
-            let key = BlockKey {
-                file,
-                block: BlockIndex(b),
-            };
-            if let Some(slot) = eng.tier.peek(&key) {
-                eng.tier.set_class(slot, class);
-            }
-        }
-    }
-
     pub(crate) fn set_class(&self, file: FileId, class: Class) {
         let mut eng = self.lock();
-        if let Some(f) = eng.files.get_mut(&file) {
+        if let Some(f) = eng.files_mut().get_mut(&file) {
             f.set_class(class);
-            self.reclassify(&mut eng, file, class);
+            eng.reclassify_blocks(file, class);
         }
     }
 
@@ -437,7 +423,7 @@ impl Inner {
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
         let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&file) else {
+        let Some(f) = eng.files_mut().get_mut(&file) else {
             return 0;
         };
         f.reset_read_ahead();
@@ -446,26 +432,26 @@ impl Inner {
 
     pub(crate) fn logical_size(&self, file: FileId) -> Option<u64> {
         let eng = self.lock();
-        let f = eng.files.get(&file)?;
+        let f = eng.files().get(&file)?;
         (f.size() > f.backing_size()).then_some(f.size())
     }
 
     pub(crate) fn generation(&self, file: FileId) -> Option<u64> {
-        self.lock().files.get(&file).map(|f| f.generation())
+        self.lock().files().get(&file).map(|f| f.generation())
     }
 
     pub(crate) fn logical_times(&self, file: FileId, backing_ctime: SystemTime) -> LogicalTimes {
         let mut eng = self.lock();
         let (mtime, during) = eng
-            .files
+            .files()
             .get(&file)
             .map_or((None, None), |f| (f.mtime(), f.wb_ctime()));
-        if mtime.is_none() && during.is_none() && eng.ctimes.get(file).is_none() {
+        if mtime.is_none() && during.is_none() && eng.ctimes().get(file).is_none() {
             return LogicalTimes::default();
         }
         // Also when it equals `backing_ctime`: the caller may combine it with a later stat, taken
         // after a write-back of ours moved BACKING's.
-        let ctime = eng.ctimes.resolve(file, backing_ctime, during, mtime);
+        let ctime = eng.ctimes_mut().resolve(file, backing_ctime, during, mtime);
         LogicalTimes {
             mtime,
             ctime: Some(ctime),
@@ -490,7 +476,7 @@ impl Inner {
         };
         let _io = crate::cache::lock(&shared.io);
         let _op = crate::cache::write_lock(&shared.op);
-        let fd = match self.lock().files.get(&file) {
+        let fd = match self.lock().files().get(&file) {
             Some(f) => f.backing().cloned(),
             None => return apply(),
         };
@@ -504,7 +490,7 @@ impl Inner {
         apply()?;
         let stamp = stamp_now();
         let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&file) else {
+        let Some(f) = eng.files_mut().get_mut(&file) else {
             return Ok(());
         };
         let mut meta = None;
@@ -554,7 +540,7 @@ impl Inner {
         self.clean_lower_locked(file)?;
         let fd = self
             .lock()
-            .files
+            .files()
             .get(&file)
             .and_then(|f| f.backing().cloned());
         // Recorded after `op` only if this was the recorded stamp (see `versions`).
@@ -569,7 +555,7 @@ impl Inner {
             None => None,
         };
         let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&file) else {
+        let Some(f) = eng.files_mut().get_mut(&file) else {
             return result;
         };
         if let Some(stamp) = stamp {
@@ -604,7 +590,7 @@ impl Inner {
     /// Cached and dirty block counts of a file.
     pub(crate) fn file_blocks(&self, file: FileId) -> (usize, usize) {
         self.lock()
-            .files
+            .files()
             .get(&file)
             .map_or((0, 0), |f| (f.blocks().len(), f.dirty().len()))
     }

@@ -49,13 +49,11 @@ impl Inner {
         let wb_total = Counters::get(&self.counters.writeback_blocks);
         let candidates: Vec<(FileId, Option<Instant>, usize)> = {
             let mut eng = self.lock();
-            let current = *eng.tier.stats();
-            eng.windows.roll(now, &current);
-            eng.windows
+            eng.windows_at(now)
+                .0
                 .sample_rate(now, wb_total, self.timings.interval());
-            eng.files
-                .iter()
-                .filter(|(_, f)| !f.dirty().is_empty())
+            eng.files()
+                .dirty_files()
                 .map(|(id, f)| (*id, f.dirtied_at(), f.dirty().len()))
                 .collect()
         };
@@ -127,9 +125,8 @@ impl Inner {
                 if eng.dirty_blocks() <= self.dirty_limit {
                     return;
                 }
-                eng.files
-                    .iter()
-                    .filter(|(_, f)| !f.dirty().is_empty())
+                eng.files()
+                    .dirty_files()
                     .min_by_key(|(_, f)| f.dirtied_at())
                     .map(|(id, _)| *id)
             };
@@ -152,7 +149,10 @@ impl Inner {
     pub(crate) fn fsync(&self, file: FileId, datasync: bool) -> io::Result<()> {
         let remembered = {
             let mut eng = self.lock();
-            let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+            let f = eng
+                .files_mut()
+                .get_mut(&file)
+                .ok_or_else(|| unknown_file(file))?;
             f.take_error()
         };
         self.flush_file(file, Why::Sync(datasync))?;
@@ -167,7 +167,7 @@ impl Inner {
     pub(crate) fn flush_all(&self) -> io::Result<()> {
         let files: Vec<FileId> = {
             let eng = self.lock();
-            eng.files
+            eng.files()
                 .iter()
                 .filter(|(_, f)| {
                     !f.dirty().is_empty()
@@ -182,7 +182,7 @@ impl Inner {
         for file in files {
             let remembered = self
                 .lock()
-                .files
+                .files_mut()
                 .get_mut(&file)
                 .and_then(|f| f.take_error());
             if let Err(e) = self.flush_file(file, Why::FlushAll) {
@@ -198,11 +198,7 @@ impl Inner {
         let mut cleaned_any = false;
         for (file, shared) in below {
             let _io = lock(&shared.io);
-            let same = self
-                .lock()
-                .files
-                .get(&file)
-                .is_some_and(|f| Arc::ptr_eq(f.shared(), &shared));
+            let same = self.lock().files().is_same(&file, &shared);
             if !same {
                 continue; // replaced meanwhile (its cleaning is its own)
             }

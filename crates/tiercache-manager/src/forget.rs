@@ -80,7 +80,7 @@ impl Inner {
         shared: &Arc<FileShared>,
     ) -> Result<Option<Arc<File>>, usize> {
         let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&file) else {
+        let Some(f) = eng.files_mut().get_mut(&file) else {
             return Err(0);
         };
         if !Arc::ptr_eq(f.shared(), shared) {
@@ -113,14 +113,10 @@ impl Inner {
         invalidate_below: &mut Option<tiercache_tier::FileKey>,
     ) -> (usize, Option<Arc<File>>) {
         let mut eng = self.lock();
-        if !eng
-            .files
-            .get(&file)
-            .is_some_and(|f| Arc::ptr_eq(f.shared(), shared))
-        {
+        if !eng.files().is_same(&file, shared) {
             return (0, None);
         }
-        if eng.files.get(&file).is_some_and(|f| f.handles() > 0) {
+        if eng.files().get(&file).is_some_and(|f| f.handles() > 0) {
             // Opened again during the write-back (a new lookup of the same inode: the
             // kernel knows it again, so this forget is stale): the state belongs to the
             // open handle and must stay. Its dirty blocks are on BACKING already.
@@ -128,24 +124,24 @@ impl Inner {
         }
         let keep_clean = !unlinked
             && eng
-                .files
+                .files()
                 .get(&file)
                 .is_some_and(|f| f.born().is_some() && written.is_ok());
         if keep_clean {
             // The kernel dropped its inode (memory pressure, drop_caches), not the file:
             // the clean blocks stay, forgotten, and the next open reuses them only for the
             // same inode (same stamp and birth time); eviction takes them otherwise.
-            if let Some(f) = eng.files.get_mut(&file) {
+            if let Some(f) = eng.files_mut().get_mut(&file) {
                 f.mark_forgotten();
             }
             // Logical times were the old node's; BACKING's are the file's from now on.
-            eng.ctimes.remove(file);
+            eng.ctimes_mut().remove(file);
             let fd = eng.gc_file(file);
             drop(eng);
             drop(fd);
             return (0, None);
         }
-        if let Some(f) = eng.files.get_mut(&file) {
+        if let Some(f) = eng.files_mut().get_mut(&file) {
             if unlinked {
                 f.discard_lower_dirty(); // its data is meaningless now
             }
@@ -162,10 +158,13 @@ impl Inner {
                 file.0
             );
         }
-        match eng.files.get_mut(&file) {
+        match eng.files_mut().get_mut(&file) {
             Some(f) if f.blocks().is_empty() && f.lower_dirty().is_empty() => {
-                let fd = eng.files.remove(&file).and_then(|mut f| f.take_backing());
-                eng.ctimes.remove(file);
+                let fd = eng
+                    .files_mut()
+                    .remove(&file)
+                    .and_then(|mut f| f.take_backing());
+                eng.ctimes_mut().remove(file);
                 (clean + dirty, fd)
             }
             Some(f) => {
@@ -214,15 +213,11 @@ impl Inner {
         invalidate_below: &mut Option<tiercache_tier::FileKey>,
     ) -> Option<(Option<Arc<File>>, usize)> {
         let mut eng = self.lock();
-        if !eng
-            .files
-            .get(&file)
-            .is_some_and(|f| Arc::ptr_eq(f.shared(), shared))
-        {
+        if !eng.files().is_same(&file, shared) {
             return Some((None, 0)); // written back and gone already
         }
         let (clean, mut dirty) = eng.drop_file_blocks(file, true);
-        if let Some(f) = eng.files.get_mut(&file) {
+        if let Some(f) = eng.files_mut().get_mut(&file) {
             dirty += f.discard_lower_dirty();
             *invalidate_below = f.fkey();
         }
@@ -233,15 +228,22 @@ impl Inner {
                 file.0
             );
         }
-        if eng.files.get(&file).is_some_and(|f| !f.blocks().is_empty()) {
+        if eng
+            .files()
+            .get(&file)
+            .is_some_and(|f| !f.blocks().is_empty())
+        {
             log::error!(
                 "file {}: blocks busy while replacing a forgotten file",
                 file.0
             );
             return None;
         }
-        let fd = eng.files.remove(&file).and_then(|mut f| f.take_backing());
-        eng.ctimes.remove(file);
+        let fd = eng
+            .files_mut()
+            .remove(&file)
+            .and_then(|mut f| f.take_backing());
+        eng.ctimes_mut().remove(file);
         Some((fd, clean + dirty))
     }
 }

@@ -34,7 +34,7 @@ impl MemCache {
     /// New parameters of the memory tier's partitioner (`dirprio`: ω, T_p, T_n, B_pmin,
     /// B_nmin; `static`: its target B_pmin); checked against the tier's capacity first.
     pub fn set_partition_params(&self, params: DirprioParams) -> Result<(), MemError> {
-        self.inner().lock().tier.set_partition_params(params)?;
+        self.inner().lock().set_partition_params(params)?;
         Ok(())
     }
 

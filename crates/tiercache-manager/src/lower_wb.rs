@@ -135,7 +135,7 @@ impl Inner {
                 FileHandle::default()
             }
         };
-        if let Some(f) = self.lock().files.get_mut(&file) {
+        if let Some(f) = self.lock().files_mut().get_mut(&file) {
             f.set_handle(h.clone());
         }
         (!h.bytes.is_empty()).then_some(h)
@@ -281,7 +281,7 @@ impl Inner {
             if let Err(e) = self.dev_sync(file, &wfd, false) {
                 // This sync may have consumed the EIO of an earlier write-back of the file
                 // (reported once per open file): the next fsync must still fail.
-                if let Some(f) = self.lock().files.get_mut(&file) {
+                if let Some(f) = self.lock().files_mut().get_mut(&file) {
                     f.durable_write_failed(&e);
                 }
                 done.clear();
@@ -318,7 +318,7 @@ impl Inner {
         only: Option<&HashSet<u64>>,
     ) -> io::Result<Option<CleanSnap>> {
         let eng = self.lock();
-        let Some(f) = eng.files.get(&file) else {
+        let Some(f) = eng.files().get(&file) else {
             return Ok(None);
         };
         if f.lower_dirty().is_empty() {
@@ -369,7 +369,7 @@ impl Inner {
         let mut cleaned = 0;
         let mut drop_below = Vec::new();
         let mut drop_all_below = false;
-        if let Some(f) = eng.files.get_mut(&file) {
+        if let Some(f) = eng.files_mut().get_mut(&file) {
             for &(block, seq) in done {
                 let clean = match seq {
                     Some(seq) => tier.mark_clean(&TierKey::new(fkey, block), seq),
@@ -485,7 +485,12 @@ impl Inner {
         let Some(lower) = self.lower.as_ref().filter(|l| l.fills_on_write()) else {
             return;
         };
-        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(f.shared())) else {
+        let Some(shared) = self
+            .lock()
+            .files()
+            .get(&file)
+            .map(|f| Arc::clone(f.shared()))
+        else {
             return;
         };
         for &(key, slot, seq) in copied {
@@ -533,7 +538,7 @@ impl Inner {
         if let Err(e) = &synced {
             // The EIO of an earlier write-back may have been consumed here: the next fsync
             // must still fail.
-            if let Some(f) = self.lock().files.get_mut(&file) {
+            if let Some(f) = self.lock().files_mut().get_mut(&file) {
                 f.durable_write_failed(e);
             }
         }
@@ -552,7 +557,7 @@ impl Inner {
                 _ => false,
             };
             if kept {
-                if let Some(f) = self.lock().files.get_mut(&file) {
+                if let Some(f) = self.lock().files_mut().get_mut(&file) {
                     f.add_lower_dirty([key.block.0]);
                 }
             } else {
@@ -603,7 +608,7 @@ impl Inner {
             }
             let still = self
                 .lock()
-                .files
+                .files()
                 .get(&file)
                 .is_some_and(|f| f.lower_dirty().contains(&block));
             if !still {
@@ -637,7 +642,7 @@ impl Inner {
         }
         let files: Vec<(FileId, Arc<crate::file_state::FileShared>, HashSet<u64>)> = {
             let eng = self.lock();
-            eng.files
+            eng.files()
                 .iter()
                 .filter(|(_, f)| !f.lower_dirty().is_empty())
                 .filter_map(|(id, f)| {
@@ -660,11 +665,7 @@ impl Inner {
                 let Ok(_io) = shared.io.try_lock() else {
                     continue;
                 };
-                let same = self
-                    .lock()
-                    .files
-                    .get(&file)
-                    .is_some_and(|f| Arc::ptr_eq(f.shared(), &shared));
+                let same = self.lock().files().is_same(&file, &shared);
                 if !same {
                     continue; // replaced meanwhile: its own lock guards it
                 }
@@ -752,7 +753,7 @@ impl Inner {
     /// The files with blocks whose newest bytes are only below, with their per-file locks.
     pub(crate) fn files_below(&self) -> Vec<(FileId, Arc<crate::file_state::FileShared>)> {
         self.lock()
-            .files
+            .files()
             .iter()
             .filter(|(_, f)| !f.lower_dirty().is_empty())
             .map(|(id, f)| (*id, Arc::clone(f.shared())))

@@ -23,7 +23,7 @@ impl Inner {
         apply()?;
         let known = {
             let eng = self.lock();
-            eng.files.contains_key(&file) || eng.kept.contains(file)
+            eng.files().contains(&file) || eng.kept().contains(file)
         };
         if !known {
             return Ok(());
@@ -47,7 +47,7 @@ impl Inner {
     /// would hide that change (`None`: not known, recorded).
     pub(crate) fn note_own_stamp(&self, file: FileId, before: Option<&FileStamp>, now: FileStamp) {
         let mut eng = self.lock();
-        match eng.files.get_mut(&file) {
+        match eng.files_mut().get_mut(&file) {
             Some(f) => {
                 if before.is_some_and(|b| *b != f.stamp()) {
                     log::info!(
@@ -59,7 +59,7 @@ impl Inner {
                     f.record_stamp(now);
                 }
             }
-            None => eng.kept.note(file, before, now),
+            None => eng.kept_mut().note(file, before, now),
         }
     }
 }

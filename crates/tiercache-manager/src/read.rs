@@ -104,7 +104,7 @@ impl PlanBlocks {
     fn lower_dirty(&self, eng: &Engine, block: u64) -> bool {
         self.any_lower_dirty
             && eng
-                .files
+                .files()
                 .get(&self.file)
                 .is_some_and(|f| f.lower_dirty().contains(&block))
     }
@@ -178,7 +178,10 @@ impl Inner {
             + 1;
         let mut steps = Vec::with_capacity(span + self.cfg.readahead_max_blocks as usize);
         let mut eng = self.lock();
-        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        let f = eng
+            .files_mut()
+            .get_mut(&file)
+            .ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
         let fd = f.backing().cloned().ok_or_else(|| unknown_file(file))?;
         let size = f.size();
@@ -191,7 +194,10 @@ impl Inner {
         if hits_only && !self.all_valid(&eng, file, b0..=b1) {
             return Ok(Planned::Wait(class));
         }
-        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        let f = eng
+            .files_mut()
+            .get_mut(&file)
+            .ok_or_else(|| unknown_file(file))?;
         let window = f.advance_read_ahead(offset, end, self.cfg.readahead_max_blocks);
         let skip = match &self.lower {
             Some(l) if l.bypass.any() => {
@@ -236,7 +242,7 @@ impl Inner {
     fn all_valid(&self, eng: &Engine, file: FileId, mut blocks: RangeInclusive<u64>) -> bool {
         blocks.all(|block| {
             let key = Self::key(file, block);
-            eng.tier
+            eng.tier()
                 .peek(&key)
                 .and_then(|slot| self.arena.try_state(slot))
                 .is_some_and(|st| st.holds(key))
@@ -255,7 +261,7 @@ impl Inner {
         for block in blocks {
             let key = Self::key(p.file, block);
             eng.trace(key, false, p.class);
-            let plan = match eng.tier.lookup(key, p.class) {
+            let plan = match eng.lookup(key, p.class) {
                 Some(slot) => {
                     eng.pin(slot);
                     Plan::Hit(slot)
@@ -284,7 +290,7 @@ impl Inner {
     ) {
         for block in blocks {
             let key = Self::key(p.file, block);
-            if eng.tier.contains(&key) {
+            if eng.tier().contains(&key) {
                 break;
             }
             let lower_dirty = p.lower_dirty(eng, block);

@@ -66,7 +66,7 @@ impl Inner {
     pub(crate) fn sync_written(&self, scope: Scope) -> io::Result<()> {
         let pending: Vec<Pending> = {
             let eng = self.lock();
-            eng.files
+            eng.files()
                 .iter()
                 .filter(|(_, f)| f.needs_sync() && f.dirty().is_empty())
                 .filter(|(_, f)| scope == Scope::All || f.handles() == 0)
@@ -127,7 +127,7 @@ impl Inner {
         Counters::add(&self.counters.writeback_errors, 1);
         let log = {
             let mut eng = self.lock();
-            match eng.files.get_mut(&p.file) {
+            match eng.files_mut().get_mut(&p.file) {
                 Some(f) if Arc::ptr_eq(f.shared(), &p.shared) => {
                     // What the failed sync lost cannot be written again (the pages it had
                     // are gone): reported once instead, at the next fsync or close.
@@ -157,7 +157,7 @@ impl Inner {
             synced
                 .iter()
                 .map(|p| {
-                    let f = eng.files.get_mut(&p.file)?;
+                    let f = eng.files_mut().get_mut(&p.file)?;
                     // Same state, untouched since the snapshot: what the sync covered is all
                     // it had written (a later write-back needs a later write).
                     if Arc::ptr_eq(f.shared(), &p.shared) {
@@ -180,7 +180,7 @@ impl Inner {
         let held = |inner: &Self| -> Vec<(FileId, Option<Instant>)> {
             inner
                 .lock()
-                .files
+                .files()
                 .iter()
                 .filter(|(_, f)| f.handles() == 0 && f.backing().is_some())
                 .map(|(id, f)| (*id, f.dirtied_at()))

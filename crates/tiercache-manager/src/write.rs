@@ -181,7 +181,7 @@ impl Inner {
             // write-back reaches it).
             let needs_old =
                 partial && (bstart < f.backing_size() || f.lower_dirty().contains(&block));
-            match eng.tier.peek(&key) {
+            match eng.tier().peek(&key) {
                 Some(slot) => {
                     !needs_old || self.arena.try_state(slot).is_some_and(|st| st.holds(key))
                 }
@@ -204,13 +204,16 @@ impl Inner {
         // Allocated before the engine lock.
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         let mut eng = self.lock();
-        let f = eng.files.get(&file).ok_or_else(|| unknown_file(file))?;
+        let f = eng.files().get(&file).ok_or_else(|| unknown_file(file))?;
         same_state(f, shared, file)?;
         if no_wait && !self.writes_without_io(&eng, f, file, offset, end) {
             return Ok(Err(f.class()));
         }
         let fd = f.backing().cloned().ok_or_else(|| unknown_file(file))?;
-        let f = eng.files.get_mut(&file).ok_or_else(|| unknown_file(file))?;
+        let f = eng
+            .files_mut()
+            .get_mut(&file)
+            .ok_or_else(|| unknown_file(file))?;
         f.begin_write();
         // Counted before the change bump (see `try_write`).
         let invalidated_below = no_wait && self.lower.is_some() && f.fkey().is_some();
@@ -234,7 +237,7 @@ impl Inner {
         for block in b0..=b1 {
             let key = Self::key(file, block);
             eng.trace(key, true, class);
-            let plan = match eng.tier.lookup(key, class) {
+            let plan = match eng.lookup(key, class) {
                 Some(slot) => {
                     eng.pin(slot);
                     WPlan::Cached(slot)
@@ -369,7 +372,7 @@ impl Inner {
     /// Forgets the lower-dirty blocks of `file` from `first` on (past a new EOF: meaningless).
     fn drop_lower_dirty_from(&self, file: FileId, first: u64) {
         let mut eng = self.lock();
-        let Some(f) = eng.files.get_mut(&file) else {
+        let Some(f) = eng.files_mut().get_mut(&file) else {
             return;
         };
         // Detached or not: its older copies must not come back after a crash.
@@ -424,7 +427,7 @@ impl Inner {
         let end = (block << self.shift) + (at + chunk.len()) as u64;
         let (class, size, handle) = {
             let eng = self.lock();
-            let f = eng.files.get(&file);
+            let f = eng.files().get(&file);
             (
                 f.map_or(Class::Normal, |f| f.class()),
                 f.map_or(end, |f| f.size().max(end)),
@@ -443,7 +446,7 @@ impl Inner {
         let key = TierKey::new(fk, block);
         match tier.write_dirty(&key, plan.version, class, &buf) {
             Ok(Admit::Stored) => {
-                if let Some(f) = self.lock().files.get_mut(&file) {
+                if let Some(f) = self.lock().files_mut().get_mut(&file) {
                     f.add_lower_dirty([block]);
                     // The write's time, for `stat` and for the cleaning that restores it.
                     f.set_mtime(Some(now));
@@ -468,7 +471,7 @@ impl Inner {
                     .min(self.bs);
                 self.dev_write(file, &fd, &buf[..n], start)?;
                 self.dev_sync(file, &fd, true)?;
-                if let Some(f) = self.lock().files.get_mut(&file) {
+                if let Some(f) = self.lock().files_mut().get_mut(&file) {
                     f.remove_lower_dirty(block);
                 }
                 tier.discard(&key);
@@ -568,7 +571,7 @@ impl Inner {
                     }
                 }
             }
-            if let Some(f) = eng.files.get_mut(&file) {
+            if let Some(f) = eng.files_mut().get_mut(&file) {
                 let new_end = offset + done.bytes as u64;
                 if done.bytes > 0 {
                     f.extend_size(new_end);
@@ -616,7 +619,7 @@ impl Inner {
             let _op = write_lock(&shared.op);
             let stored = {
                 let eng = self.lock();
-                let f = match eng.files.get(&file) {
+                let f = match eng.files().get(&file) {
                     Some(f) => f,
                     None if given.is_some() => continue,
                     None => return Err(unknown_file(file)),
@@ -677,7 +680,7 @@ impl Inner {
         };
         {
             let mut eng = self.lock();
-            let Some(f) = eng.files.get_mut(&file) else {
+            let Some(f) = eng.files_mut().get_mut(&file) else {
                 return Ok(());
             };
             // Below, after the engine lock (tier I/O must not stall other files); the file is
@@ -696,7 +699,7 @@ impl Inner {
                 }
                 let tail = (new_size % bs) as usize;
                 let key = Self::key(file, new_size >> self.shift);
-                if let (true, Some(slot)) = (tail != 0, eng.tier.peek(&key)) {
+                if let (true, Some(slot)) = (tail != 0, eng.tier().peek(&key)) {
                     // Unpinned (the file is quiesced), so nobody holds its lock.
                     match self.arena.try_write(slot) {
                         Some(mut g) if g.state().holds(key) => g.data_mut()[tail..].fill(0),
@@ -705,7 +708,7 @@ impl Inner {
                     }
                 }
             }
-            if let Some(f) = eng.files.get_mut(&file) {
+            if let Some(f) = eng.files_mut().get_mut(&file) {
                 if let Some(stamp) = stamp {
                     if before.is_none_or(|b| b == f.stamp()) {
                         f.record_stamp(stamp);

@@ -108,7 +108,12 @@ struct Committed {
 impl Inner {
     /// Writes back the dirty blocks of `file`; returns how many became clean.
     pub(crate) fn flush_file(&self, file: FileId, why: Why) -> io::Result<usize> {
-        let Some(shared) = self.lock().files.get(&file).map(|f| Arc::clone(f.shared())) else {
+        let Some(shared) = self
+            .lock()
+            .files()
+            .get(&file)
+            .map(|f| Arc::clone(f.shared()))
+        else {
             return Ok(0);
         };
         let _io = match (why, shared.io.try_lock()) {
@@ -204,7 +209,7 @@ impl Inner {
     /// sequences. `None`: nothing to write (no such file, or no BACKING descriptor).
     fn flush_snapshot(&self, file: FileId, why: Why) -> Option<FlushSnap> {
         let mut eng = self.lock();
-        let f = eng.files.get(&file)?;
+        let f = eng.files().get(&file)?;
         let fd = f.backing().cloned()?;
         let held: HashSet<u64> = f
             .dirty()
@@ -244,7 +249,7 @@ impl Inner {
             held,
         };
         for block in blocks {
-            if let Some(slot) = eng.tier.peek(&Self::key(file, block)) {
+            if let Some(slot) = eng.tier().peek(&Self::key(file, block)) {
                 eng.pin(slot);
                 // The dirty sequence goes with the size snapshot: a write committed after this
                 // point (which may also have moved EOF past our clip) keeps it dirty.
@@ -367,7 +372,7 @@ impl Inner {
         for &(key, slot, seq) in wb.copied.iter().chain(stored) {
             done.cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
         }
-        if let (Some(f), Some((fkey, _, _))) = (eng.files.get_mut(&file), snap.ident) {
+        if let (Some(f), Some((fkey, _, _))) = (eng.files_mut().get_mut(&file), snap.ident) {
             for &(key, slot, _) in &wb.copied {
                 // Newer bytes on BACKING: an older dirty copy below must never be cleaned over
                 // them (we hold the `io` lock, as cleaning does). Discarded below, outside the
@@ -385,7 +390,7 @@ impl Inner {
                 eng.unpin(slot);
             }
         }
-        if let Some(f) = eng.files.get_mut(&file) {
+        if let Some(f) = eng.files_mut().get_mut(&file) {
             if wb.mtime_applied
                 && f.dirty().is_empty()
                 && f.lower_dirty().is_empty()
@@ -414,11 +419,11 @@ impl Inner {
     /// `fsync`'s last step: syncs `file` on BACKING (`datasync`: data only); a failure keeps
     /// `needs_sync` and is logged (then once a minute).
     fn flush_sync_backing(&self, file: FileId, fd: &File, datasync: bool) -> io::Result<()> {
-        if let Some(f) = self.lock().files.get_mut(&file) {
+        if let Some(f) = self.lock().files_mut().get_mut(&file) {
             f.begin_sync();
         }
         if let Err(e) = self.dev_sync(file, fd, datasync) {
-            let log = match self.lock().files.get_mut(&file) {
+            let log = match self.lock().files_mut().get_mut(&file) {
                 Some(f) => {
                     f.sync_failed();
                     f.log_failure(Instant::now())
@@ -465,7 +470,7 @@ impl Inner {
                 );
             })?;
         let mut eng = self.lock();
-        if let Some(f) = eng.files.get_mut(&file) {
+        if let Some(f) = eng.files_mut().get_mut(&file) {
             // The old handle is still held by the caller: not closed under the lock.
             f.upgrade_backing(fd, &rw);
         }

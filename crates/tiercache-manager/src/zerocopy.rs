@@ -77,14 +77,14 @@ impl Inner {
                 b += n;
             }
             let eng = self.lock();
-            let size = eng.files.get(&file).map_or(0, |f| f.size());
+            let size = eng.files().get(&file).map_or(0, |f| f.size());
             for &i in &missing {
                 let block = first + i;
                 if block.saturating_mul(self.bs as u64) >= size {
                     continue;
                 }
                 let key = Self::key(file, block);
-                let Some(slot) = eng.tier.peek(&key) else {
+                let Some(slot) = eng.tier().peek(&key) else {
                     continue;
                 };
                 // Under the engine lock no claim or retire runs: a valid slot pins for sure.
@@ -109,7 +109,7 @@ impl Inner {
             self.truncate(file, None, n, true)?;
         }
         self.fsync(file, false)?;
-        Ok(self.lock().files.get(&file).map_or(0, |f| f.size()))
+        Ok(self.lock().files().get(&file).map_or(0, |f| f.size()))
     }
 
     /// Client `id` is gone: its pins go, and slots held back for it are freed.

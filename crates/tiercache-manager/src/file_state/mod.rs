@@ -6,7 +6,8 @@
 //! Invariants (all under the engine lock):
 //! - `dirty ⊆ blocks` for blocks the engine tracks: a block is marked dirty only when cached
 //!   ([`FileState::mark_dirty`] after [`FileState::note_cached`]); dropping a dirty block
-//!   clears it first (the engine's `clear_dirty` before `note_gone`);
+//!   clears it first ([`FileTable::gone`]). The block sets change only through the
+//!   [`FileTable`]'s transitions (`table`), which the engine calls with the tier's change;
 //! - `dirtied_at` is `Some` exactly while `dirty` is not empty;
 //! - `backing_size ≤ size` after every transition that changes either ([`FileState::wrote_through`],
 //!   [`FileState::wrote_to_backing`] cap at `size`; truncation and direct changes set both);
@@ -24,6 +25,10 @@
 //! - `lower_dirty` blocks (newest bytes only in the tier below) keep the state and its
 //!   backing handle (`Engine::gc_file`); they are only dropped without cleaning when the data
 //!   is meaningless (unlinked, replaced forgotten state, truncated away).
+
+mod table;
+
+pub(crate) use table::FileTable;
 
 use crate::error::{ErrorLog, StoredError};
 use crate::stamp::{version_of, BirthTime, FileStamp};
@@ -105,8 +110,8 @@ impl ReadAhead {
     }
 }
 
-/// Everything the tier knows about one file (guarded by the engine lock; a row of the file
-/// table `Engine::files`). Fields are private: see each for the methods that change it.
+/// Everything the tier knows about one file (guarded by the engine lock; a row of the
+/// [`FileTable`]). Fields are private: see each for the methods that change it.
 #[derive(Debug)]
 pub(crate) struct FileState {
     /// Per-file locks; never replaced (a new state of the same id has new ones).
@@ -136,10 +141,10 @@ pub(crate) struct FileState {
     /// [`Self::attach`] and [`Self::release_handle`] (`files`).
     handles: u32,
     /// Cached block indices, in order. Changed by [`Self::note_cached`] and
-    /// [`Self::note_gone`] (`engine` only).
+    /// [`Self::note_gone`], private: only [`FileTable`]'s block transitions call them.
     blocks: BTreeSet<u64>,
     /// Dirty block indices, in order (⊆ `blocks`). Changed by [`Self::mark_dirty`] and
-    /// [`Self::mark_clean`] (`engine` only).
+    /// [`Self::mark_clean`], private: only [`FileTable`]'s block transitions call them.
     dirty: BTreeSet<u64>,
     /// Blocks whose newest bytes were written back into the lower tier that takes dirty data
     /// and are not on BACKING yet (the cleaner puts them there). A read of one that the tier
@@ -389,22 +394,22 @@ impl FileState {
         self.handle = Some(h);
     }
 
-    // ---- cached and dirty blocks (`engine` only) ----
+    // ---- cached and dirty blocks: private to this module, driven by [`FileTable`] ----
 
-    pub(crate) fn note_cached(&mut self, block: u64) {
+    fn note_cached(&mut self, block: u64) {
         self.blocks.insert(block);
     }
     /// The block left memory (it must be clean by now: see [`Self::mark_clean`]).
-    pub(crate) fn note_gone(&mut self, block: u64) {
+    fn note_gone(&mut self, block: u64) {
         self.blocks.remove(&block);
     }
     /// A write landed in `block` (cached) at `now`.
-    pub(crate) fn mark_dirty(&mut self, block: u64, now: Instant) {
+    fn mark_dirty(&mut self, block: u64, now: Instant) {
         self.dirty.insert(block);
         self.dirtied_at.get_or_insert(now);
     }
     /// `block` is clean (written back, or dropped with its meaningless data).
-    pub(crate) fn mark_clean(&mut self, block: u64) {
+    fn mark_clean(&mut self, block: u64) {
         self.dirty.remove(&block);
         if self.dirty.is_empty() {
             self.dirtied_at = None;
