@@ -19,12 +19,14 @@ use crate::stamp::FileStamp;
 use crate::stats::{
     classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
 };
+use crate::sync_batch::SyncState;
 use crate::times::LogicalTimes;
 use crate::trace::TraceSink;
+use crate::wake::Wake;
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 use tiercache_core::tier::{Tier, TierConfig};
@@ -35,74 +37,93 @@ use tiercache_tier::{TierKind, TierSnapshot};
 
 pub(crate) use crate::locks::{lock, read_lock, try_read_lock, write_lock};
 
-/// Flusher wake-up state.
-#[derive(Debug, Default)]
-pub(crate) struct FlushCtl {
-    pub stop: bool,
-    pub kicks: u64,
-}
-
-/// State shared by the request paths and the flusher threads.
+/// State shared by the request paths and the flusher threads. Its fields are private: the
+/// ones fixed at construction are read through the accessors below; what changes is owned by
+/// types that keep their own invariants (the engine behind its lock, [`Wake`], `SyncState`,
+/// the counters' atomics, the flush timings).
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub cfg: MemConfig,
-    pub bs: usize,
-    pub shift: u32,
-    pub arena: Arena,
-    pub engine: Mutex<Engine>,
-    /// Mount id of BACKING's root (`MemCache::set_backing_root`): a file on another mount (a
-    /// submount) has no handle a persistent tier could reopen it by after a crash.
-    pub backing_mount: std::sync::OnceLock<i32>,
-    pub device: Arc<dyn BackingIo>,
-    pub counters: Counters,
-    pub dirty_limit: usize,
-    pub dirty_bg_limit: usize,
-    pub flush_ctl: Mutex<FlushCtl>,
-    pub flush_cv: Condvar,
-    pub trace_dropped: Arc<AtomicU64>,
-    pub trace_thread: Mutex<Option<JoinHandle<()>>>,
-    pub start: Instant,
-    /// Closed files still holding their backing descriptor (dirty or not yet synced): exact
-    /// after each flusher round, counted up by `release` in between (see `closed_fd_budget`).
-    pub closed_fds: std::sync::atomic::AtomicUsize,
-    /// One thread at a time runs `bound_closed_fds` from `release`.
-    pub closed_fd_gate: Mutex<()>,
-    /// When the last background sync round began, in ms since `start` (see `sync_batch`).
-    pub last_sync_ms: AtomicU64,
-    /// `closed_fd_budget()` as of the last flusher round (a `release` reads it: no
-    /// `getrlimit` per close).
-    pub fd_budget: std::sync::atomic::AtomicUsize,
+    cfg: MemConfig,
+    bs: usize,
+    shift: u32,
+    arena: Arena,
+    engine: Mutex<Engine>,
+    /// Mount id of BACKING's root (`MemCache::set_backing_root`, once): a file on another
+    /// mount (a submount) has no handle a persistent tier could reopen it by after a crash.
+    backing_mount: std::sync::OnceLock<i32>,
+    device: Arc<dyn BackingIo>,
+    counters: Counters,
+    dirty_limit: usize,
+    dirty_bg_limit: usize,
+    /// Wakes and stops the flushers and the cleaner.
+    wake: Wake,
+    trace_dropped: Arc<AtomicU64>,
+    trace_thread: Mutex<Option<JoinHandle<()>>>,
+    start: Instant,
+    /// The sync rounds' clock and the closed files' descriptor count (see `sync_batch`).
+    sync: SyncState,
     /// The tiers below memory, if any.
-    pub lower: Option<Arc<Lower>>,
+    lower: Option<Arc<Lower>>,
     /// The flusher's timings in force: `cfg`'s until a reload changes them
     /// ([`MemCache::set_flush_timings`]).
-    pub timings: crate::config::FlushTimings,
+    timings: crate::config::FlushTimings,
+}
+
+/// What is fixed at construction, and the owned parts, for the other modules.
+impl Inner {
+    pub(crate) fn cfg(&self) -> &MemConfig {
+        &self.cfg
+    }
+    /// The block size in bytes (`1 << shift()`).
+    pub(crate) fn bs(&self) -> usize {
+        self.bs
+    }
+    pub(crate) fn shift(&self) -> u32 {
+        self.shift
+    }
+    pub(crate) fn arena(&self) -> &Arena {
+        &self.arena
+    }
+    /// BACKING's root mount id, once `MemCache::set_backing_root` said it.
+    pub(crate) fn backing_mount(&self) -> Option<i32> {
+        self.backing_mount.get().copied()
+    }
+    pub(crate) fn device(&self) -> &Arc<dyn BackingIo> {
+        &self.device
+    }
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    /// Dirty blocks past which writers wait for write-back.
+    pub(crate) fn dirty_limit(&self) -> usize {
+        self.dirty_limit
+    }
+    /// Dirty blocks past which the flushers are kicked.
+    pub(crate) fn dirty_bg_limit(&self) -> usize {
+        self.dirty_bg_limit
+    }
+    pub(crate) fn wake(&self) -> &Wake {
+        &self.wake
+    }
+    /// When the cache was made (the clock of its statistics and sync rounds).
+    pub(crate) fn start(&self) -> Instant {
+        self.start
+    }
+    pub(crate) fn sync_state(&self) -> &SyncState {
+        &self.sync
+    }
+    /// The tiers below memory, if any.
+    pub(crate) fn lower(&self) -> Option<&Arc<Lower>> {
+        self.lower.as_ref()
+    }
+    pub(crate) fn timings(&self) -> &crate::config::FlushTimings {
+        &self.timings
+    }
 }
 
 /// Nanoseconds since `t0` (saturating).
 fn elapsed_ns(t0: Instant) -> u64 {
     u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// How many closed files may hold a backing descriptor while their write-back is pending: half
-/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter, its callers'
-/// status files a 64th). Past half
-/// of it, closes write back and sync the oldest at once (a `tar x` of many small files must not run the daemon out of
-/// descriptors).
-pub(crate) fn closed_fd_budget() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid out pointer.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur
-    } else {
-        1024
-    };
-    usize::try_from(soft / 2)
-        .unwrap_or(usize::MAX)
-        .clamp(8, 65_536)
 }
 
 impl Inner {
@@ -126,9 +147,7 @@ impl Inner {
 
     /// Wakes a flusher thread early (dirty data above the background limit).
     pub(crate) fn kick_flusher(&self) {
-        lock(&self.flush_ctl).kicks += 1;
-        // All: the cleaning thread waits on the same condition variable.
-        self.flush_cv.notify_all();
+        self.wake.kick();
     }
 
     pub(crate) fn dev_read(
@@ -334,14 +353,10 @@ impl MemCache {
             counters: Counters::default(),
             dirty_limit: cfg.dirty_limit(),
             dirty_bg_limit: cfg.dirty_background_limit(),
-            flush_ctl: Mutex::new(FlushCtl::default()),
-            closed_fds: std::sync::atomic::AtomicUsize::new(0),
-            closed_fd_gate: Mutex::new(()),
-            last_sync_ms: AtomicU64::new(0),
-            fd_budget: std::sync::atomic::AtomicUsize::new(closed_fd_budget()),
+            wake: Wake::default(),
+            sync: SyncState::new(),
             lower: lower.clone(),
             backing_mount: std::sync::OnceLock::new(),
-            flush_cv: Condvar::new(),
             trace_dropped: Arc::new(AtomicU64::new(0)),
             trace_thread: Mutex::new(None),
             start,
@@ -528,8 +543,7 @@ impl MemCache {
     pub fn shutdown(&self) -> io::Result<()> {
         let first = !std::mem::replace(&mut *lock(&self.shut), true);
         if first {
-            lock(&self.inner.flush_ctl).stop = true;
-            self.inner.flush_cv.notify_all();
+            self.inner.wake.stop();
             if let Some(l) = &self.inner.lower {
                 l.stop();
             }

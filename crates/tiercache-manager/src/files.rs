@@ -118,7 +118,7 @@ impl Inner {
     ) -> io::Result<OpenOutcome> {
         let mode = access_mode(&backing)?;
         let born = birth_time(&backing);
-        let fkey = match &self.lower {
+        let fkey = match self.lower() {
             Some(_) => Some(file_key(&backing, born)?),
             None => None,
         };
@@ -310,7 +310,7 @@ impl Inner {
             );
         }
         self.attach(eng, a);
-        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+        if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
         Some(OpenOutcome {
@@ -346,7 +346,7 @@ impl Inner {
         if self.closed_fds_near_bound() {
             return false;
         }
-        if self.lower.is_some() {
+        if self.lower().is_some() {
             let eng = self.lock();
             let last_after_forget = eng
                 .files()
@@ -396,7 +396,7 @@ impl Inner {
             (fd, kick, holds)
         };
         drop(fd);
-        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+        if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
         if kick {
@@ -517,7 +517,7 @@ impl Inner {
             }
         }
         drop(eng);
-        if let (Some((fk, m)), Some(t)) = (meta, self.lower.as_ref().and_then(|l| l.dirty_tier())) {
+        if let (Some((fk, m)), Some(t)) = (meta, self.lower().and_then(|l| l.dirty_tier())) {
             t.set_file_meta(&fk, &m);
         }
         Ok(())
@@ -581,7 +581,7 @@ impl Inner {
             }
         }
         drop(eng);
-        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+        if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
         result

@@ -13,7 +13,7 @@ use crate::error::unknown_file;
 use crate::stats::Counters;
 use crate::writeback::Why;
 use std::io;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::FileId;
 
@@ -23,21 +23,8 @@ const MAX_THROTTLE_ROUNDS: usize = 64;
 impl Inner {
     pub(crate) fn flusher_loop(&self) {
         loop {
-            {
-                let ctl = lock(&self.flush_ctl);
-                if ctl.stop {
-                    return;
-                }
-                let kicks = ctl.kicks;
-                let (ctl, _) = self
-                    .flush_cv
-                    .wait_timeout_while(ctl, self.timings.interval(), |c| {
-                        !c.stop && c.kicks == kicks
-                    })
-                    .unwrap_or_else(PoisonError::into_inner);
-                if ctl.stop {
-                    return;
-                }
+            if !self.wake().wait_for_kick(self.timings().interval()) {
+                return;
             }
             self.flush_tick();
         }
@@ -46,12 +33,12 @@ impl Inner {
     /// One flusher round.
     fn flush_tick(&self) {
         let now = Instant::now();
-        let wb_total = Counters::get(&self.counters.writeback_blocks);
+        let wb_total = Counters::get(&self.counters().writeback_blocks);
         let candidates: Vec<(FileId, Option<Instant>, usize)> = {
             let mut eng = self.lock();
             eng.windows_at(now)
                 .0
-                .sample_rate(now, wb_total, self.timings.interval());
+                .sample_rate(now, wb_total, self.timings().interval());
             eng.files()
                 .dirty_files()
                 .map(|(id, f)| (*id, f.dirtied_at(), f.dirty().len()))
@@ -61,7 +48,9 @@ impl Inner {
         // BACKING, and so are their inodes): a disk's elevator sees a mostly sequential stream.
         let (mut expired, others): (Vec<_>, Vec<_>) =
             candidates.into_iter().partition(|&(_, at, _)| {
-                at.is_some_and(|t| now.saturating_duration_since(t) >= self.timings.dirty_expire())
+                at.is_some_and(|t| {
+                    now.saturating_duration_since(t) >= self.timings().dirty_expire()
+                })
             });
         expired.sort_unstable_by_key(|&(id, _, _)| id.0);
         let expired: Vec<FileId> = expired.into_iter().map(|(id, _, _)| id).collect();
@@ -73,8 +62,8 @@ impl Inner {
         // rounds that stopped right at the ratio scanned every dirty file once per write. The
         // files chosen are written in inode order too.
         let dirty = self.lock().dirty_blocks();
-        if dirty > self.dirty_bg_limit {
-            let mut over = dirty - (self.dirty_bg_limit - self.dirty_bg_limit / 4);
+        if dirty > self.dirty_bg_limit() {
+            let mut over = dirty - (self.dirty_bg_limit() - self.dirty_bg_limit() / 4);
             let mut others = others;
             others.sort_by_key(|&(id, at, _)| (at, id.0));
             let mut chosen: Vec<FileId> = Vec::new();
@@ -95,18 +84,18 @@ impl Inner {
         if self.sync_due() {
             let _ = self.sync_written(crate::sync_batch::Scope::Closed);
         }
-        if self.lower.is_some() {
+        if self.lower().is_some() {
             self.clean_lower_round();
         }
         self.bound_closed_fds();
         // What this round wrote leaves no pages behind (an uncached BACKING device).
-        self.device.settle();
+        self.device().settle();
     }
 
     /// Background write-back of `files` in this order; `false` when the flusher is stopping.
     fn flush_background(&self, files: &[FileId]) -> bool {
         for &file in files {
-            if lock(&self.flush_ctl).stop {
+            if self.wake().stopping() {
                 return false;
             }
             // Errors are logged and remembered by flush_file.
@@ -122,7 +111,7 @@ impl Inner {
         for _ in 0..MAX_THROTTLE_ROUNDS {
             let target = {
                 let eng = self.lock();
-                if eng.dirty_blocks() <= self.dirty_limit {
+                if eng.dirty_blocks() <= self.dirty_limit() {
                     return;
                 }
                 eng.files()
@@ -135,7 +124,7 @@ impl Inner {
             };
             if !helped {
                 helped = true;
-                Counters::add(&self.counters.throttled_writes, 1);
+                Counters::add(&self.counters().throttled_writes, 1);
                 self.kick_flusher();
             }
             match self.flush_file(target, Why::Throttle) {
@@ -215,7 +204,7 @@ impl Inner {
             drop(fd);
         }
         if cleaned_any {
-            if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+            if let Some(t) = self.lower().and_then(|l| l.dirty_tier()) {
                 if let Err(e) = t.sync() {
                     first.get_or_insert(io::Error::from(e));
                 }
@@ -226,7 +215,7 @@ impl Inner {
         if let Err(e) = self.sync_written(crate::sync_batch::Scope::All) {
             first.get_or_insert(e);
         }
-        self.device.settle();
+        self.device().settle();
         first.map_or(Ok(()), Err)
     }
 }

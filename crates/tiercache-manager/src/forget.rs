@@ -56,7 +56,7 @@ impl Inner {
                 let r = self.flush_locked(file, crate::writeback::Why::Forget);
                 // A forgotten file keeps no descriptor: not even the device's, for the pages
                 // its write-back left (an uncached device holds one until it drops them).
-                self.device.settle();
+                self.device().settle();
                 r.map(|_| ())
             }
             _ => Ok(()),
@@ -65,7 +65,7 @@ impl Inner {
         let (dropped, fd) =
             self.forget_locked(file, &shared, unlinked, &written, &mut invalidate_below);
         drop(fd);
-        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+        if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
         dropped
@@ -196,11 +196,11 @@ impl Inner {
     ) -> Option<(Option<Arc<File>>, usize)> {
         // Errors are logged and counted by the write-back itself.
         let _ = self.flush_locked(file, crate::writeback::Why::Forget);
-        self.device.settle();
+        self.device().settle();
         let mut invalidate_below = None;
         let result = self.drop_forgotten_locked(file, shared, &mut invalidate_below);
         // After the engine lock: the caller holds the file's `io` and `op` locks.
-        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
+        if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
         result

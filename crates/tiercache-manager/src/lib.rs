@@ -77,6 +77,7 @@ mod times;
 mod trace;
 mod transit;
 mod versions;
+mod wake;
 mod write;
 mod writeback;
 mod zerocopy;

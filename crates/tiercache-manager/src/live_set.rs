@@ -13,7 +13,7 @@ impl MemCache {
     /// The flusher's interval and dirty-expiry time in force (`config()` keeps the values the
     /// cache was built with).
     pub fn flush_timings(&self) -> (Duration, Duration) {
-        let t = &self.inner().timings;
+        let t = self.inner().timings();
         (t.interval(), t.dirty_expire())
     }
 
@@ -26,7 +26,7 @@ impl MemCache {
         if interval.is_zero() {
             return Err(MemError::config("flush-interval", "must be above zero"));
         }
-        self.inner().timings.set(interval, dirty_expire);
+        self.inner().timings().set(interval, dirty_expire);
         self.inner().kick_flusher();
         Ok(())
     }
@@ -40,7 +40,7 @@ impl MemCache {
 
     /// A new sequential-run threshold for lower tier `k` (top first), which must have one.
     pub fn set_seq_threshold(&self, k: usize, t: Threshold) -> Result<(), MemError> {
-        let lower = self.inner().lower.as_ref();
+        let lower = self.inner().lower();
         if lower.is_some_and(|l| l.bypass.set_threshold(k, t)) {
             Ok(())
         } else {

@@ -102,7 +102,7 @@ impl Inner {
     /// The tier write-back of a file goes to for this kind of write-back (`sync`: an `fsync`
     /// or `flush_all`), if any.
     pub(crate) fn dirty_tier_for(&self, sync: bool) -> Option<Arc<dyn DataTier>> {
-        let t = self.lower.as_ref()?.dirty_tier()?;
+        let t = self.lower()?.dirty_tier()?;
         (!sync || t.info().persistent).then(|| Arc::clone(t))
     }
 
@@ -119,7 +119,7 @@ impl Inner {
             return (!h.bytes.is_empty()).then_some(h);
         }
         let h = match crate::handle::file_handle_and_mount(fd) {
-            Ok((h, mount)) if self.backing_mount.get().is_none_or(|&m| m == mount) => h,
+            Ok((h, mount)) if self.backing_mount().is_none_or(|m| m == mount) => h,
             Ok(_) => {
                 log::info!(
                     "file {}: on another mount than BACKING's root: written back to BACKING",
@@ -162,7 +162,7 @@ impl Inner {
         } = id;
         let mut stored = Vec::with_capacity(list.len());
         let mut rest = Vec::new();
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = vec![0u8; self.bs()];
         let policy = tier.has_cleaning_policy();
         let batch: HashSet<u64> = list.iter().map(|s| s.0).collect();
         // The tier's policy hears of every block stored (each is a request to the device, as
@@ -182,7 +182,7 @@ impl Inner {
                 self.clean_advised(blocks, Some(file)) > 0
             }
         };
-        let cutoff = self.lower.as_ref().and_then(|l| l.dirty_seq_cutoff());
+        let cutoff = self.lower().and_then(|l| l.dirty_seq_cutoff());
         let long = long_runs(list, cutoff);
         let mut bypassed = 0u64;
         for (i, &(block, slot, seq)) in list.iter().enumerate() {
@@ -197,7 +197,7 @@ impl Inner {
             }
             let key = Self::key(file, block);
             {
-                let g = self.arena.read(slot);
+                let g = self.arena().read(slot);
                 if !g.state().holds(key) {
                     rest.push((block, slot, seq));
                     continue;
@@ -222,7 +222,7 @@ impl Inner {
                 }
             }
         }
-        if let (true, Some(l)) = (bypassed > 0, &self.lower) {
+        if let (true, Some(l)) = (bypassed > 0, self.lower()) {
             l.count_dirty_bypass(bypassed as usize);
         }
         (stored, rest)
@@ -240,7 +240,7 @@ impl Inner {
         file: FileId,
         only: Option<&HashSet<u64>>,
     ) -> io::Result<usize> {
-        let Some(lower) = self.lower.as_ref() else {
+        let Some(lower) = self.lower() else {
             return Ok(0);
         };
         // Detached or not: a detached tier is still asked (`read_dirty` tries the device) for
@@ -295,7 +295,7 @@ impl Inner {
             // With what the tier may have spilled of it since it became clean.
             lower.invalidate_from_dirty_tier(TierKey::new(fkey, block));
         }
-        if let (true, Some(lower)) = (drop_all_below, &self.lower) {
+        if let (true, Some(lower)) = (drop_all_below, self.lower()) {
             lower.invalidate_file(fkey, 0);
         }
         match err {
@@ -410,7 +410,7 @@ impl Inner {
         size: u64,
         blocks: &[u64],
     ) -> Cleaned {
-        let bs = self.bs;
+        let bs = self.bs();
         let max_run = (MAX_RUN_BYTES / bs).max(1);
         let mut done = Vec::with_capacity(blocks.len());
         let mut run: Vec<(u64, Option<u64>)> = Vec::new();
@@ -423,7 +423,7 @@ impl Inner {
                      wrote_end: &mut u64|
          -> io::Result<()> {
             if let Some(&(first, _)) = run.first() {
-                let start = first << self.shift;
+                let start = first << self.shift();
                 self.dev_write(file, fd, buf, start)?;
                 *wrote_end = (*wrote_end).max(start + buf.len() as u64);
                 done.append(run);
@@ -432,7 +432,7 @@ impl Inner {
             Ok(())
         };
         for &block in blocks {
-            let start = block << self.shift;
+            let start = block << self.shift();
             let seq = match tier.read_dirty(&TierKey::new(fkey, block), version, &mut block_buf) {
                 Ok(Some(seq)) => seq,
                 Ok(None) => {
@@ -482,7 +482,7 @@ impl Inner {
         (fkey, version, class): (tiercache_tier::FileKey, u64, tiercache_core::Class),
         copied: &[(BlockKey, SlotId, u64)],
     ) {
-        let Some(lower) = self.lower.as_ref().filter(|l| l.fills_on_write()) else {
+        let Some(lower) = self.lower().filter(|l| l.fills_on_write()) else {
             return;
         };
         let Some(shared) = self
@@ -496,9 +496,9 @@ impl Inner {
         for &(key, slot, seq) in copied {
             // The change counter before the bytes: a write after it makes the store void.
             let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
-            let g = self.arena.read(slot);
+            let g = self.arena().read(slot);
             if !g.state().holds(key)
-                || self.arena.seq(slot).load(tiercache_memtier::arena::ORD) != seq
+                || self.arena().seq(slot).load(tiercache_memtier::arena::ORD) != seq
             {
                 continue;
             }
@@ -527,7 +527,7 @@ impl Inner {
         ident: Option<(tiercache_tier::FileKey, u64, tiercache_core::Class)>,
     ) {
         let Some(t) = self
-            .lower
+            .lower()
             .as_ref()
             .and_then(|l| l.dirty_tier_any())
             .cloned()
@@ -545,7 +545,7 @@ impl Inner {
         for &(key, slot) in discards {
             let kept = match (&synced, ident) {
                 (Err(_), Some((_, version, class))) => {
-                    let g = self.arena.read(slot);
+                    let g = self.arena().read(slot);
                     let ok = g.state().holds(Self::key(file, key.block.0))
                         && matches!(
                             t.write_dirty(&key, version, class, g.data()),
@@ -596,7 +596,7 @@ impl Inner {
         buf: &mut [u8],
     ) -> io::Result<bool> {
         let eio = || io::Error::from_raw_os_error(libc::EIO);
-        let lower = self.lower.as_ref().ok_or_else(eio)?;
+        let lower = self.lower().ok_or_else(eio)?;
         // A cleaning may take it from the tier between our plan and this read; then the
         // block has left `lower_dirty` first... after reaching BACKING. Look twice.
         for _ in 0..2 {
@@ -678,7 +678,7 @@ impl Inner {
             cleaned += r.unwrap_or(0);
         }
         if cleaned > 0 {
-            if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+            if let Some(t) = self.lower().and_then(|l| l.dirty_tier()) {
                 // `mark_clean` is lazy: make the cleaning durable (frees sets for good).
                 if let Err(e) = t.sync() {
                     log::error!("{e}");
@@ -691,25 +691,15 @@ impl Inner {
     /// The cleaning thread of a dirty tier with its own cleaning policy: ticks it and cleans
     /// what it (and reads) advise, until the cache stops.
     pub(crate) fn cleaner_loop(&self, period: std::time::Duration) {
-        let Some(lower) = self.lower.clone() else {
+        let Some(lower) = self.lower().cloned() else {
             return;
         };
         let Some(tier) = lower.dirty_tier().cloned() else {
             return;
         };
         loop {
-            {
-                let ctl = crate::cache::lock(&self.flush_ctl);
-                if ctl.stop {
-                    return;
-                }
-                let (ctl, _) = self
-                    .flush_cv
-                    .wait_timeout(ctl, period)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if ctl.stop {
-                    return;
-                }
+            if !self.wake().wait_once(period) {
+                return;
             }
             if lower.dirty_tier_detaching() {
                 self.detach_dirty_tier(&lower);
@@ -765,7 +755,7 @@ impl Inner {
     /// cleaning policy of its own is cleaned by `cleaner_loop` instead.
     pub(crate) fn clean_lower_round(&self) {
         if self
-            .lower
+            .lower()
             .as_ref()
             .and_then(|l| l.dirty_tier())
             .is_some_and(|t| t.has_cleaning_policy())

@@ -173,10 +173,10 @@ impl Inner {
     ) -> io::Result<Planned> {
         // Allocated before the engine lock (nothing allocates under it on the hit path): the
         // request's blocks plus the largest read-ahead window.
-        let span = ((offset.saturating_add(len as u64).saturating_sub(1) >> self.shift)
-            - (offset >> self.shift)) as usize
+        let span = ((offset.saturating_add(len as u64).saturating_sub(1) >> self.shift())
+            - (offset >> self.shift())) as usize
             + 1;
-        let mut steps = Vec::with_capacity(span + self.cfg.readahead_max_blocks as usize);
+        let mut steps = Vec::with_capacity(span + self.cfg().readahead_max_blocks as usize);
         let mut eng = self.lock();
         let f = eng
             .files_mut()
@@ -189,7 +189,7 @@ impl Inner {
             return Ok(Planned::Eof);
         }
         let end = offset.saturating_add(len as u64).min(size);
-        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        let (b0, b1) = (offset >> self.shift(), (end - 1) >> self.shift());
         let class = f.class();
         if hits_only && !self.all_valid(&eng, file, b0..=b1) {
             return Ok(Planned::Wait(class));
@@ -198,8 +198,8 @@ impl Inner {
             .files_mut()
             .get_mut(&file)
             .ok_or_else(|| unknown_file(file))?;
-        let window = f.advance_read_ahead(offset, end, self.cfg.readahead_max_blocks);
-        let skip = match &self.lower {
+        let window = f.advance_read_ahead(offset, end, self.cfg().readahead_max_blocks);
+        let skip = match self.lower() {
             Some(l) if l.bypass.any() => {
                 let run = f.advance_seq_run(b0, b1 - b0 + 1);
                 l.bypass.skip_mask(run, b1 - b0 + 1)
@@ -208,7 +208,7 @@ impl Inner {
         };
         let (fkey, version) = (f.fkey(), f.version());
         let any_lower_dirty = !f.lower_dirty().is_empty();
-        let last = (size - 1) >> self.shift;
+        let last = (size - 1) >> self.shift();
         let blocks = PlanBlocks {
             file,
             class,
@@ -229,8 +229,8 @@ impl Inner {
             class,
             fkey,
             version,
-            shared: self.lower.as_ref().map(|_| Arc::clone(shared)),
-            change: match self.lower {
+            shared: self.lower().map(|_| Arc::clone(shared)),
+            change: match self.lower() {
                 Some(_) => shared.change.load(std::sync::atomic::Ordering::SeqCst),
                 None => 0,
             },
@@ -244,7 +244,7 @@ impl Inner {
             let key = Self::key(file, block);
             eng.tier()
                 .peek(&key)
-                .and_then(|slot| self.arena.try_state(slot))
+                .and_then(|slot| self.arena().try_state(slot))
                 .is_some_and(|st| st.holds(key))
         })
     }
@@ -266,7 +266,7 @@ impl Inner {
                     eng.pin(slot);
                     Plan::Hit(slot)
                 }
-                None => match eng.insert_fresh(&self.arena, key, p.class) {
+                None => match eng.insert_fresh(self.arena(), key, p.class) {
                     Some(slot) => Plan::Fill(slot),
                     None => Plan::Bypass,
                 },
@@ -294,7 +294,7 @@ impl Inner {
                 break;
             }
             let lower_dirty = p.lower_dirty(eng, block);
-            match eng.insert_fresh(&self.arena, key, p.class) {
+            match eng.insert_fresh(self.arena(), key, p.class) {
                 Some(slot) => steps.push(Step {
                     block,
                     plan: Plan::Fill(slot),
@@ -308,9 +308,9 @@ impl Inner {
 
     /// Copies the part of block `block` (whose bytes are `data`) that the request wants.
     fn copy_out(&self, plan: &ReadPlan, block: u64, data: &[u8], out: &mut [u8]) {
-        let bstart = block << self.shift;
+        let bstart = block << self.shift();
         let lo = bstart.max(plan.offset);
-        let hi = (bstart + self.bs as u64).min(plan.end);
+        let hi = (bstart + self.bs() as u64).min(plan.end);
         if lo >= hi {
             return;
         }
@@ -344,7 +344,7 @@ impl Inner {
         suspects: &mut Vec<(BlockKey, SlotId)>,
         hits_only: bool,
     ) -> io::Result<()> {
-        let bs = self.bs;
+        let bs = self.bs();
         let steps = &plan.steps;
         let is_hit = |s: &Step| matches!(s.plan, Plan::Hit(_));
         let mut i = 0;
@@ -365,7 +365,7 @@ impl Inner {
                 let data = &buf[k * bs..(k + 1) * bs];
                 if let Plan::Fill(slot) = step.plan {
                     let key = Self::key(file, step.block);
-                    let mut g = self.arena.write(slot);
+                    let mut g = self.arena().write(slot);
                     let st = g.state();
                     if st.holds(key) {
                         // A writer filled it meanwhile; its bytes are the newer ones.
@@ -382,10 +382,10 @@ impl Inner {
                         });
                     }
                     if !step.requested {
-                        Counters::add(&self.counters.readahead_blocks, 1);
+                        Counters::add(&self.counters().readahead_blocks, 1);
                     }
                 } else {
-                    Counters::add(&self.counters.bypass_blocks, 1);
+                    Counters::add(&self.counters().bypass_blocks, 1);
                 }
                 if step.requested {
                     self.copy_out(plan, step.block, data, out);
@@ -399,7 +399,7 @@ impl Inner {
             };
             let key = Self::key(file, step.block);
             {
-                let g = self.arena.read(slot);
+                let g = self.arena().read(slot);
                 if g.state().holds(key) {
                     self.copy_out(plan, step.block, g.data(), out);
                     continue;
@@ -418,16 +418,16 @@ impl Inner {
                 _ => false,
             };
             match below {
-                true => zero_past_eof(&mut buf, step.block << self.shift, plan.size),
+                true => zero_past_eof(&mut buf, step.block << self.shift(), plan.size),
                 false => self.read_backing(
                     file,
                     &plan.fd,
                     &mut buf,
-                    step.block << self.shift,
+                    step.block << self.shift(),
                     plan.size,
                 )?,
             }
-            Counters::add(&self.counters.bypass_blocks, 1);
+            Counters::add(&self.counters().bypass_blocks, 1);
             self.copy_out(plan, step.block, &buf, out);
         }
         Ok(())
@@ -443,9 +443,9 @@ impl Inner {
         run: &[Step],
         buf: &mut [u8],
     ) -> io::Result<()> {
-        let bs = self.bs;
-        let start = run[0].block << self.shift;
-        let (Some(lower), Some(fk), Some(shared)) = (&self.lower, plan.fkey, &plan.shared) else {
+        let bs = self.bs();
+        let start = run[0].block << self.shift();
+        let (Some(lower), Some(fk), Some(shared)) = (self.lower(), plan.fkey, &plan.shared) else {
             if let Err(e) = self.read_backing(file, &plan.fd, buf, start, plan.size) {
                 log::warn!("file {}: backing read at {start} failed: {e}", file.0);
                 return Err(e);
@@ -464,12 +464,12 @@ impl Inner {
                 let b = &mut buf[(k + x) * bs..(k + x + 1) * bs];
                 from[x] = match lower.read(key, plan.version, take, plan.skip, b) {
                     Some(t) => {
-                        zero_past_eof(b, step.block << self.shift, plan.size);
+                        zero_past_eof(b, step.block << self.shift(), plan.size);
                         t
                     }
                     None if step.lower_dirty => {
                         if self.read_lower_dirty(file, fk, plan.version, step.block, b)? {
-                            zero_past_eof(b, step.block << self.shift, plan.size);
+                            zero_past_eof(b, step.block << self.shift(), plan.size);
                             1
                         } else {
                             depth // on BACKING by now
@@ -488,7 +488,7 @@ impl Inner {
                 while y < n && from[y] == depth {
                     y += 1;
                 }
-                let off = run[k + x].block << self.shift;
+                let off = run[k + x].block << self.shift();
                 let part = &mut buf[(k + x) * bs..(k + y) * bs];
                 let t0 = lower.bypass.measuring().then(Instant::now);
                 if let Err(e) = self.read_backing(file, &plan.fd, part, off, plan.size) {
@@ -534,11 +534,11 @@ impl Inner {
         }
         for step in &plan.steps {
             if let Plan::Fill(slot) = step.plan {
-                eng.reap(&self.arena, Self::key(file, step.block), slot);
+                eng.reap(self.arena(), Self::key(file, step.block), slot);
             }
         }
         for &(key, slot) in suspects {
-            eng.reap(&self.arena, key, slot);
+            eng.reap(self.arena(), key, slot);
         }
     }
 }

@@ -167,14 +167,14 @@ impl Inner {
         offset: u64,
         end: u64,
     ) -> bool {
-        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
-        if eng.dirty_blocks() > self.dirty_limit {
+        let (b0, b1) = (offset >> self.shift(), (end - 1) >> self.shift());
+        if eng.dirty_blocks() > self.dirty_limit() {
             return false;
         }
-        let bs = self.bs as u64;
+        let bs = self.bs() as u64;
         (b0..=b1).all(|block| {
             let key = Self::key(file, block);
-            let bstart = block << self.shift;
+            let bstart = block << self.shift();
             let partial = offset > bstart || end < bstart + bs;
             // A block whose newest bytes are only below is read from there unless written whole
             // (then memory takes it dirty, as a waiting write does; the copy below stays until
@@ -183,7 +183,7 @@ impl Inner {
                 partial && (bstart < f.backing_size() || f.lower_dirty().contains(&block));
             match eng.tier().peek(&key) {
                 Some(slot) => {
-                    !needs_old || self.arena.try_state(slot).is_some_and(|st| st.holds(key))
+                    !needs_old || self.arena().try_state(slot).is_some_and(|st| st.holds(key))
                 }
                 None => !needs_old && !eng.writing_through(&key),
             }
@@ -200,7 +200,7 @@ impl Inner {
         end: u64,
         no_wait: bool,
     ) -> io::Result<Result<WritePlan, Class>> {
-        let (b0, b1) = (offset >> self.shift, (end - 1) >> self.shift);
+        let (b0, b1) = (offset >> self.shift(), (end - 1) >> self.shift());
         // Allocated before the engine lock.
         let mut steps = Vec::with_capacity((b1 - b0 + 1) as usize);
         let mut eng = self.lock();
@@ -216,7 +216,7 @@ impl Inner {
             .ok_or_else(|| unknown_file(file))?;
         f.begin_write();
         // Counted before the change bump (see `try_write`).
-        let invalidated_below = no_wait && self.lower.is_some() && f.fkey().is_some();
+        let invalidated_below = no_wait && self.lower().is_some() && f.fkey().is_some();
         if invalidated_below {
             f.shared().no_wait_writes.fetch_add(1, Ordering::SeqCst);
         }
@@ -242,7 +242,7 @@ impl Inner {
                     eng.pin(slot);
                     WPlan::Cached(slot)
                 }
-                None => match eng.insert_fresh(&self.arena, key, class) {
+                None => match eng.insert_fresh(self.arena(), key, class) {
                     Some(slot) => WPlan::Cached(slot),
                     None if no_wait => {
                         // Every slot pinned or dirty.
@@ -288,7 +288,7 @@ impl Inner {
         for &(block, step) in steps {
             if let WPlan::Cached(slot) = step {
                 eng.unpin(slot);
-                eng.reap(&self.arena, Self::key(file, block), slot);
+                eng.reap(self.arena(), Self::key(file, block), slot);
             }
         }
         if invalidated_below {
@@ -303,7 +303,7 @@ impl Inner {
         fkey: Option<FileKey>,
         blocks: std::ops::RangeInclusive<u64>,
     ) -> bool {
-        match (&self.lower, fkey) {
+        match (self.lower(), fkey) {
             (Some(lower), Some(fk)) => blocks
                 .into_iter()
                 .all(|block| lower.try_invalidate(TierKey::new(fk, block))),
@@ -320,12 +320,12 @@ impl Inner {
         end: u64,
         data: &[u8],
     ) -> (Done, Option<io::Error>) {
-        let bs = self.bs as u64;
+        let bs = self.bs() as u64;
         let mut done = Done::default();
         // For write-throughs: the backing handle, or a read-write reopen of a read-only one.
         let mut through_fd: Option<Arc<File>> = None;
         for &(block, step) in &plan.steps {
-            let bstart = block << self.shift;
+            let bstart = block << self.shift();
             let (lo, hi) = (bstart.max(offset), (bstart + bs).min(end));
             let chunk = &data[(lo - offset) as usize..(hi - offset) as usize];
             let result = match step {
@@ -376,10 +376,8 @@ impl Inner {
             return;
         };
         // Detached or not: its older copies must not come back after a crash.
-        let (Some(fk), Some(tier)) = (
-            f.fkey(),
-            self.lower.as_ref().and_then(|l| l.dirty_tier_any()),
-        ) else {
+        let (Some(fk), Some(tier)) = (f.fkey(), self.lower().and_then(|l| l.dirty_tier_any()))
+        else {
             return;
         };
         let gone = f.lower_dirty_gone_from(first);
@@ -409,22 +407,22 @@ impl Inner {
         let fk = plan.fkey.ok_or_else(eio)?;
         // Detached or not: a detached tier's `write_dirty` fails and the block goes to BACKING.
         let tier = self
-            .lower
+            .lower()
             .as_ref()
             .and_then(|l| l.dirty_tier_any())
             .ok_or_else(eio)?;
         // One patch at a time, and none while the file is being cleaned: the block stays
         // lower-dirty from the read below to the store (no lost update, nothing untracked).
         let _below = lock(&plan.shared.below);
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = vec![0u8; self.bs()];
         if !self.read_lower_dirty(file, fk, plan.version, block, &mut buf)? {
             // Cleaned meanwhile: an ordinary write-through to BACKING.
             let fd = self.writable_backing(file, &plan.fd, plan.mode)?;
-            self.dev_write(file, &fd, chunk, (block << self.shift) + at as u64)?;
+            self.dev_write(file, &fd, chunk, (block << self.shift()) + at as u64)?;
             return Ok(true);
         }
         buf[at..at + chunk.len()].copy_from_slice(chunk);
-        let end = (block << self.shift) + (at + chunk.len()) as u64;
+        let end = (block << self.shift()) + (at + chunk.len()) as u64;
         let (class, size, handle) = {
             let eng = self.lock();
             let f = eng.files().get(&file);
@@ -465,10 +463,10 @@ impl Inner {
                     ),
                 }
                 let fd = self.writable_backing(file, &plan.fd, plan.mode)?;
-                let start = block << self.shift;
+                let start = block << self.shift();
                 let n = usize::try_from(size.saturating_sub(start))
-                    .unwrap_or(self.bs)
-                    .min(self.bs);
+                    .unwrap_or(self.bs())
+                    .min(self.bs());
                 self.dev_write(file, &fd, &buf[..n], start)?;
                 self.dev_sync(file, &fd, true)?;
                 if let Some(f) = self.lock().files_mut().get_mut(&file) {
@@ -490,8 +488,8 @@ impl Inner {
         at: usize,
         chunk: &[u8],
     ) -> io::Result<()> {
-        let bs = self.bs;
-        let bstart = key.block.0 << self.shift;
+        let bs = self.bs();
+        let bstart = key.block.0 << self.shift();
         let partial = at > 0 || at + chunk.len() < bs;
         // A block only below may lie past what BACKING holds: its bytes are still the old ones.
         let needs_old =
@@ -501,7 +499,7 @@ impl Inner {
         // block whole meanwhile.
         let mut old: Option<Vec<u8>> = None;
         let mut g = loop {
-            let g = self.arena.write(slot);
+            let g = self.arena().write(slot);
             let st = g.state();
             if st.key != Some(key) {
                 // Cannot happen: the slot is pinned, so it still belongs to `key`.
@@ -546,7 +544,7 @@ impl Inner {
             // Dropped at the plan; stores below are void until this bump (see `try_write`).
             plan.shared.change.fetch_add(1, Ordering::SeqCst);
             plan.shared.no_wait_writes.fetch_sub(1, Ordering::SeqCst);
-        } else if let (Some(lower), Some(fk)) = (&self.lower, plan.fkey) {
+        } else if let (Some(lower), Some(fk)) = (self.lower(), plan.fkey) {
             // Copies below memory of the blocks written are stale (dirty ones there stay until
             // the newer bytes reach them by write-back).
             plan.shared.change.fetch_add(1, Ordering::SeqCst);
@@ -557,14 +555,14 @@ impl Inner {
         let kick = {
             let mut eng = self.lock();
             for &(key, slot) in &done.cached {
-                eng.commit_write(&self.arena, key, slot, now);
+                eng.commit_write(self.arena(), key, slot, now);
             }
             for &(block, step) in &plan.steps {
                 let key = Self::key(file, block);
                 match step {
                     WPlan::Cached(slot) => {
                         eng.unpin(slot);
-                        eng.reap(&self.arena, key, slot);
+                        eng.reap(self.arena(), key, slot);
                     }
                     WPlan::Through => {
                         eng.end_write_through(key);
@@ -585,9 +583,9 @@ impl Inner {
                     f.set_mtime(Some(wall));
                 }
             }
-            eng.dirty_blocks() > self.dirty_bg_limit
+            eng.dirty_blocks() > self.dirty_bg_limit()
         };
-        Counters::add(&self.counters.write_through_blocks, done.through_blocks);
+        Counters::add(&self.counters().write_through_blocks, done.through_blocks);
         if kick {
             self.kick_flusher();
         }
@@ -612,7 +610,7 @@ impl Inner {
             tries += 1;
             let shared = match (self.shared(file), given) {
                 (Ok(shared), _) => shared,
-                (Err(_), Some(fd)) => return self.device.set_len(file, fd, new_size),
+                (Err(_), Some(fd)) => return self.device().set_len(file, fd, new_size),
                 (Err(e), None) => return Err(e),
             };
             let _io = lock(&shared.io);
@@ -657,7 +655,7 @@ impl Inner {
         if self.clean_lower_locked(file)? > 0 {
             // A persistent tier's lazy `mark_clean`s made durable before the size changes: no
             // record may bring back those blocks, with the old size, after a crash.
-            if let Some(t) = self.lower.as_ref().and_then(|l| l.dirty_tier()) {
+            if let Some(t) = self.lower().and_then(|l| l.dirty_tier()) {
                 if t.info().persistent {
                     t.sync().map_err(io::Error::from)?;
                 }
@@ -665,9 +663,9 @@ impl Inner {
         }
         // Recorded after the truncate only if this was the recorded stamp (see `versions`).
         let before = FileStamp::of_file(fd).ok();
-        self.device.set_len(file, fd, new_size)?;
+        self.device().set_len(file, fd, new_size)?;
         // Only once BACKING took the new size: a failed truncate keeps the tail's bytes.
-        self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs as u64));
+        self.drop_lower_dirty_from(file, new_size.div_ceil(self.bs() as u64));
         let invalidate_below;
         // BACKING's mtime is the truncate's now; dirty blocks left must not move it when written
         // back.
@@ -689,7 +687,7 @@ impl Inner {
             let old_size = f.size();
             f.truncated(new_size);
             if new_size < old_size {
-                let bs = self.bs as u64;
+                let bs = self.bs() as u64;
                 let gone: Vec<u64> = f.blocks().range(new_size.div_ceil(bs)..).copied().collect();
                 for block in gone {
                     let key = Self::key(file, block);
@@ -698,10 +696,10 @@ impl Inner {
                     }
                 }
                 let tail = (new_size % bs) as usize;
-                let key = Self::key(file, new_size >> self.shift);
+                let key = Self::key(file, new_size >> self.shift());
                 if let (true, Some(slot)) = (tail != 0, eng.tier().peek(&key)) {
                     // Unpinned (the file is quiesced), so nobody holds its lock.
-                    match self.arena.try_write(slot) {
+                    match self.arena().try_write(slot) {
                         Some(mut g) if g.state().holds(key) => g.data_mut()[tail..].fill(0),
                         Some(_) => {}
                         None => log::error!("file {}: tail block locked in truncate", file.0),
@@ -722,8 +720,8 @@ impl Inner {
                 f.set_mtime(mtime);
             }
         }
-        if let (Some(lower), Some(fk)) = (&self.lower, invalidate_below) {
-            lower.invalidate_file(fk, new_size >> self.shift);
+        if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
+            lower.invalidate_file(fk, new_size >> self.shift());
         }
         Ok(())
     }

@@ -171,9 +171,9 @@ impl Inner {
             self.discard_below(file, &wb.fd, &done.discards, snap.ident);
         }
         drop(done.fd_to_close);
-        Counters::add(&self.counters.writeback_blocks, done.cleaned as u64);
+        Counters::add(&self.counters().writeback_blocks, done.cleaned as u64);
         if let Some(e) = wb.err {
-            Counters::add(&self.counters.writeback_errors, 1);
+            Counters::add(&self.counters().writeback_errors, 1);
             // The flusher retries every interval: log the first failure, then once a minute.
             if let Some(unlogged) = done.log_err {
                 log::error!(
@@ -221,7 +221,7 @@ impl Inner {
         // write-back while the file is open and its dirty data young: the next write usually
         // completes it, and writing it now means writing it again (a seek back on a disk).
         // `fsync`, expiry and the last close write it.
-        let bs = self.bs as u64;
+        let bs = self.bs() as u64;
         let eof_block = f.size() / bs;
         let hold_eof = matches!(why, Why::Background | Why::Throttle)
             && f.handles() > 0
@@ -229,7 +229,7 @@ impl Inner {
             && f.dirty().len() > 1
             && f.dirty().last() == Some(&eof_block)
             && f.dirtied_at()
-                .is_some_and(|t| t.elapsed() < self.timings.dirty_expire());
+                .is_some_and(|t| t.elapsed() < self.timings().dirty_expire());
         let blocks: Vec<u64> = f
             .dirty()
             .iter()
@@ -253,7 +253,7 @@ impl Inner {
                 eng.pin(slot);
                 // The dirty sequence goes with the size snapshot: a write committed after this
                 // point (which may also have moved EOF past our clip) keeps it dirty.
-                let seq = self.arena.seq(slot).load(tiercache_memtier::arena::ORD);
+                let seq = self.arena().seq(slot).load(tiercache_memtier::arena::ORD);
                 snap.list.push((block, slot, seq));
             }
         }
@@ -370,7 +370,7 @@ impl Inner {
         let mut eng = self.lock();
         eng.end_backing_write(file, wb.end_ctime, wb.wrote_end);
         for &(key, slot, seq) in wb.copied.iter().chain(stored) {
-            done.cleaned += usize::from(eng.mark_clean(&self.arena, key, slot, seq));
+            done.cleaned += usize::from(eng.mark_clean(self.arena(), key, slot, seq));
         }
         if let (Some(f), Some((fkey, _, _))) = (eng.files_mut().get_mut(&file), snap.ident) {
             for &(key, slot, _) in &wb.copied {
@@ -488,7 +488,7 @@ impl Inner {
         size: u64,
         list: &[(u64, SlotId, u64)],
     ) -> (Vec<Copied>, Option<io::Error>, u64) {
-        let bs = self.bs;
+        let bs = self.bs();
         let max_run = (MAX_RUN_BYTES / bs).max(1);
         let mut done: Vec<Copied> = Vec::with_capacity(list.len());
         let mut run: Vec<Copied> = Vec::with_capacity(max_run.min(list.len()));
@@ -498,7 +498,7 @@ impl Inner {
         let mut wrote_end = 0u64;
         for &(block, slot, seq) in list {
             let key = Self::key(file, block);
-            let start = block << self.shift;
+            let start = block << self.shift();
             if start >= size {
                 // Beyond EOF (cannot normally happen): nothing to write.
                 done.push((key, slot, seq));
@@ -516,7 +516,7 @@ impl Inner {
                 done.append(&mut run);
                 buf.clear();
             }
-            let g = self.arena.read(slot);
+            let g = self.arena().read(slot);
             if !g.state().holds(key) {
                 log::error!("file {}: dirty block {block} not valid; left dirty", file.0);
                 continue;

@@ -26,7 +26,7 @@ pub const MAX_PIN: u64 = 4096;
 
 impl Inner {
     pub(crate) fn region(&self) -> Option<&Arc<Region>> {
-        self.arena.shared()
+        self.arena().shared()
     }
 
     /// Reads blocks `first..first+count` of `file` into the cache and pins each for client
@@ -43,7 +43,7 @@ impl Inner {
         })?;
         let too_far = || io::Error::new(io::ErrorKind::InvalidInput, "block range out of bounds");
         let end = first.checked_add(count).ok_or_else(too_far)?;
-        end.checked_mul(self.bs as u64)
+        end.checked_mul(self.bs() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(too_far)?;
         if count > MAX_PIN {
@@ -53,7 +53,7 @@ impl Inner {
             ));
         }
         let mut out = vec![None; count as usize];
-        let mut scratch = vec![0u8; self.bs * count.min(64) as usize];
+        let mut scratch = vec![0u8; self.bs() * count.min(64) as usize];
         for _ in 0..PIN_TRIES {
             let missing: Vec<u64> = (0..count).filter(|&i| out[i as usize].is_none()).collect();
             let Some(&lo) = missing.first() else {
@@ -65,8 +65,8 @@ impl Inner {
             let mut eof = false;
             while b <= hi && !eof {
                 let n = (hi - b + 1).min(64);
-                let buf = &mut scratch[..self.bs * n as usize];
-                let got = match self.read_into(file, (first + b) * self.bs as u64, buf) {
+                let buf = &mut scratch[..self.bs() * n as usize];
+                let got = match self.read_into(file, (first + b) * self.bs() as u64, buf) {
                     Ok(n) => n,
                     // Blocks pinned in an earlier round are the client's now: hand them over
                     // (it treats the rest as not kept) rather than lose them behind an error.
@@ -80,7 +80,7 @@ impl Inner {
             let size = eng.files().get(&file).map_or(0, |f| f.size());
             for &i in &missing {
                 let block = first + i;
-                if block.saturating_mul(self.bs as u64) >= size {
+                if block.saturating_mul(self.bs() as u64) >= size {
                     continue;
                 }
                 let key = Self::key(file, block);
@@ -93,7 +93,7 @@ impl Inner {
                 }
             }
             drop(eng);
-            let past_eof = |i: u64| (first + i).saturating_mul(self.bs as u64) >= size;
+            let past_eof = |i: u64| (first + i).saturating_mul(self.bs() as u64) >= size;
             if (0..count).all(|i| out[i as usize].is_some() || past_eof(i)) {
                 break;
             }
