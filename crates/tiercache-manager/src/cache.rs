@@ -19,7 +19,7 @@ use crate::stamp::FileStamp;
 use crate::stats::{
     classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
 };
-use crate::sync_batch::SyncState;
+use crate::sync_state::SyncState;
 use crate::times::LogicalTimes;
 use crate::trace::TraceSink;
 use crate::wake::Wake;
@@ -104,10 +104,6 @@ impl Inner {
     }
     pub(crate) fn wake(&self) -> &Wake {
         &self.wake
-    }
-    /// When the cache was made (the clock of its statistics and sync rounds).
-    pub(crate) fn start(&self) -> Instant {
-        self.start
     }
     pub(crate) fn sync_state(&self) -> &SyncState {
         &self.sync
@@ -354,7 +350,7 @@ impl MemCache {
             dirty_limit: cfg.dirty_limit(),
             dirty_bg_limit: cfg.dirty_background_limit(),
             wake: Wake::default(),
-            sync: SyncState::new(),
+            sync: SyncState::new(start),
             lower: lower.clone(),
             backing_mount: std::sync::OnceLock::new(),
             trace_dropped: Arc::new(AtomicU64::new(0)),

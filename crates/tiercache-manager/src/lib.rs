@@ -73,6 +73,7 @@ mod recover;
 mod stamp;
 mod stats;
 mod sync_batch;
+mod sync_state;
 mod times;
 mod trace;
 mod transit;

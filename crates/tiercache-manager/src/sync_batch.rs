@@ -5,7 +5,7 @@
 //! comes from the application's `fsync`/`fdatasync` (a per-file sync, as before), from
 //! `flush_all` (`tiercache flush`, unmount: every file written back, then one `syncfs` per file
 //! system BACKING spans) and from the flusher, which makes the written-back data of closed
-//! files durable with at most one `syncfs` per file system every [`SYNC_PERIOD`] — and only
+//! files durable with at most one `syncfs` per file system every `SYNC_PERIOD` — and only
 //! then lets their descriptors go (past half the descriptor budget it may do so sooner, at most
 //! once per period, and at once when the budget is full).
 //!
@@ -18,7 +18,7 @@
 //! through it (else a later write-back error of BACKING's page cache, kept with an inode nobody
 //! holds, could go with the inode unseen), except for forgotten files (see `forget`).
 
-use crate::cache::{lock, Inner};
+use crate::cache::Inner;
 use crate::file_state::FileShared;
 use crate::stats::Counters;
 use crate::writeback::Why;
@@ -26,60 +26,9 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 use tiercache_core::FileId;
-
-/// Least time between two background `syncfs` rounds of BACKING.
-pub(crate) const SYNC_PERIOD: Duration = Duration::from_secs(1);
-
-/// How many closed files may hold a backing descriptor while their write-back is pending: half
-/// the open-files limit (the FUSE layer's descriptor cache takes at most a quarter, its callers'
-/// status files a 64th). Past half
-/// of it, closes write back and sync the oldest at once (a `tar x` of many small files must not run the daemon out of
-/// descriptors).
-fn closed_fd_budget() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid out pointer.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur
-    } else {
-        1024
-    };
-    usize::try_from(soft / 2)
-        .unwrap_or(usize::MAX)
-        .clamp(8, 65_536)
-}
-
-/// The sync rounds' clock and the count behind the bound on descriptors of closed files.
-#[derive(Debug)]
-pub(crate) struct SyncState {
-    /// When the last background sync round began, in ms since the cache's start.
-    last_sync_ms: AtomicU64,
-    /// Closed files still holding their backing descriptor (dirty or not yet synced): exact
-    /// after each `bound_closed_fds`, counted up by `release` in between.
-    closed_fds: AtomicUsize,
-    /// `closed_fd_budget()` as of the last count (a `release` reads it: no `getrlimit` per
-    /// close).
-    fd_budget: AtomicUsize,
-    /// One thread at a time runs `bound_closed_fds` from `release`.
-    gate: Mutex<()>,
-}
-
-impl SyncState {
-    pub(crate) fn new() -> Self {
-        Self {
-            last_sync_ms: AtomicU64::new(0),
-            closed_fds: AtomicUsize::new(0),
-            fd_budget: AtomicUsize::new(closed_fd_budget()),
-            gate: Mutex::new(()),
-        }
-    }
-}
 
 /// A file whose written-back data waits for a sync.
 struct Pending {
@@ -101,11 +50,9 @@ pub(crate) enum Scope {
 }
 
 impl Inner {
-    /// Whether [`SYNC_PERIOD`] has passed since the last background sync round.
+    /// Whether `SYNC_PERIOD` has passed since the last background sync round.
     pub(crate) fn sync_due(&self) -> bool {
-        let now = ms(self.start().elapsed());
-        now.saturating_sub(self.sync_state().last_sync_ms.load(Ordering::Relaxed))
-            >= ms(SYNC_PERIOD)
+        self.sync_state().due()
     }
 
     /// Makes the written-back data of the files in `scope` durable: one `syncfs` per file
@@ -129,9 +76,7 @@ impl Inner {
                 })
                 .collect()
         };
-        self.sync_state()
-            .last_sync_ms
-            .store(ms(self.start().elapsed()), Ordering::Relaxed);
+        self.sync_state().round_began();
         if pending.is_empty() {
             return Ok(());
         }
@@ -224,8 +169,7 @@ impl Inner {
     /// written back now and one sync round lets the descriptors of the synced closed files go.
     /// Publishes the exact count for `release`.
     pub(crate) fn bound_closed_fds(&self) {
-        let budget = closed_fd_budget();
-        self.sync_state().fd_budget.store(budget, Ordering::Relaxed);
+        let budget = self.sync_state().refresh_budget();
         let held = |inner: &Self| -> Vec<(FileId, Option<Instant>)> {
             inner
                 .lock()
@@ -253,37 +197,25 @@ impl Inner {
             let _ = self.sync_written(Scope::Closed);
             files = held(self);
         }
-        self.sync_state()
-            .closed_fds
-            .store(files.len(), Ordering::Relaxed);
+        self.sync_state().recount(files.len());
     }
 
     /// Whether one more closed file holding its descriptor would make the closing thread write
     /// back and sync ([`Inner::help_bound_closed_fds`]); a hint, as others may close meanwhile.
     pub(crate) fn closed_fds_near_bound(&self) -> bool {
-        let budget = self.sync_state().fd_budget.load(Ordering::Relaxed);
-        let n = self.sync_state().closed_fds.load(Ordering::Relaxed);
-        n >= budget / 2 && (n >= budget || self.sync_due())
+        self.sync_state().near_bound()
     }
 
     /// Counts one more closed file holding its descriptor; past half the budget, the closing
     /// thread itself writes back and syncs the oldest such files (one thread at a time; the
     /// others wait for it and look again), as a writer over the dirty limit helps write back.
     pub(crate) fn help_bound_closed_fds(&self) {
-        let budget = self.sync_state().fd_budget.load(Ordering::Relaxed);
-        let n = self.sync_state().closed_fds.fetch_add(1, Ordering::Relaxed);
-        if n < budget / 2 || (n < budget && !self.sync_due()) {
+        if !self.sync_state().count_closed() {
             return;
         }
-        let _one = lock(&self.sync_state().gate);
-        let n = self.sync_state().closed_fds.load(Ordering::Relaxed);
-        if n >= budget || (n >= budget / 2 && self.sync_due()) {
+        let _one = self.sync_state().gate();
+        if self.sync_state().still_over() {
             self.bound_closed_fds();
         }
     }
-}
-
-/// Whole milliseconds of `d`.
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
