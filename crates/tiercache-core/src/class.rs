@@ -1,5 +1,6 @@
 //! Block classes (what the user says a block is worth) and pools (where a tier keeps it).
 
+use crate::error::ParseError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -41,12 +42,12 @@ impl fmt::Display for Class {
 }
 
 impl FromStr for Class {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "priority" => Ok(Class::Priority),
             "normal" => Ok(Class::Normal),
-            _ => Err(format!("unknown class `{s}` (expected priority|normal)")),
+            _ => Err(ParseError::unknown("class", s, "priority|normal")),
         }
     }
 }

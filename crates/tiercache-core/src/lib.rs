@@ -39,7 +39,7 @@ pub mod stats;
 pub mod tier;
 
 pub use class::{Class, PoolId};
-pub use error::{CoreError, InvariantViolation};
+pub use error::{CoreError, InvariantViolation, ParseError};
 pub use ids::{BlockIndex, BlockKey, BlockSize, FileId, SlotId};
 
 /// One block access as the engine sees it.

@@ -10,7 +10,7 @@
 //! - `pinned`: paper 004's remedy: only blocks of a fixed index range
 //!   `[first, first + capacity)` are admitted, into free slots, and never evicted.
 
-use crate::error::CoreError;
+use crate::error::{CoreError, ParseError};
 use std::fmt;
 use std::str::FromStr;
 
@@ -39,7 +39,7 @@ impl fmt::Display for Placement {
 }
 
 impl FromStr for Placement {
-    type Err = String;
+    type Err = ParseError;
     /// `inclusive`, `exclusive`, `pinned` or `pinned=FIRST_BLOCK`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
@@ -50,9 +50,11 @@ impl FromStr for Placement {
                 Some(n) => n
                     .parse()
                     .map(|first| Placement::Pinned { first })
-                    .map_err(|_| format!("`{s}`: pinned=FIRST needs a block number")),
-                None => Err(format!(
-                    "unknown placement `{s}` (expected inclusive|exclusive|pinned[=FIRST])"
+                    .map_err(|_| ParseError::invalid(s, "pinned=FIRST needs a block number")),
+                None => Err(ParseError::unknown(
+                    "placement",
+                    s,
+                    "inclusive|exclusive|pinned[=FIRST]",
                 )),
             },
         }

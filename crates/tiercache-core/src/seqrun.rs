@@ -5,6 +5,7 @@
 //! runs with [`SeqRun`], decide with [`Threshold::bypasses`], and `auto` picks `n` with
 //! [`choose_threshold`] from measured costs.
 
+use crate::error::ParseError;
 use std::fmt;
 use std::str::FromStr;
 
@@ -74,15 +75,16 @@ impl fmt::Display for Threshold {
 }
 
 impl FromStr for Threshold {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s == "auto" {
             return Ok(Threshold::Auto);
         }
         match s.parse::<u64>() {
             Ok(n) if n >= 1 => Ok(Threshold::Fixed(n)),
-            _ => Err(format!(
-                "`{s}`: expected a run length in blocks (≥ 1) or `auto`"
+            _ => Err(ParseError::invalid(
+                s,
+                "expected a run length in blocks (≥ 1) or `auto`",
             )),
         }
     }
@@ -156,7 +158,7 @@ mod tests {
         assert_eq!("32".parse::<Threshold>(), Ok(Threshold::Fixed(32)));
         assert_eq!("auto".parse::<Threshold>(), Ok(Threshold::Auto));
         let e = "0".parse::<Threshold>().unwrap_err();
-        assert!(e.contains("`0`"), "{e}");
+        assert!(e.to_string().contains("`0`"), "{e}");
         assert!("x".parse::<Threshold>().is_err());
     }
 

@@ -24,6 +24,7 @@ use std::str::FromStr;
 use tiercache_core::hierarchy::Hierarchy;
 use tiercache_core::seqrun::{choose_threshold, Costs, SeqRun, Threshold};
 use tiercache_core::Access;
+use tiercache_core::ParseError;
 
 /// What a tier spec stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -111,10 +112,11 @@ impl fmt::Display for CostModel {
 }
 
 impl FromStr for CostModel {
-    type Err = String;
+    type Err = ParseError;
     /// `SEEK_MS,MB_PER_S,REMOTE_MS`, each a positive number (seek may be 0).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("`{s}`: expected SEEK_MS,MB_PER_S,REMOTE_MS, e.g. 12,150,0.25");
+        let bad =
+            || ParseError::invalid(s, "expected SEEK_MS,MB_PER_S,REMOTE_MS, e.g. 12,150,0.25");
         let v: Vec<f64> = s
             .split(',')
             .map(|x| x.trim().parse::<f64>().map_err(|_| bad()))

@@ -22,6 +22,7 @@ use tiercache_core::policy::PolicyKind;
 use tiercache_core::setindex::{SetIndex, DEFAULT_SET_BLOCKS};
 use tiercache_core::stats::HitCounts;
 use tiercache_core::tier::{Tier, TierConfig};
+use tiercache_core::ParseError;
 use tiercache_core::{Access, Class, CoreError};
 
 /// `NAME:BLOCKS:POLICY[:PLACEMENT]`, one `--tier`. The name gives the kind: `remote` (or
@@ -40,12 +41,14 @@ pub struct TierSpec {
 }
 
 impl FromStr for TierSpec {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = s.split(':').collect();
         if !(3..=4).contains(&parts.len()) || parts[0].is_empty() {
-            return Err(format!(
-                "tier `{s}`: expected NAME:BLOCKS:POLICY[:PLACEMENT]"
+            return Err(ParseError::invalid_in(
+                "tier",
+                s,
+                "expected NAME:BLOCKS:POLICY[:PLACEMENT]",
             ));
         }
         let blocks = parts[1]
@@ -53,20 +56,25 @@ impl FromStr for TierSpec {
             .ok()
             .filter(|&b| b > 0 && b < u32::MAX as usize)
             .ok_or_else(|| {
-                format!(
-                    "tier `{s}`: BLOCKS `{}` must be a positive block count",
-                    parts[1]
+                ParseError::invalid_in(
+                    "tier",
+                    s,
+                    format!("BLOCKS `{}` must be a positive block count", parts[1]),
                 )
             })?;
-        let policy = parts[2].parse().map_err(|e| format!("tier `{s}`: {e}"))?;
+        let policy = parts[2]
+            .parse()
+            .map_err(|e| ParseError::part("tier", s, e))?;
         let kind = TierKind::of_name(parts[0]);
         if kind == TierKind::Flash && policy != PolicyKind::Lru {
-            return Err(format!(
-                "tier `{s}`: a flash tier replaces whole sets by LRU (paper 001): POLICY must be lru"
+            return Err(ParseError::invalid_in(
+                "tier",
+                s,
+                "a flash tier replaces whole sets by LRU (paper 001): POLICY must be lru",
             ));
         }
         let placement = match parts.get(3) {
-            Some(p) => p.parse().map_err(|e| format!("tier `{s}`: {e}"))?,
+            Some(p) => p.parse().map_err(|e| ParseError::part("tier", s, e))?,
             None => Placement::Inclusive,
         };
         Ok(TierSpec {

@@ -125,7 +125,7 @@ fn flash_geometry_and_policy_errors() {
     .unwrap_err();
     assert!(e.to_string().contains("less than one set"), "{e}");
     let e = "flash:1024:arc".parse::<TierSpec>().unwrap_err();
-    assert!(e.contains("POLICY must be lru"), "{e}");
+    assert!(e.to_string().contains("POLICY must be lru"), "{e}");
     assert_eq!(
         "flash2:1024:lru:exclusive"
             .parse::<TierSpec>()

@@ -71,7 +71,7 @@ fn format_names_and_missing_file() {
         assert_eq!(f.to_string().parse::<TraceFormat>().unwrap(), f);
     }
     assert_eq!("oracle-general".parse(), Ok(TraceFormat::OracleGeneral));
-    let err = "vscsi".parse::<TraceFormat>().unwrap_err();
+    let err = "vscsi".parse::<TraceFormat>().unwrap_err().to_string();
     assert!(
         err.contains("vscsi") && err.contains("csv|msr|oracle-general"),
         "{err}"

@@ -11,7 +11,7 @@
 use super::target::Target;
 use super::{Access, PartitionKind, Partitioner, PoolSizes};
 use crate::class::{Class, PoolId};
-use crate::error::CoreError;
+use crate::error::{CoreError, ParseError};
 
 /// A block count given absolutely or as a share of the tier.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,23 +30,23 @@ impl Amount {
 }
 
 impl std::str::FromStr for Amount {
-    type Err = String;
+    type Err = ParseError;
     /// `N` blocks or `P%` of the tier.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(p) = s.strip_suffix('%') {
             let v: f64 = p
                 .trim()
                 .parse()
-                .map_err(|_| format!("`{s}` is not a percentage"))?;
+                .map_err(|_| ParseError::invalid(s, "not a percentage"))?;
             if !(0.0..=100.0).contains(&v) {
-                return Err(format!("`{s}` is outside 0%..100%"));
+                return Err(ParseError::invalid(s, "outside 0%..100%"));
             }
             Ok(Amount::Percent(v))
         } else {
             s.trim()
                 .parse()
                 .map(Amount::Blocks)
-                .map_err(|_| format!("`{s}` is not a block count or percentage"))
+                .map_err(|_| ParseError::invalid(s, "not a block count or percentage"))
         }
     }
 }

@@ -13,7 +13,7 @@ pub use dirprio::{Amount, Dirprio, DirprioParams, Resolved};
 pub use mrc::MrcPartitioner;
 
 use crate::class::{Class, PoolId};
-use crate::error::CoreError;
+use crate::error::{CoreError, ParseError};
 use crate::ids::BlockKey;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -63,14 +63,12 @@ impl fmt::Display for PartitionKind {
 }
 
 impl FromStr for PartitionKind {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         PartitionKind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown partitioner `{s}` (expected none|basic|dirprio|static|mrc)")
-            })
+            .ok_or_else(|| ParseError::unknown("partitioner", s, "none|basic|dirprio|static|mrc"))
     }
 }
 

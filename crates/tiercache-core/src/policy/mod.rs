@@ -24,6 +24,7 @@ pub use lru::Lru;
 pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
 
+use crate::error::ParseError;
 use crate::ids::{BlockKey, SlotId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -71,15 +72,13 @@ impl fmt::Display for PolicyKind {
 }
 
 impl FromStr for PolicyKind {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let norm = s.to_ascii_lowercase().replace(['-', '_'], "");
         PolicyKind::ALL
             .into_iter()
             .find(|k| k.as_str() == norm)
-            .ok_or_else(|| {
-                format!("unknown policy `{s}` (expected lru|fifo|clock|sieve|s3fifo|arc)")
-            })
+            .ok_or_else(|| ParseError::unknown("policy", s, "lru|fifo|clock|sieve|s3fifo|arc"))
     }
 }
 

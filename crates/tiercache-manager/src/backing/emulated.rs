@@ -27,7 +27,7 @@ use std::io;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tiercache_core::FileId;
+use tiercache_core::{FileId, ParseError};
 
 /// Parameters of the modelled device. All fields are public so each can be overridden.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,12 +79,12 @@ impl DeviceModel {
 }
 
 impl FromStr for DeviceModel {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "hdd" => Ok(Self::hdd()),
             "ssd" => Ok(Self::ssd()),
-            _ => Err(format!("unknown device model `{s}` (expected hdd|ssd)")),
+            _ => Err(ParseError::unknown("device model", s, "hdd|ssd")),
         }
     }
 }

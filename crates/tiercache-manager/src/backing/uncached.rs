@@ -48,7 +48,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{PoisonError, RwLock};
-use tiercache_core::FileId;
+use tiercache_core::{FileId, ParseError};
 
 /// `--backing-cache`: whether BACKING I/O may leave BACKING's pages in the kernel page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -63,12 +63,12 @@ pub enum BackingCache {
 }
 
 impl FromStr for BackingCache {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "keep" => Ok(Self::Keep),
             "drop" => Ok(Self::Drop),
-            _ => Err(format!("`{s}` is not keep or drop")),
+            _ => Err(ParseError::invalid(s, "not keep or drop")),
         }
     }
 }

@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use thiserror::Error;
-use tiercache_core::{Access, BlockSize};
+use tiercache_core::{Access, BlockSize, ParseError};
 
 /// Largest number of blocks one MSR request may expand to; larger requests are rejected rather
 /// than exhausting memory.
@@ -104,12 +104,12 @@ impl fmt::Display for TraceFormat {
 }
 
 impl FromStr for TraceFormat {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|f| f.as_str() == s)
-            .ok_or_else(|| format!("unknown trace format `{s}` (expected csv|msr|oracle-general)"))
+            .ok_or_else(|| ParseError::unknown("trace format", s, "csv|msr|oracle-general"))
     }
 }
 

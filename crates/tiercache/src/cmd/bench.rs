@@ -118,7 +118,9 @@ fn sim(a: SimBenchArgs) -> Result<(), String> {
 /// The three set-ups compared: single-tier LRU, dirprio, and two tiers (the lower exclusive).
 fn sim_setups(cache_blocks: usize) -> Result<[Setup; 3], String> {
     let tier = |name: &str, blocks: usize, placement: &str| -> Result<TierSpec, String> {
-        format!("{name}:{blocks}:lru:{placement}").parse()
+        format!("{name}:{blocks}:lru:{placement}")
+            .parse()
+            .map_err(|e: tiercache_core::ParseError| e.to_string())
     };
     let none = PartitionConfig::none();
     let dirprio = PartitionConfig {

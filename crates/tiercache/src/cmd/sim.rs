@@ -211,7 +211,9 @@ fn check_memory(flag: &str, need: u64) -> Result<(), String> {
 /// The base setup, then one per `--compare` item.
 fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
     let mut tiers = if args.tiers.is_empty() {
-        vec!["mem:1000:lru".parse::<TierSpec>()?]
+        vec!["mem:1000:lru"
+            .parse::<TierSpec>()
+            .map_err(|e| e.to_string())?]
     } else {
         args.tiers.clone()
     };

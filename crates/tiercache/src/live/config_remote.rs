@@ -166,7 +166,10 @@ impl ConfigFile {
             None => Threshold::default(),
             Some(at) => {
                 let parsed = match &at.value {
-                    SizeValue::Bytes(0) => Err("`0`: expected a run length ≥ 1 or `auto`".into()),
+                    SizeValue::Bytes(0) => Err(tiercache_core::ParseError::invalid(
+                        "0",
+                        "expected a run length ≥ 1 or `auto`",
+                    )),
                     SizeValue::Bytes(n) => Ok(Threshold::Fixed(*n)),
                     SizeValue::Text(s) => s.trim().parse::<Threshold>(),
                 };
