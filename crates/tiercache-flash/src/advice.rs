@@ -36,12 +36,12 @@ impl FlashTier {
         self.origin.elapsed()
     }
 
-    /// `DataTier::on_request` at a given time of the tier's clock (tests drive time).
+    /// `Cleaning::on_request` at a given time of the tier's clock (tests drive time).
     pub fn on_request_at(&self, now: Duration) -> CleanAdvice {
         self.advise(now, true)
     }
 
-    /// `DataTier::on_tick` at a given time of the tier's clock (tests drive time).
+    /// `Cleaning::on_tick` at a given time of the tier's clock (tests drive time).
     pub fn on_tick_at(&self, now: Duration) -> CleanAdvice {
         self.advise(now, false)
     }

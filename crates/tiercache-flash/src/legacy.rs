@@ -19,8 +19,8 @@ use crate::recovery::{read_superblock_of, scan_records};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, RecoveredFile, TierError, TierInfo, TierKey,
-    TierKind, TierSnapshot,
+    Admit, Cleaning, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, Persistence, RecoveredFile,
+    TierError, TierInfo, TierKey, TierKind, TierSnapshot,
 };
 
 /// Where a dirty block is: cache set, block in the set, content version.
@@ -163,6 +163,43 @@ impl DataTier for LegacyTier {
     fn discard(&self, key: &TierKey) {
         self.lock().remove(key);
     }
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        self.lock()
+            .retain(|k, _| k.file != *file || k.block.0 < from_block);
+    }
+    /// Nothing to make durable: the device is not written (the reformat follows).
+    fn sync(&self) -> Result<(), TierError> {
+        Ok(())
+    }
+    fn stats(&self) -> TierSnapshot {
+        TierSnapshot {
+            name: self.info.name.clone(),
+            kind: TierKind::Flash.to_string(),
+            capacity_blocks: self.info.capacity_blocks,
+            dirty_blocks: self.dirty_left(),
+            ..TierSnapshot::default()
+        }
+    }
+
+    /// It holds the dirty blocks to be drained.
+    fn cleaning(&self) -> Option<&dyn Cleaning> {
+        Some(self)
+    }
+
+    fn persistence(&self) -> Option<&dyn Persistence> {
+        Some(self)
+    }
+}
+
+impl Persistence for LegacyTier {
+    /// Keeps nothing: it stores no dirty block (the device is drained, then reformatted).
+    fn set_file_meta(&self, _: &FileKey, _: &FileMeta) {}
+    fn recovered_files(&self) -> Vec<RecoveredFile> {
+        self.files.clone()
+    }
+}
+
+impl Cleaning for LegacyTier {
     fn read_dirty(
         &self,
         key: &TierKey,
@@ -185,10 +222,6 @@ impl DataTier for LegacyTier {
             })?;
         Ok(Some(1))
     }
-    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
-        self.lock()
-            .retain(|k, _| k.file != *file || k.block.0 < from_block);
-    }
     fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
         self.lock()
             .iter()
@@ -202,21 +235,5 @@ impl DataTier for LegacyTier {
     }
     fn mark_clean(&self, key: &TierKey, _seq: u64) -> bool {
         self.lock().remove(key).is_some()
-    }
-    /// Nothing to make durable: the device is not written (the reformat follows).
-    fn sync(&self) -> Result<(), TierError> {
-        Ok(())
-    }
-    fn stats(&self) -> TierSnapshot {
-        TierSnapshot {
-            name: self.info.name.clone(),
-            kind: TierKind::Flash.to_string(),
-            capacity_blocks: self.info.capacity_blocks,
-            dirty_blocks: self.dirty_left(),
-            ..TierSnapshot::default()
-        }
-    }
-    fn recovered_files(&self) -> Vec<RecoveredFile> {
-        self.files.clone()
     }
 }

@@ -32,7 +32,7 @@ use std::collections::{HashMap, HashSet};
 use tiercache_tier::{FileHandle, FileKey, FileMeta, RecoveredFile, TierError, MAX_HANDLE_BYTES};
 
 impl FlashTier {
-    /// `DataTier::set_file_meta`: newest call wins; durable at the next `sync()`.
+    /// `Persistence::set_file_meta`: newest call wins; durable at the next `sync()`.
     pub(crate) fn set_meta(&self, file: &FileKey, meta: &FileMeta) {
         let mut meta = meta.clone();
         if meta.handle.bytes.len() > MAX_HANDLE_BYTES {

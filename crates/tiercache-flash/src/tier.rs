@@ -42,8 +42,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 use tiercache_tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, RecoveredFile, Spill,
-    StoreKind, TierError, TierInfo, TierKey, TierSnapshot,
+    Admit, CleanAdvice, Cleaning, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, Persistence,
+    RecoveredFile, Spill, StoreKind, TierError, TierInfo, TierKey, TierSnapshot,
 };
 
 /// How a flash tier is built (geometry applies to `create`; `open` takes it from the device).
@@ -475,34 +475,6 @@ impl DataTier for FlashTier {
         }
     }
 
-    fn read_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        buf: &mut [u8],
-    ) -> Result<Option<u64>, TierError> {
-        let bs = self.geo.block_size();
-        check_len(&self.info.name, buf.len() >= bs, buf.len(), bs)?;
-        let (si, b) = self.locate(key);
-        let mut st = self.st();
-        // Works while degraded: the manager writes dirty blocks back from here.
-        let Some(id) = st.idx.find(&key.file, si) else {
-            return Ok(None);
-        };
-        if st.closed || !st.idx.is_dirty(id, b) || st.idx.sets[id as usize].version != version {
-            return Ok(None);
-        }
-        if let Some(data) = Self::parked(&st, id, b) {
-            buf[..bs].copy_from_slice(data);
-        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
-            return Err(self.fail(&mut st, e));
-        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
-            buf[..bs].fill(0); // the bad bytes go nowhere
-            return Err(self.corrupt_err(id, b));
-        }
-        Ok(Some(Self::epoch_seq(&mut st, id)))
-    }
-
     fn invalidate_file(&self, file: &FileKey, from_block: u64) {
         let mut st = self.st();
         let shift = self.geo.set_shift;
@@ -533,6 +505,87 @@ impl DataTier for FlashTier {
         for id in ids {
             self.maybe_free(&mut st, id);
         }
+    }
+
+    /// Makes every store so far durable, every mark_clean, and every file's newest meta.
+    fn sync(&self) -> Result<(), TierError> {
+        let mut st = self.st();
+        if st.closed {
+            return Err(TierError::Unavailable {
+                tier: self.info.name.clone(),
+                why: "closed".into(),
+            });
+        }
+        if st.fs.tainted {
+            return Err(self.tainted_err());
+        }
+        self.sync_locked(&mut st)
+    }
+
+    fn stats(&self) -> TierSnapshot {
+        let st = self.st();
+        let mut s = st.snap.clone();
+        s.used_blocks = st.idx.valid_blocks;
+        s.dirty_blocks = st.idx.dirty_blocks;
+        s
+    }
+
+    /// Degraded by `max_errors` device errors, or tainted.
+    fn detaching(&self) -> bool {
+        let st = self.st();
+        st.fs.degraded || st.fs.tainted
+    }
+
+    /// Always, also when `clean_only`: a tier opened after a crash may hold dirty blocks of a
+    /// write-back run, which the manager cleans (with no cleaning policy then).
+    fn cleaning(&self) -> Option<&dyn Cleaning> {
+        Some(self)
+    }
+
+    fn persistence(&self) -> Option<&dyn Persistence> {
+        Some(self)
+    }
+}
+
+impl Persistence for FlashTier {
+    fn set_file_meta(&self, file: &FileKey, meta: &FileMeta) {
+        self.set_meta(file, meta);
+    }
+
+    /// One entry per (file, content version) holding dirty blocks at `open`, with the meta
+    /// of the file's record with the highest `meta_gen`.
+    fn recovered_files(&self) -> Vec<RecoveredFile> {
+        self.st().recovered.clone()
+    }
+}
+
+impl Cleaning for FlashTier {
+    fn read_dirty(
+        &self,
+        key: &TierKey,
+        version: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<u64>, TierError> {
+        let bs = self.geo.block_size();
+        check_len(&self.info.name, buf.len() >= bs, buf.len(), bs)?;
+        let (si, b) = self.locate(key);
+        let mut st = self.st();
+        // Works while degraded: the manager writes dirty blocks back from here.
+        let Some(id) = st.idx.find(&key.file, si) else {
+            return Ok(None);
+        };
+        if st.closed || !st.idx.is_dirty(id, b) || st.idx.sets[id as usize].version != version {
+            return Ok(None);
+        }
+        if let Some(data) = Self::parked(&st, id, b) {
+            buf[..bs].copy_from_slice(data);
+        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
+            return Err(self.fail(&mut st, e));
+        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
+            buf[..bs].fill(0); // the bad bytes go nowhere
+            return Err(self.corrupt_err(id, b));
+        }
+        Ok(Some(Self::epoch_seq(&mut st, id)))
     }
 
     /// Dirty blocks of the least recently used dirty sets first, in block order per set.
@@ -576,39 +629,6 @@ impl DataTier for FlashTier {
         true
     }
 
-    /// Makes every store so far durable, every mark_clean, and every file's newest meta.
-    fn sync(&self) -> Result<(), TierError> {
-        let mut st = self.st();
-        if st.closed {
-            return Err(TierError::Unavailable {
-                tier: self.info.name.clone(),
-                why: "closed".into(),
-            });
-        }
-        if st.fs.tainted {
-            return Err(self.tainted_err());
-        }
-        self.sync_locked(&mut st)
-    }
-
-    fn stats(&self) -> TierSnapshot {
-        let st = self.st();
-        let mut s = st.snap.clone();
-        s.used_blocks = st.idx.valid_blocks;
-        s.dirty_blocks = st.idx.dirty_blocks;
-        s
-    }
-
-    fn set_file_meta(&self, file: &FileKey, meta: &FileMeta) {
-        self.set_meta(file, meta);
-    }
-
-    /// One entry per (file, content version) holding dirty blocks at `open`, with the meta
-    /// of the file's record with the highest `meta_gen`.
-    fn recovered_files(&self) -> Vec<RecoveredFile> {
-        self.st().recovered.clone()
-    }
-
     fn on_request(&self) -> CleanAdvice {
         if self.cfg.clean_only {
             return CleanAdvice::Idle;
@@ -624,14 +644,8 @@ impl DataTier for FlashTier {
     }
 
     /// The cleaning policy (idle/eager, `cleaner`) decides when dirty blocks are cleaned.
-    fn has_cleaning_policy(&self) -> bool {
+    fn has_policy(&self) -> bool {
         !self.cfg.clean_only
-    }
-
-    /// Degraded by `max_errors` device errors, or tainted.
-    fn detaching(&self) -> bool {
-        let st = self.st();
-        st.fs.degraded || st.fs.tainted
     }
 }
 

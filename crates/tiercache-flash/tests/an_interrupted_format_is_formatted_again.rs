@@ -15,6 +15,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_flash::format::formatting_marker;
 use tiercache_flash::{is_formatted, FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{DataTier, Lookup};
 
 const LEN: u64 = 16 * ((1 << 20) + 2048) + 8192;

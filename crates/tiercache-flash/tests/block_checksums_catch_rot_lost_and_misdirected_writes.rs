@@ -13,6 +13,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup, TierKey};
 

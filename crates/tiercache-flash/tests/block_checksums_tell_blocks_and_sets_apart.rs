@@ -10,6 +10,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_flash::format::block_sum;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{DataTier, TierKey};
 
 /// 16 sets: no checksum table is cached, each check reads it from the device.

@@ -14,6 +14,7 @@ use common::*;
 use std::path::Path;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier, IoMode, HEAD_LINGER};
+use tiercache_tier::Cleaning;
 use tiercache_tier::DataTier;
 
 const LEN: u64 = 64 << 20;

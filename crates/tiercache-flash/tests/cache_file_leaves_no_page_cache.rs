@@ -22,6 +22,7 @@ use std::time::Duration;
 use tiercache_flash::{
     FileDevice, FlashDevice, FlashTier, IoChoice, IoMode, DROP_EVERY, HEAD_LINGER,
 };
+use tiercache_tier::Cleaning;
 use tiercache_tier::{DataTier, Lookup};
 
 const LEN: u64 = 128 << 20;

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier};
+use tiercache_tier::Persistence;
 use tiercache_tier::{DataTier, FileMeta};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;

@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::DataTier;
 
 /// 64 sets of 256 4-KiB blocks: two checksum tables are cached.

@@ -12,6 +12,7 @@ use tiercache_flash::cleaner::{plan_runs, View};
 use tiercache_flash::{
     Cleaner, CleanerConfig, CleanerMode, CleanerState, Decision, FlashDevice, FlashTier,
 };
+use tiercache_tier::Cleaning;
 use tiercache_tier::{Admit, DataTier, TierKey};
 
 #[test]

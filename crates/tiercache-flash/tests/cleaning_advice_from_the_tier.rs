@@ -11,6 +11,7 @@ use std::time::Duration;
 use tiercache_flash::{
     CleanerConfig, CleanerMode, CleanerState, FlashConfig, FlashDevice, FlashTier,
 };
+use tiercache_tier::Cleaning;
 use tiercache_tier::{CleanAdvice, DataTier, DirtyBlock};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;

@@ -6,6 +6,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FlashDevice, FlashTier, SetId};
+use tiercache_tier::Cleaning;
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup, TierKind};
 

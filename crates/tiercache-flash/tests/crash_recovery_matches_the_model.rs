@@ -31,6 +31,7 @@ use tiercache_core::Class;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta, Lookup, TierKey};
+use tiercache_tier::{Cleaning, Persistence};
 
 const FILES: u64 = 3;
 

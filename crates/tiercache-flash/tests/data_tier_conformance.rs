@@ -103,6 +103,7 @@ mod flash_tier {
         spills_hand_over_clean_victims_exactly,
         a_dirty_rewrite_of_the_same_version_is_never_rejected,
         stats_counters_move_as_documented,
+        roles_are_offered_as_info_says,
         dirty_blocks_and_file_meta_survive_a_reopen,
     );
 }
@@ -119,5 +120,6 @@ mod legacy_tier {
         invalidate_keeps_dirty_and_discard_drops_it,
         invalidate_file_drops_from_a_block_on,
         stats_counters_move_as_documented,
+        roles_are_offered_as_info_says,
     );
 }

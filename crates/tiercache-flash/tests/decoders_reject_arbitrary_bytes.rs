@@ -14,6 +14,7 @@ use tiercache_flash::format::{
     REC_MAGIC, REC_META_BYTES, SB_BYTES, SB_MAGIC,
 };
 use tiercache_flash::{is_formatted, FlashConfig, FlashDevice, FlashTier, LegacyTier, MemDevice};
+use tiercache_tier::{Cleaning, Persistence};
 use tiercache_tier::{DataTier, FileHandle, FileKey, FileMeta, Lookup, TierKey, MAX_HANDLE_BYTES};
 
 #[path = "../../tiercache-fuse/tests/common/largest_alloc.rs"]

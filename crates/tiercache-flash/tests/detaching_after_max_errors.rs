@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{Admit, CleanAdvice, DataTier, Lookup};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;

@@ -6,6 +6,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_flash::format::{block_sum, Record, Superblock};
 use tiercache_flash::{FlashConfig, FlashDevice, FlashTier, MemDevice};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;

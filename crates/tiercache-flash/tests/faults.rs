@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashError, FlashTier, MemDevice};
+use tiercache_tier::Cleaning;
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup};
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tiercache_flash::format::{Geometry, Record, Slot};
 use tiercache_flash::{FlashDevice, FlashTier};
 use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta, RecoveredFile, MAX_HANDLE_BYTES};
+use tiercache_tier::{Cleaning, Persistence};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 

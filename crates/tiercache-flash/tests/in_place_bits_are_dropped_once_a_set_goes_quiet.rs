@@ -13,6 +13,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{DataTier, TierKey};
 
 /// 16 sets of 256 4-KiB blocks.

@@ -8,7 +8,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_flash::format::{Geometry, Record, Superblock};
 use tiercache_flash::{FlashDevice, LegacyTier};
-use tiercache_tier::DataTier;
+use tiercache_tier::Cleaning;
 
 const LEN: u64 = 4 * ((1 << 20) + 2048) + 8192;
 

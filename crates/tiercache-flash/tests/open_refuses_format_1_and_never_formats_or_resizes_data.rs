@@ -10,6 +10,7 @@ use tiercache_flash::{
     is_formatted, FileDevice, FlashDevice, FlashError, FlashTier, IoChoice, MemDevice,
 };
 use tiercache_tier::DataTier;
+use tiercache_tier::{Cleaning, Persistence};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;
 

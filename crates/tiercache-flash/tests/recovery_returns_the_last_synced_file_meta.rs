@@ -14,6 +14,7 @@ use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier, SetId};
 use tiercache_tier::{Admit, DataTier, FileHandle, FileMeta};
+use tiercache_tier::{Cleaning, Persistence};
 
 /// 64 KiB with the small geometry: a few 4-block sets.
 const LEN: u64 = 64 << 10;

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FileDevice, FlashDevice, FlashError, FlashTier, IoChoice, IoMode};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{Admit, DataTier, Lookup};
 
 const LEN: u64 = 8 * ((1 << 20) + 2048) + 8192;

@@ -10,6 +10,7 @@ use tiercache_core::policy::PolicyKind;
 use tiercache_core::setindex::SetIndex;
 use tiercache_core::{BlockKey, Class};
 use tiercache_flash::FlashTier;
+use tiercache_tier::Cleaning;
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, Lookup, Spilled, TierKey};
 

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{Admit, DataTier};
 
 const SMALL: u64 = 64 * 1024;

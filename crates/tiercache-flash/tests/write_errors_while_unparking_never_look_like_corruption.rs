@@ -21,6 +21,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tiercache_flash::{FaultyDevice, FlashDevice, FlashTier};
+use tiercache_tier::Cleaning;
 use tiercache_tier::{DataTier, TierKey};
 
 /// 16 sets (no checksum table is cached).

@@ -371,7 +371,8 @@ impl MemCache {
         if lower
             .as_ref()
             .and_then(|l| l.dirty_tier())
-            .is_some_and(|t| t.has_cleaning_policy())
+            .and_then(|t| t.cleaning())
+            .is_some_and(|c| c.has_policy())
         {
             let inner = Arc::clone(&inner);
             let h = std::thread::Builder::new()

@@ -518,7 +518,9 @@ impl Inner {
         }
         drop(eng);
         if let (Some((fk, m)), Some(t)) = (meta, self.lower().and_then(|l| l.dirty_tier())) {
-            t.set_file_meta(&fk, &m);
+            if let Some(p) = t.persistence() {
+                p.set_file_meta(&fk, &m);
+            }
         }
         Ok(())
     }

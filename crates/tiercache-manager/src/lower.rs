@@ -299,7 +299,8 @@ impl Lower {
         let skip = skip & !self.no_read_skip;
         if let Some(d) = self.dirty_target.filter(|&d| !self.is_detached(d)) {
             // A request reached the dirty tier's level: its cleaning policy hears of it.
-            match self.tiers[d].tier.on_request() {
+            let advice = self.tiers[d].tier.cleaning().map(|c| c.on_request());
+            match advice.unwrap_or(CleanAdvice::Idle) {
                 CleanAdvice::Clean(blocks) => {
                     // Until the cleaning thread takes it: one set of advice is enough.
                     let mut a = lock(&self.advised);

@@ -163,12 +163,15 @@ impl Inner {
         let mut stored = Vec::with_capacity(list.len());
         let mut rest = Vec::new();
         let mut buf = vec![0u8; self.bs()];
-        let policy = tier.has_cleaning_policy();
+        let policy = tier.cleaning().is_some_and(|c| c.has_policy());
         let batch: HashSet<u64> = list.iter().map(|s| s.0).collect();
         // The tier's policy hears of every block stored (each is a request to the device, as
         // in 001): `eager` cleans a set in the request path while free sets are below the
         // floor; `idle` says to bypass once no set is free of dirty blocks.
-        let advise = |bypass: &mut bool| match tier.on_request() {
+        let advise = |bypass: &mut bool| match tier
+            .cleaning()
+            .map_or(CleanAdvice::Idle, |c| c.on_request())
+        {
             CleanAdvice::Idle => false,
             CleanAdvice::Bypass => {
                 *bypass = true;
@@ -372,7 +375,9 @@ impl Inner {
         if let Some(f) = eng.files_mut().get_mut(&file) {
             for &(block, seq) in done {
                 let clean = match seq {
-                    Some(seq) => tier.mark_clean(&TierKey::new(fkey, block), seq),
+                    Some(seq) => tier
+                        .cleaning()
+                        .is_some_and(|c| c.mark_clean(&TierKey::new(fkey, block), seq)),
                     None => true,
                 };
                 if clean {
@@ -433,7 +438,11 @@ impl Inner {
         };
         for &block in blocks {
             let start = block << self.shift();
-            let seq = match tier.read_dirty(&TierKey::new(fkey, block), version, &mut block_buf) {
+            let key = TierKey::new(fkey, block);
+            let read = tier
+                .cleaning()
+                .map_or(Ok(None), |c| c.read_dirty(&key, version, &mut block_buf));
+            let seq = match read {
                 Ok(Some(seq)) => seq,
                 Ok(None) => {
                     // The contract says a tier keeps dirty blocks until cleaned: this tier
@@ -618,7 +627,8 @@ impl Inner {
         // A tier that is degrading (or detached) no longer serves reads, but may still return
         // its dirty copy to the cleaner's path: that is the block's newest bytes.
         if let Some(t) = lower.dirty_tier_any() {
-            if let Ok(Some(_)) = t.read_dirty(&TierKey::new(fkey, block), version, buf) {
+            let key = TierKey::new(fkey, block);
+            if let Some(Ok(Some(_))) = t.cleaning().map(|c| c.read_dirty(&key, version, buf)) {
                 return Ok(true);
             }
         }
@@ -706,7 +716,7 @@ impl Inner {
                 return;
             }
             let mut blocks = lower.take_advised();
-            if let CleanAdvice::Clean(b) = tier.on_tick() {
+            if let Some(CleanAdvice::Clean(b)) = tier.cleaning().map(|c| c.on_tick()) {
                 blocks.extend(b);
             }
             self.clean_advised(blocks, None);
@@ -758,7 +768,8 @@ impl Inner {
             .lower()
             .as_ref()
             .and_then(|l| l.dirty_tier())
-            .is_some_and(|t| t.has_cleaning_policy())
+            .and_then(|t| t.cleaning())
+            .is_some_and(|c| c.has_policy())
         {
             return;
         }

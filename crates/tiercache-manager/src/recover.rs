@@ -2,7 +2,7 @@
 //! the mount is served.
 //!
 //! Each file with dirty blocks in the tier comes with the [`FileMeta`] made durable with them
-//! (logical size, mtime, BACKING file handle; see `DataTier::set_file_meta`). The file is
+//! (logical size, mtime, BACKING file handle; see `Persistence::set_file_meta`). The file is
 //! opened by its handle (so a rename since does not matter), its blocks are written in offset
 //! order, the last one clipped at the logical size, the file extended to that size if it is
 //! shorter, synced, its mtime set to the time of the writes; then the blocks are marked clean
@@ -186,7 +186,10 @@ pub fn clean_recovered(
     device: &dyn BackingIo,
 ) -> Result<RecoveryReport, RecoverError> {
     let mut report = RecoveryReport::default();
-    let files = tier.recovered_files();
+    let files = tier
+        .persistence()
+        .map(|p| p.recovered_files())
+        .unwrap_or_default();
     if files.is_empty() {
         return Ok(report);
     }
@@ -216,7 +219,8 @@ pub fn clean_recovered(
     let foreign = !files.iter().any(|rf| rf.file.dev == root_dev || opens(rf));
     let verdicts = check_all(&backing, foreign, &files).map_err(&at)?;
     let mut by_file: BTreeMap<FileKey, Vec<DirtyBlock>> = BTreeMap::new();
-    for b in tier.dirty_blocks(usize::MAX) {
+    let dirty = tier.cleaning().map(|c| c.dirty_blocks(usize::MAX));
+    for b in dirty.unwrap_or_default() {
         by_file.entry(b.key.file).or_default().push(b);
     }
     log::warn!(
@@ -520,7 +524,10 @@ fn clean_one(
                 block: b.key.block.0,
             });
         };
-        let seq = match tier.read_dirty(&b.key, b.version, &mut buf) {
+        let read = tier
+            .cleaning()
+            .map_or(Ok(None), |c| c.read_dirty(&b.key, b.version, &mut buf));
+        let seq = match read {
             Ok(Some(seq)) => seq,
             Ok(None) => continue,
             Err(e) => {
@@ -559,8 +566,10 @@ fn clean_one(
     device
         .sync(file, &f, false)
         .map_err(FileError::io(&id, "fsync"))?;
-    for (key, seq) in done {
-        tier.mark_clean(&key, seq);
+    if let Some(c) = tier.cleaning() {
+        for (key, seq) in done {
+            c.mark_clean(&key, seq);
+        }
     }
     Ok(())
 }

@@ -438,7 +438,9 @@ impl Inner {
             // (The file has a handle: it has blocks there.)
             if let Some(h) = self.handle_of(file, &plan.fd, handle) {
                 let meta = crate::lower_wb::file_meta(size, now, h);
-                tier.set_file_meta(&fk, &meta);
+                if let Some(p) = tier.persistence() {
+                    p.set_file_meta(&fk, &meta);
+                }
             }
         }
         let key = TierKey::new(fk, block);

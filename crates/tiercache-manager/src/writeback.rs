@@ -275,7 +275,9 @@ impl Inner {
             if t.info().persistent && (!snap.list.is_empty() || snap.lower_dirty) {
                 let h = self.handle_of(file, &snap.fd, snap.handle.clone())?;
                 let meta = crate::lower_wb::file_meta(snap.size, snap.meta_mtime, h);
-                t.set_file_meta(&fkey, &meta);
+                if let Some(p) = t.persistence() {
+                    p.set_file_meta(&fkey, &meta);
+                }
             }
         }
         Some(Arc::clone(t))

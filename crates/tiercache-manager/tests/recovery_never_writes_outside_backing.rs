@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tiercache_core::placement::Placement;
 use tiercache_flash::FlashTier;
 use tiercache_manager::{Class, LowerTier, MemCache, RealBacking};
+use tiercache_tier::Persistence;
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileKey, FileMeta, TierKey};
 

@@ -9,6 +9,7 @@ use tiercache_flash::FlashTier;
 use tiercache_manager::Class;
 use tiercache_tier::StoreExt as _;
 use tiercache_tier::{Admit, DataTier, FileKey, FileMeta, TierKey};
+use tiercache_tier::{Cleaning, Persistence};
 
 const BS: u64 = 512;
 

@@ -68,17 +68,11 @@ impl DataTier for Gate {
     fn discard(&self, k: &TierKey) {
         self.inner.discard(k)
     }
-    fn read_dirty(&self, k: &TierKey, v: u64, b: &mut [u8]) -> Result<Option<u64>, TierError> {
-        self.inner.read_dirty(k, v, b)
-    }
     fn invalidate_file(&self, f: &FileKey, from: u64) {
         self.inner.invalidate_file(f, from)
     }
-    fn dirty_blocks(&self, m: usize) -> Vec<DirtyBlock> {
-        self.inner.dirty_blocks(m)
-    }
-    fn mark_clean(&self, k: &TierKey, s: u64) -> bool {
-        self.inner.mark_clean(k, s)
+    fn cleaning(&self) -> Option<&dyn Cleaning> {
+        self.inner.cleaning()
     }
     fn sync(&self) -> Result<(), TierError> {
         self.inner.sync()

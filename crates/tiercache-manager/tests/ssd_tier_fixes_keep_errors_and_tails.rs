@@ -122,7 +122,7 @@ fn a_truncate_whose_set_len_fails_keeps_the_tail_blocks() {
 #[test]
 fn a_file_with_a_detached_leftover_can_still_be_opened_after_forget() {
     use tiercache_flash::{FaultyDevice, FlashDevice};
-    use tiercache_tier::{DataTier, TierKey};
+    use tiercache_tier::{Cleaning, TierKey};
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 32 * BS as usize, 0));
     let mem_dev: Arc<MemDevice> = Arc::new(MemDevice::new(1 << 20));

@@ -12,6 +12,7 @@ use tiercache_flash::{
     CleanerConfig, CleanerMode, FaultyDevice, FlashConfig, FlashDevice, FlashTier, MemDevice,
 };
 use tiercache_manager::{BackingIo, Class, FileId, LowerTier, MemCache, RealBacking};
+use tiercache_tier::{Cleaning, Persistence};
 use tiercache_tier::{DataTier, TierKey};
 
 const BS: u64 = 512;

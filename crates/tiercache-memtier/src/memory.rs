@@ -21,8 +21,8 @@ use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, StoreKind, TierError, TierInfo,
-    TierKey, TierKind, TierSnapshot,
+    Admit, Cleaning, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, StoreKind, TierError,
+    TierInfo, TierKey, TierKind, TierSnapshot,
 };
 
 /// How a [`MemoryTier`] is built.
@@ -476,6 +476,43 @@ impl DataTier for MemoryTier {
         }
     }
 
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        let mut st = self.state();
+        let Some((id, blocks)) = st.files.get(file) else {
+            return;
+        };
+        let id = *id;
+        let doomed: Vec<u64> = blocks.range(from_block..).copied().collect();
+        for b in doomed {
+            let bkey = BlockKey {
+                file: id,
+                block: BlockIndex(b),
+            };
+            if let Some(slot) = st.index.peek(&bkey) {
+                st.remove(bkey, slot);
+            }
+        }
+    }
+
+    fn sync(&self) -> Result<(), TierError> {
+        Ok(())
+    }
+
+    fn stats(&self) -> TierSnapshot {
+        let st = self.state();
+        let mut s = st.snap.clone();
+        s.used_blocks = st.index.len() as u64;
+        s.dirty_blocks = st.dirty.len() as u64;
+        s
+    }
+
+    /// Only when it takes dirty blocks: otherwise it never holds one.
+    fn cleaning(&self) -> Option<&dyn Cleaning> {
+        self.info.accepts_dirty.then_some(self as &dyn Cleaning)
+    }
+}
+
+impl Cleaning for MemoryTier {
     fn read_dirty(
         &self,
         key: &TierKey,
@@ -493,24 +530,6 @@ impl DataTier for MemoryTier {
         }
         buf[..self.info.block_size].copy_from_slice(self.arena.read(slot).data());
         Ok(Some(info.seq))
-    }
-
-    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
-        let mut st = self.state();
-        let Some((id, blocks)) = st.files.get(file) else {
-            return;
-        };
-        let id = *id;
-        let doomed: Vec<u64> = blocks.range(from_block..).copied().collect();
-        for b in doomed {
-            let bkey = BlockKey {
-                file: id,
-                block: BlockIndex(b),
-            };
-            if let Some(slot) = st.index.peek(&bkey) {
-                st.remove(bkey, slot);
-            }
-        }
     }
 
     fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
@@ -542,17 +561,5 @@ impl DataTier for MemoryTier {
         st.index.set_dirty(slot, false);
         st.snap.cleaned += 1;
         true
-    }
-
-    fn sync(&self) -> Result<(), TierError> {
-        Ok(())
-    }
-
-    fn stats(&self) -> TierSnapshot {
-        let st = self.state();
-        let mut s = st.snap.clone();
-        s.used_blocks = st.index.len() as u64;
-        s.dirty_blocks = st.dirty.len() as u64;
-        s
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::InvariantViolation;
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, Spill, TierError, TierInfo, TierKey, TierKind,
-    TierSnapshot,
+    Admit, Cleaning, DataTier, DirtyBlock, FileKey, Lookup, Spill, TierError, TierInfo, TierKey,
+    TierKind, TierSnapshot,
 };
 
 /// How a [`TestTier`] is built.
@@ -174,6 +174,25 @@ impl DataTier for TestTier {
         self.inner.discard(key);
     }
 
+    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
+        self.inner.invalidate_file(file, from_block);
+    }
+
+    fn sync(&self) -> Result<(), TierError> {
+        self.inner.sync()
+    }
+
+    fn stats(&self) -> TierSnapshot {
+        self.inner.stats()
+    }
+
+    /// As the wrapped memory tier; its dirty reads fail when reads are made to.
+    fn cleaning(&self) -> Option<&dyn Cleaning> {
+        self.inner.cleaning().map(|_| self as &dyn Cleaning)
+    }
+}
+
+impl Cleaning for TestTier {
     fn read_dirty(
         &self,
         key: &TierKey,
@@ -184,23 +203,11 @@ impl DataTier for TestTier {
         self.inner.read_dirty(key, version, buf)
     }
 
-    fn invalidate_file(&self, file: &FileKey, from_block: u64) {
-        self.inner.invalidate_file(file, from_block);
-    }
-
     fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock> {
         self.inner.dirty_blocks(max)
     }
 
     fn mark_clean(&self, key: &TierKey, seq: u64) -> bool {
         self.inner.mark_clean(key, seq)
-    }
-
-    fn sync(&self) -> Result<(), TierError> {
-        self.inner.sync()
-    }
-
-    fn stats(&self) -> TierSnapshot {
-        self.inner.stats()
     }
 }

@@ -47,6 +47,7 @@ mod memory_clean {
         invalidate_file_drops_from_a_block_on,
         spills_hand_over_clean_victims_exactly,
         stats_counters_move_as_documented,
+        roles_are_offered_as_info_says,
     );
 }
 
@@ -67,6 +68,7 @@ mod memory_dirty {
         spills_hand_over_clean_victims_exactly,
         a_dirty_rewrite_of_the_same_version_is_never_rejected,
         stats_counters_move_as_documented,
+        roles_are_offered_as_info_says,
     );
 }
 
@@ -84,6 +86,7 @@ mod test_clean {
         invalidate_file_drops_from_a_block_on,
         spills_hand_over_clean_victims_exactly,
         stats_counters_move_as_documented,
+        roles_are_offered_as_info_says,
     );
 }
 
@@ -104,5 +107,6 @@ mod test_dirty {
         spills_hand_over_clean_victims_exactly,
         a_dirty_rewrite_of_the_same_version_is_never_rejected,
         stats_counters_move_as_documented,
+        roles_are_offered_as_info_says,
     );
 }

@@ -11,7 +11,13 @@ use std::collections::HashMap;
 use tiercache_core::Class;
 use tiercache_memtier::{MemoryTier, MemoryTierConfig, TestTier, TestTierConfig};
 use tiercache_tier::StoreExt as _;
-use tiercache_tier::{Admit, DataTier, FileKey, Lookup, Spilled, TierKey};
+use tiercache_tier::{Admit, Cleaning, DataTier, FileKey, Lookup, Spilled, TierKey};
+
+/// The tiers of the model take dirty blocks: each offers cleaning.
+fn cleaning(t: &dyn DataTier) -> &dyn Cleaning {
+    t.cleaning()
+        .expect("a tier that accepts dirty blocks offers cleaning")
+}
 
 const BS: usize = 16;
 
@@ -194,13 +200,13 @@ fn check_against_model(
             }
             Op::ReadDirty(f, b, v) => {
                 let k = key(f, b);
-                let r = t.read_dirty(&k, u64::from(v), &mut buf).unwrap();
+                let r = cleaning(t).read_dirty(&k, u64::from(v), &mut buf).unwrap();
                 match model.get(&k).copied() {
                     Some((mv, md, true)) if mv == u64::from(v) => {
                         let seq = r.ok_or_else(|| TestCaseError::fail("dirty block not read"))?;
                         prop_assert_eq!(buf, [md; BS]);
                         // Its sequence cleans it.
-                        prop_assert!(t.mark_clean(&k, seq));
+                        prop_assert!(cleaning(t).mark_clean(&k, seq));
                         if let Some(e) = model.get_mut(&k) {
                             e.2 = false;
                         }
@@ -213,8 +219,8 @@ fn check_against_model(
                 model.retain(|k, _| !(k.file.ino == u64::from(f) && k.block.0 >= b));
             }
             Op::Clean(n) => {
-                for d in t.dirty_blocks(n) {
-                    prop_assert!(t.mark_clean(&d.key, d.seq));
+                for d in cleaning(t).dirty_blocks(n) {
+                    prop_assert!(cleaning(t).mark_clean(&d.key, d.seq));
                     if let Some(e) = model.get_mut(&d.key) {
                         e.2 = false;
                     }

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tiercache_tier::{
-    Admit, DataTier, DirtyBlock, FileKey, Lookup, StoreKind, TierError, TierInfo, TierKey,
-    TierKind, TierSnapshot,
+    Admit, DataTier, FileKey, Lookup, StoreKind, TierError, TierInfo, TierKey, TierKind,
+    TierSnapshot,
 };
 
 #[derive(Debug, Default)]
@@ -609,15 +609,6 @@ impl DataTier for RemoteTier {
         self.drop_key(key);
     }
 
-    fn read_dirty(
-        &self,
-        _key: &TierKey,
-        _version: u64,
-        _buf: &mut [u8],
-    ) -> Result<Option<u64>, TierError> {
-        Ok(None)
-    }
-
     fn invalidate_file(&self, file: &FileKey, from_block: u64) {
         let gone = self.shared.index().remove_file_from(file, from_block);
         self.shared
@@ -627,14 +618,6 @@ impl DataTier for RemoteTier {
         for (k, e) in gone {
             self.queue_delete(&k, &e);
         }
-    }
-
-    fn dirty_blocks(&self, _max: usize) -> Vec<DirtyBlock> {
-        Vec::new()
-    }
-
-    fn mark_clean(&self, _key: &TierKey, _seq: u64) -> bool {
-        false
     }
 
     fn sync(&self) -> Result<(), TierError> {

@@ -28,4 +28,5 @@ conformance_tests!(remote;
     invalidate_keeps_dirty_and_discard_drops_it,
     invalidate_file_drops_from_a_block_on,
     stats_counters_move_as_documented,
+    roles_are_offered_as_info_says,
 );

@@ -6,8 +6,12 @@
 //! - [`key`]: persistent block identity ([`FileKey`]: device, inode, birth time; [`TierKey`]:
 //!   file + block index) and the content `version` every stored block carries;
 //! - [`tier`]: the [`DataTier`] trait (lookups, reads, fills, demotions, promotions, clean
-//!   blocks evicted by a store handed back to be demoted further, dirty write-back and
-//!   cleaning by someone else, invalidation, stats) and its outcome types;
+//!   blocks evicted by a store handed back to be demoted further, dirty write-back,
+//!   invalidation, stats) and its outcome types;
+//! - [`cleaning`]: the [`Cleaning`] trait a tier that can hold dirty blocks offers
+//!   ([`DataTier::cleaning`]): its dirty blocks for someone else to clean, and its policy;
+//! - [`persistence`]: the [`Persistence`] trait a persistent tier offers
+//!   ([`DataTier::persistence`]): file meta kept with dirty blocks, files recovered at open;
 //! - `conformance` (feature `conformance`, tests only): the trait's contract as checks that
 //!   every implementation's tests run;
 //!
@@ -17,14 +21,17 @@
 //! Tiers decide nothing about placement: [`tiercache_core::placement::Planner`] decides, the
 //! manager does the I/O through this trait.
 
+pub mod cleaning;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod key;
+pub mod persistence;
 pub mod tier;
 
+pub use cleaning::{CleanAdvice, Cleaning, DirtyBlock};
 pub use key::{FileKey, TierKey};
+pub use persistence::{FileHandle, FileMeta, Persistence, RecoveredFile, MAX_HANDLE_BYTES};
 pub use tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileMeta, Lookup, RecoveredFile, Spill,
-    Spilled, Store, StoreExt, StoreKind, TierError, TierInfo, TierKind, TierSnapshot,
-    MAX_HANDLE_BYTES,
+    Admit, DataTier, Lookup, Spill, Spilled, Store, StoreExt, StoreKind, TierError, TierInfo,
+    TierKind, TierSnapshot,
 };

@@ -12,7 +12,7 @@
 //! - reads either fill the whole buffer with the stored bytes or report a miss or an error —
 //!   never partial or unverified bytes (a tier that cannot verify its medium reports a miss);
 //! - clean blocks may be dropped at any time (BACKING or a tier above has them); dirty blocks
-//!   (only in tiers with [`TierInfo::accepts_dirty`]) are kept until [`DataTier::mark_clean`];
+//!   (only in tiers that offer [`DataTier::cleaning`]) are kept until [`Cleaning::mark_clean`];
 //! - a clean store given a `spill` (and [`DataTier::can_spill`]) hands each block it evicts to make room (always clean: dirty blocks are never evicted) to the
 //!   caller's `spill` ([`Spilled`]: key, version, class and the whole stored bytes), under
 //!   the lock that drops it and before its bytes are overwritten, so the caller can demote it
@@ -24,8 +24,15 @@
 //!   manager's short transit lock);
 //! - `Admit::Rejected` (full of dirty blocks, or declined) is an outcome, not an error: the
 //!   caller goes on without this tier.
+//!
+//! What only some tiers do is behind its own small trait, which such a tier offers and the
+//! others do not: [`Cleaning`] (dirty blocks for someone else to clean, and the cleaning
+//! policy) through [`DataTier::cleaning`], [`Persistence`] (file meta kept with dirty blocks,
+//! files found dirty at open) through [`DataTier::persistence`].
 
+use crate::cleaning::Cleaning;
 use crate::key::{FileKey, TierKey};
+use crate::persistence::Persistence;
 use serde::Serialize;
 use std::fmt;
 use std::io;
@@ -63,9 +70,10 @@ pub struct TierInfo {
     pub kind: TierKind,
     pub capacity_blocks: u64,
     pub block_size: usize,
-    /// Takes dirty blocks (write-back target) and lets someone else clean them.
+    /// Takes dirty blocks (write-back target) and lets someone else clean them: it offers
+    /// [`DataTier::cleaning`].
     pub accepts_dirty: bool,
-    /// Keeps its contents across a restart.
+    /// Keeps its contents across a restart: it offers [`DataTier::persistence`].
     pub persistent: bool,
 }
 
@@ -85,62 +93,6 @@ pub enum Admit {
     Stored,
     /// Not stored (no room that may be taken, or the tier declines): go on without it.
     Rejected,
-}
-
-/// A dirty block for the cleaner: write it to BACKING, then [`DataTier::mark_clean`] with `seq`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DirtyBlock {
-    pub key: TierKey,
-    pub version: u64,
-    /// Changes whenever the block is written again.
-    pub seq: u64,
-}
-
-/// Longest file handle kept (`MAX_HANDLE_SZ` of Linux).
-pub const MAX_HANDLE_BYTES: usize = 128;
-
-/// A `name_to_handle_at` handle of a BACKING file: opens it again by `open_by_handle_at`
-/// after a crash, without its path (renames do not change it).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FileHandle {
-    /// `handle_type` (file-system specific).
-    pub kind: i32,
-    /// `f_handle`, at most [`MAX_HANDLE_BYTES`].
-    pub bytes: Vec<u8>,
-}
-
-/// What a persistent tier keeps durable with a file's dirty blocks, so that after a crash they
-/// can be written to the right BACKING file, up to the right size, with the right mtime.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FileMeta {
-    /// Logical size: may exceed BACKING's while appended blocks are only in the tier.
-    pub size: u64,
-    /// Logical modification time (the time of the last write), ns since the epoch.
-    pub mtime_ns: i64,
-    pub handle: FileHandle,
-}
-
-/// A file whose dirty blocks a persistent tier found when it was opened after a restart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecoveredFile {
-    pub file: FileKey,
-    /// Content version of its dirty blocks (for `read_dirty`).
-    pub version: u64,
-    /// The newest meta made durable with them (`None`: none was, e.g. written by a manager
-    /// that did not keep any).
-    pub meta: Option<FileMeta>,
-    pub dirty_blocks: u64,
-}
-
-/// The tier's cleaning policy's advice (the policy decides; the manager does the I/O).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CleanAdvice {
-    /// Nothing to clean now.
-    Idle,
-    /// Write these dirty blocks to BACKING (in file/offset order, merged), then `mark_clean`.
-    Clean(Vec<DirtyBlock>),
-    /// Do not store into the tier now (no room without cleaning): go to BACKING directly.
-    Bypass,
 }
 
 /// A tier's failure. A failed read is served from the next source; a failed store is dropped
@@ -387,49 +339,25 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     }
     /// Drops the block even if it is dirty: newer bytes of it reached BACKING another way.
     fn discard(&self, key: &TierKey);
-    /// For the cleaner: copies a *dirty* copy of the block with `version` into `buf` and
-    /// returns its dirty sequence (for [`DataTier::mark_clean`]); `None` when the tier holds no
-    /// dirty copy of that version.
-    fn read_dirty(
-        &self,
-        key: &TierKey,
-        version: u64,
-        buf: &mut [u8],
-    ) -> Result<Option<u64>, TierError>;
     /// Drops every block of `file` from `from_block` on, dirty ones too (truncation, or a file
     /// changed behind the cache's back).
     fn invalidate_file(&self, file: &FileKey, from_block: u64);
-    /// Up to `max` dirty blocks, oldest first, for someone else to clean.
-    fn dirty_blocks(&self, max: usize) -> Vec<DirtyBlock>;
-    /// After the cleaner wrote `key` to BACKING: clean unless written again since `seq`.
-    fn mark_clean(&self, key: &TierKey, seq: u64) -> bool;
     /// Makes dirty data stored so far durable in the tier (a volatile tier: nothing to do).
     fn sync(&self) -> Result<(), TierError>;
     fn stats(&self) -> TierSnapshot;
-
-    /// A persistent tier holding dirty blocks of `file` keeps `meta` with them, durable at the
-    /// next `sync()` (newest call wins); dropped once the file has no dirty block there. The
-    /// manager calls it before storing a file's dirty blocks and whenever its size or mtime
-    /// changes while it has some. Default: nothing (volatile tiers lose dirty data anyway).
-    fn set_file_meta(&self, _file: &FileKey, _meta: &FileMeta) {}
-    /// Files with dirty blocks found when the tier was opened (before the manager stored
-    /// anything), to be cleaned before the mount is served. Default: none.
-    fn recovered_files(&self) -> Vec<RecoveredFile> {
-        Vec::new()
+    /// Its dirty blocks, for someone else to clean, and its cleaning policy: offered by every
+    /// tier that can hold dirty blocks — one with [`TierInfo::accepts_dirty`], or one opened
+    /// after a restart holding dirty blocks of an earlier run. `None` (the default): the tier
+    /// never holds a dirty block, so there is nothing to clean.
+    fn cleaning(&self) -> Option<&dyn Cleaning> {
+        None
     }
-    /// A request reached the tier (a memory miss or a write-back): the cleaning policy may ask
-    /// for cleaning in the request path (`eager`) or to bypass the tier. Default: `Idle`.
-    fn on_request(&self) -> CleanAdvice {
-        CleanAdvice::Idle
-    }
-    /// Periodic tick from the manager's background thread: idle-time cleaning. Default: `Idle`.
-    fn on_tick(&self) -> CleanAdvice {
-        CleanAdvice::Idle
-    }
-    /// Whether the tier's own policy decides when its dirty blocks are cleaned (`on_tick`,
-    /// `on_request`); otherwise the manager cleans them on its own schedule. Default: no.
-    fn has_cleaning_policy(&self) -> bool {
-        false
+    /// What it keeps across a restart besides blocks (the meta of files with dirty blocks, and
+    /// the files found with dirty blocks at open): offered exactly by the tiers with
+    /// [`TierInfo::persistent`]. `None` (the default): a volatile tier, which loses dirty data
+    /// at a restart anyway.
+    fn persistence(&self) -> Option<&dyn Persistence> {
+        None
     }
     /// The tier counted too many device errors: the manager cleans what it can read and stops
     /// using it. Default: never.

@@ -1,6 +1,6 @@
 //! The checks of the dirty-block part of the contract: kept until cleaned, cleaned only with
-//! the sequence they were read at, rewritten in place, and (persistent tiers) kept across a
-//! reopen.
+//! the sequence they were read at, rewritten in place, (persistent tiers) kept across a
+//! reopen; and the roles (`Cleaning`, `Persistence`) offered where `TierInfo` says.
 
 use super::*;
 
@@ -28,7 +28,7 @@ pub fn dirty_blocks_stay_until_mark_clean(make: Make<'_>) {
     }
     let want = d.len() as u64 + others;
     assert_eq!(s.tier.stats().dirty_blocks, want, "{name}: dirty count");
-    let listed = s.tier.dirty_blocks(usize::MAX);
+    let listed = cleaning(&s).dirty_blocks(usize::MAX);
     for (k, v, b) in &d {
         let (seq, got) = read_dirty(&s, k, *v).unwrap_or_else(|| panic!("{name}: lost {k:?}"));
         assert_eq!(&got, b, "{name}: dirty bytes of {k:?}");
@@ -43,7 +43,10 @@ pub fn dirty_blocks_stay_until_mark_clean(make: Make<'_>) {
     let cleaned = s.tier.stats().cleaned;
     for (k, v, _) in &d {
         let (seq, _) = read_dirty(&s, k, *v).expect(NO_DIRTY_COPY);
-        assert!(s.tier.mark_clean(k, seq), "{name}: mark_clean of {k:?}");
+        assert!(
+            cleaning(&s).mark_clean(k, seq),
+            "{name}: mark_clean of {k:?}"
+        );
         assert!(read_dirty(&s, k, *v).is_none(), "{name}: clean now");
         assert!(!is_listed_dirty(&s, k), "{name}: no longer listed");
         match read(&s, k, *v).0 {
@@ -84,7 +87,7 @@ pub fn mark_clean_with_an_old_seq_after_a_rewrite_fails(make: Make<'_>) {
         Admit::Stored
     );
     assert!(
-        !s.tier.mark_clean(&k, seq1),
+        !cleaning(&s).mark_clean(&k, seq1),
         "{name}: an old seq cleaned a rewritten block"
     );
     let (seq2, got) = read_dirty(&s, &k, V).unwrap_or_else(|| panic!("{name}: no longer dirty"));
@@ -92,7 +95,7 @@ pub fn mark_clean_with_an_old_seq_after_a_rewrite_fails(make: Make<'_>) {
     assert_ne!(seq1, seq2, "{name}: a rewrite changes the seq");
     assert!(is_listed_dirty(&s, &k), "{name}: still listed");
     assert!(
-        s.tier.mark_clean(&k, seq2),
+        cleaning(&s).mark_clean(&k, seq2),
         "{name}: the current seq cleans"
     );
 }
@@ -166,13 +169,16 @@ pub fn dirty_blocks_and_file_meta_survive_a_reopen(make: Make<'_>) {
             bytes: vec![1, 2, 3, 4, 5, 6, 7, 8],
         },
     };
-    s.tier.set_file_meta(&file(50), &meta);
+    s.tier
+        .persistence()
+        .unwrap_or_else(|| panic!("{name}: persistent, offers no persistence"))
+        .set_file_meta(&file(50), &meta);
     let d = dirty(&s, 3).expect(NO_DIRTY_COPY);
     s.tier.sync().expect(TIER_FAILED);
     let keep = std::mem::take(&mut s._keep);
     drop(s);
     let t = reopen();
-    let rec = t.recovered_files();
+    let rec = t.persistence().expect("persistent").recovered_files();
     let f = rec.iter().find(|r| r.file == file(50));
     let f = f.unwrap_or_else(|| panic!("{name}: recovered {rec:?}"));
     assert_eq!(
@@ -183,11 +189,47 @@ pub fn dirty_blocks_and_file_meta_survive_a_reopen(make: Make<'_>) {
     for (k, v, b) in &d {
         let mut buf = vec![0u8; t.info().block_size];
         assert!(
-            t.read_dirty(k, *v, &mut buf).expect(TIER_FAILED).is_some(),
+            t.cleaning()
+                .is_some_and(|c| c.read_dirty(k, *v, &mut buf).expect(TIER_FAILED).is_some()),
             "{name}: {k:?} lost"
         );
         assert_eq!(&buf, b, "{name}: {k:?} bytes after reopen");
     }
     drop(t);
     drop(keep);
+}
+
+/// A tier offers [`Cleaning`] wherever it can hold dirty blocks (`accepts_dirty`, or dirty
+/// blocks held from the start), and holds none where it offers none; it offers
+/// [`crate::Persistence`] exactly when [`TierInfo::persistent`]; a cleaning policy only with
+/// cleaning.
+pub fn roles_are_offered_as_info_says(make: Make<'_>) {
+    let s = make();
+    let name = &s.info().name;
+    let cl = s.tier.cleaning();
+    if s.has_dirty() {
+        assert!(
+            cl.is_some(),
+            "{name}: can hold dirty blocks, offers no cleaning"
+        );
+    }
+    if cl.is_none() {
+        assert_eq!(s.tier.stats().dirty_blocks, 0, "{name}: dirty, no cleaning");
+        if s.takes_stores {
+            let k = key(60, 0);
+            let d = bytes(&k, V, 1, bs(&s));
+            let a = s.tier.write_dirty(&k, V, Class::Normal, &d);
+            assert_eq!(
+                a.expect(TIER_FAILED),
+                Admit::Rejected,
+                "{name}: took a dirty block, offers no cleaning"
+            );
+            assert_eq!(s.tier.stats().dirty_blocks, 0, "{name}: dirty, no cleaning");
+        }
+    }
+    assert_eq!(
+        s.tier.persistence().is_some(),
+        s.info().persistent,
+        "{name}: persistence offered as `persistent` says"
+    );
 }

@@ -4,13 +4,17 @@
 //!
 //! Each check takes a factory of fresh [`Subject`]s (a new, empty tier; or, for a tier opened
 //! to be drained, one holding [`Subject::held_dirty`]). Capability-dependent parts run where
-//! [`TierInfo`] says the capability exists (`accepts_dirty`, `persistent`, `can_spill`);
+//! [`TierInfo`] says the capability exists (`accepts_dirty`, `persistent`, `can_spill`) —
+//! and [`roles_are_offered_as_info_says`] checks that the tier offers [`Cleaning`] and
+//! [`crate::Persistence`] where those capabilities say so;
 //! the calling test asserts the capabilities it expects, so nothing is skipped unseen.
 //! Checks panic (with what was wrong) on a violation.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use crate::cleaning::Cleaning;
 use crate::key::{FileKey, TierKey};
-use crate::tier::{Admit, DataTier, FileHandle, FileMeta, Lookup, Spilled, StoreExt, TierInfo};
+use crate::persistence::{FileHandle, FileMeta};
+use crate::tier::{Admit, DataTier, Lookup, Spilled, StoreExt, TierInfo};
 use std::any::Any;
 use std::sync::Arc;
 use tiercache_core::Class;
@@ -183,9 +187,18 @@ fn read(s: &Subject, k: &TierKey, v: u64) -> (Lookup, Vec<u8>) {
     (l, buf)
 }
 
+/// The tier's [`Cleaning`], which a check that gets dirty blocks into it needs.
+fn cleaning(s: &Subject) -> &dyn Cleaning {
+    s.tier
+        .cleaning()
+        .unwrap_or_else(|| panic!("{}: holds dirty blocks, offers no cleaning", s.info().name))
+}
+
+/// A dirty copy of `k`: `None` too when the tier offers no cleaning (it holds no dirty block).
 fn read_dirty(s: &Subject, k: &TierKey, v: u64) -> Option<(u64, Vec<u8>)> {
     let mut buf = vec![0x5Au8; bs(s)];
     s.tier
+        .cleaning()?
         .read_dirty(k, v, &mut buf)
         .expect(TIER_FAILED)
         .map(|seq| (seq, buf))
@@ -221,7 +234,9 @@ fn dirty(s: &Subject, n: usize) -> Option<Vec<(TierKey, u64, Vec<u8>)>> {
 }
 
 fn is_listed_dirty(s: &Subject, k: &TierKey) -> bool {
-    s.tier.dirty_blocks(usize::MAX).iter().any(|d| d.key == *k)
+    s.tier
+        .cleaning()
+        .is_some_and(|c| c.dirty_blocks(usize::MAX).iter().any(|d| d.key == *k))
 }
 
 /// A read with another version misses and drops a clean copy; a dirty copy stays.
@@ -375,9 +390,9 @@ pub fn reads_are_whole_or_a_miss(make: Make<'_>) {
             !matches!(r, Ok(Lookup::Hit { .. })),
             "{name}: a short buffer hit {k:?}"
         );
-        let r = s.tier.read_dirty(k, V, &mut short);
+        let r = s.tier.cleaning().map(|c| c.read_dirty(k, V, &mut short));
         assert!(
-            !matches!(r, Ok(Some(_))),
+            !matches!(r, Some(Ok(Some(_)))),
             "{name}: a short buffer read dirty {k:?}"
         );
     }
@@ -662,7 +677,7 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
             "{name}: dirty_blocks"
         );
         let (seq, _) = read_dirty(&s, &k, V).expect(NO_DIRTY_COPY);
-        assert!(s.tier.mark_clean(&k, seq));
+        assert!(cleaning(&s).mark_clean(&k, seq));
         let st5 = s.tier.stats();
         assert_eq!(st5.cleaned, st4.cleaned + 1, "{name}: cleaned");
         assert_eq!(
