@@ -35,7 +35,7 @@ pub enum Error {
     Refused { message: String, errno: i32 },
     /// The daemon went away or restarted: reconnect.
     #[error("the tiercache daemon is gone ({0}); reconnect")]
-    Gone(String),
+    Gone(#[source] io::Error),
     #[error("{0}")]
     Io(#[from] io::Error),
     #[error("protocol error: {0}")]
@@ -181,7 +181,7 @@ impl Client {
         let (resp, fds) = match (wire::recv::<Response>(&sock), sent) {
             (Ok(r), _) => r,
             (Err(_), Err(e)) => return Err(Error::Io(e)),
-            (Err(e), Ok(())) => return Err(Error::Gone(e.to_string())),
+            (Err(e), Ok(())) => return Err(Error::Gone(e)),
         };
         let (client, block) = match resp {
             Response::Welcome {
@@ -232,7 +232,10 @@ impl Client {
     pub(crate) fn check_serving(&self) -> Result<()> {
         self.same_process()?;
         if !self.region.serving() {
-            return Err(Error::Gone("the region is closed".into()));
+            return Err(Error::Gone(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the region is closed",
+            )));
         }
         Ok(())
     }
@@ -254,8 +257,8 @@ impl Client {
                 wire::send(&sock, req, &fds)
             }
         };
-        sent.map_err(|e| Error::Gone(e.to_string()))?;
-        let (resp, _) = wire::recv::<Response>(&sock).map_err(|e| Error::Gone(e.to_string()))?;
+        sent.map_err(Error::Gone)?;
+        let (resp, _) = wire::recv::<Response>(&sock).map_err(Error::Gone)?;
         match resp {
             Response::Error { message, errno } => Err(Error::Refused { message, errno }),
             r => Ok(r),
