@@ -505,7 +505,7 @@ impl Inner {
                     if let (false, Some(fk), Some(h)) =
                         (f.lower_dirty().is_empty(), f.fkey(), f.handle().cloned())
                     {
-                        meta = Some((fk, crate::lower_wb::file_meta(f.size(), stamp.mtime, h)));
+                        meta = Some((fk, crate::wb_types::file_meta(f.size(), stamp.mtime, h)));
                     }
                 }
             }

@@ -79,6 +79,7 @@ mod trace;
 mod transit;
 mod versions;
 mod wake;
+mod wb_types;
 mod write;
 mod writeback;
 mod zerocopy;

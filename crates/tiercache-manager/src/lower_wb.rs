@@ -11,10 +11,10 @@
 //!
 //! Cleaning (`clean_lower_locked`, under the file's `io` lock like a write-back): the file's
 //! lower-dirty blocks are read back from the tier with their dirty sequences (`read_dirty`),
-//! written to BACKING in offset order with adjacent blocks merged, the block holding EOF clipped
-//! at the logical size, BACKING's mtime put back to the time of the writes and the ctime moved
-//! by our own writes hidden (as in `flusher`), then marked clean in the tier unless written
-//! again since. Truncation, a change found at open, `flush_all` and the flusher's rounds clean.
+//! written to BACKING by the run writer (`backing_write`, as memory's write-back is) in offset
+//! order with adjacent blocks merged, the block holding EOF clipped at the logical size,
+//! BACKING's mtime put back to the time of the writes and the ctime moved by our own writes
+//! hidden (as in `writeback`), then marked clean in the tier unless written again since. Truncation, a change found at open, `flush_all` and the flusher's rounds clean.
 //!
 //! Invariants: `FileState::lower_dirty` lists exactly the blocks whose newest bytes are in the
 //! dirty tier only (memory may hold a clean copy of them, or a newer dirty one); such a file's
@@ -23,49 +23,28 @@
 //! newer bytes of a lower-dirty block written to BACKING directly make the tier `discard` its
 //! copy, under the `io` lock, so a later cleaning cannot write the older bytes over them.
 
-use crate::backing_write::MAX_RUN_BYTES;
+use crate::backing_write::RunSource;
 use crate::cache::Inner;
 use crate::stamp::FileStamp;
+use crate::wb_types::{CleanedBlock, DirtySlot, Ident, RunsWritten, StoredBelow};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
 use std::time::SystemTime;
-use tiercache_core::{BlockKey, Class, FileId, SlotId};
+use tiercache_core::{FileId, SlotId};
 use tiercache_tier::{
-    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileKey, FileMeta, StoreExt, TierKey,
+    Admit, CleanAdvice, DataTier, DirtyBlock, FileHandle, FileKey, StoreExt, TierKey,
 };
-
-/// Which file a write-back batch belongs to, here and below.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ident {
-    pub file: FileId,
-    pub fkey: FileKey,
-    pub version: u64,
-    pub class: Class,
-}
-
-/// The meta a persistent tier keeps with a file's dirty blocks.
-pub(crate) fn file_meta(size: u64, mtime: SystemTime, handle: FileHandle) -> FileMeta {
-    let mtime_ns = match mtime.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
-    };
-    FileMeta {
-        size,
-        mtime_ns,
-        handle,
-    }
-}
 
 /// For each block of `list` (ascending), whether it is part of a contiguous run of at least
 /// `cutoff` blocks (a sequential stream: it goes straight to BACKING).
-fn long_runs(list: &[Snap], cutoff: Option<u64>) -> Vec<bool> {
+fn long_runs(list: &[DirtySlot], cutoff: Option<u64>) -> Vec<bool> {
     let mut long = vec![false; list.len()];
     let Some(n) = cutoff else { return long };
     let mut start = 0;
     for i in 1..=list.len() {
-        if i == list.len() || list[i].0 != list[i - 1].0 + 1 {
+        if i == list.len() || list[i].block != list[i - 1].block + 1 {
             if (i - start) as u64 >= n {
                 long[start..i].iter_mut().for_each(|l| *l = true);
             }
@@ -74,13 +53,6 @@ fn long_runs(list: &[Snap], cutoff: Option<u64>) -> Vec<bool> {
     }
     long
 }
-
-/// A block to store: index, slot, dirty sequence in memory.
-pub(crate) type Snap = (u64, SlotId, u64);
-
-/// What a cleaning wrote: (block, its dirty sequence below — `None`: the tier had lost it),
-/// the end of the last write, and the error that stopped it.
-type Cleaned = (Vec<(u64, Option<u64>)>, u64, Option<io::Error>);
 
 /// What cleaning a file's lower-dirty blocks takes from the file table
 /// ([`Inner::clean_snapshot`]).
@@ -96,6 +68,79 @@ struct CleanSnap {
     /// The time of the writes while some are pending (`None`: BACKING's own).
     mtime: Option<SystemTime>,
     shared: Arc<crate::file_state::FileShared>,
+}
+
+/// What committing a cleaning found ([`Inner::clean_commit`]).
+struct CleanCommitted {
+    /// Blocks clean below now (no longer lower-dirty here).
+    cleaned: usize,
+    /// Blocks whose copy below, clean now, must go: memory holds them (maybe newer).
+    drop_below: Vec<u64>,
+    /// Everything of the file below must go: forgotten without a birth time, and all of
+    /// its data on BACKING now.
+    drop_all_below: bool,
+}
+
+/// The run writer's source for a cleaning: each block's bytes and dirty sequence are read
+/// back from the dirty tier (before anything else is done with the block); a block the tier
+/// lost counts as written (nothing can be), a read error stops the cleaning.
+struct FromTier<'a> {
+    file: FileId,
+    tier: &'a dyn DataTier,
+    fkey: FileKey,
+    version: u64,
+    /// The bytes of the block last read, and its dirty sequence below.
+    buf: Vec<u8>,
+    seq: u64,
+}
+
+impl RunSource for FromTier<'_> {
+    type Item = u64;
+    type Done = CleanedBlock;
+
+    fn block(item: &u64) -> u64 {
+        *item
+    }
+
+    fn fetch(&mut self, &block: &u64) -> io::Result<Option<CleanedBlock>> {
+        let key = TierKey::new(self.fkey, block);
+        let read = self.tier.cleaning().map_or(Ok(None), |c| {
+            c.read_dirty(&key, self.version, &mut self.buf)
+        });
+        match read {
+            Ok(Some(seq)) => {
+                self.seq = seq;
+                Ok(None)
+            }
+            Ok(None) => {
+                // The contract says a tier keeps dirty blocks until cleaned: this tier
+                // lost one. Nothing can be written; say so loudly.
+                log::error!(
+                    "file {}: tier {} lost dirty block {block}; its last write-back is lost",
+                    self.file.0,
+                    self.tier.info().name
+                );
+                Ok(Some(CleanedBlock { block, seq: None }))
+            }
+            Err(e) => Err(io::Error::from(e)),
+        }
+    }
+
+    fn past_eof(&self, &block: &u64) -> CleanedBlock {
+        // Meaningless past EOF: cleaned by dropping.
+        CleanedBlock {
+            block,
+            seq: Some(self.seq),
+        }
+    }
+
+    fn append(&mut self, &block: &u64, len: usize, buf: &mut Vec<u8>) -> Option<CleanedBlock> {
+        buf.extend_from_slice(&self.buf[..len]);
+        Some(CleanedBlock {
+            block,
+            seq: Some(self.seq),
+        })
+    }
 }
 
 impl Inner {
@@ -151,9 +196,9 @@ impl Inner {
         &self,
         tier: &dyn DataTier,
         id: Ident,
-        list: &[Snap],
+        list: &[DirtySlot],
         held: &HashSet<u64>,
-    ) -> (Vec<(BlockKey, SlotId, u64)>, Vec<Snap>) {
+    ) -> StoredBelow {
         let Ident {
             file,
             fkey,
@@ -164,7 +209,7 @@ impl Inner {
         let mut rest = Vec::new();
         let mut buf = vec![0u8; self.bs()];
         let policy = tier.cleaning().is_some_and(|c| c.has_policy());
-        let batch: HashSet<u64> = list.iter().map(|s| s.0).collect();
+        let batch: HashSet<u64> = list.iter().map(|s| s.block).collect();
         // The tier's policy hears of every block stored (each is a request to the device, as
         // in 001): `eager` cleans a set in the request path while free sets are below the
         // floor; `idle` says to bypass once no set is free of dirty blocks.
@@ -188,21 +233,22 @@ impl Inner {
         let cutoff = self.lower().and_then(|l| l.dirty_seq_cutoff());
         let long = long_runs(list, cutoff);
         let mut bypassed = 0u64;
-        for (i, &(block, slot, seq)) in list.iter().enumerate() {
+        for (i, &d) in list.iter().enumerate() {
+            let DirtySlot { block, slot, .. } = d;
             let mut bypass = false;
             if policy {
                 advise(&mut bypass);
             }
             if !held.contains(&block) && (bypass || long[i]) {
                 bypassed += u64::from(bypass);
-                rest.push((block, slot, seq));
+                rest.push(d);
                 continue;
             }
             let key = Self::key(file, block);
             {
                 let g = self.arena().read(slot);
                 if !g.state().holds(key) {
-                    rest.push((block, slot, seq));
+                    rest.push(d);
                     continue;
                 }
                 buf.copy_from_slice(g.data());
@@ -214,21 +260,21 @@ impl Inner {
                 r = tier.write_dirty(&tkey, version, class, &buf);
             }
             match r {
-                Ok(Admit::Stored) => stored.push((key, slot, seq)),
+                Ok(Admit::Stored) => stored.push(d),
                 Ok(Admit::Rejected) => {
                     bypassed += u64::from(bypass);
-                    rest.push((block, slot, seq));
+                    rest.push(d);
                 }
                 Err(e) => {
                     log::warn!("{e}; file {} block {block} goes to BACKING", file.0);
-                    rest.push((block, slot, seq));
+                    rest.push(d);
                 }
             }
         }
         if let (true, Some(l)) = (bypassed > 0, self.lower()) {
             l.count_dirty_bypass(bypassed as usize);
         }
-        (stored, rest)
+        StoredBelow { stored, rest }
     }
 
     /// Writes `file`'s lower-dirty blocks to BACKING and marks them clean in the tier. The
@@ -270,13 +316,25 @@ impl Inner {
         let before = wfd.metadata()?;
         // Hide the ctime our writes will cause (see `times`), as the flusher does.
         self.hide_backing_ctime(file, &before);
-        let result = self.clean_runs(file, &wfd, &*tier, fkey, version, size, &blocks);
+        let mut src = FromTier {
+            file,
+            tier: &*tier,
+            fkey,
+            version,
+            buf: vec![0u8; self.bs()],
+            seq: 0,
+        };
+        let result = self.write_runs(file, &wfd, size, &blocks, &mut src);
         // Our pwrites moved BACKING's mtime: put back the time of the writes — the logical one
         // while writes are pending, else what BACKING showed before.
         if let Some(t) = mtime.or_else(|| before.modified().ok()) {
             self.restore_backing_mtime(file, &wfd, t, "cleaning");
         }
-        let (mut done, wrote_end, mut err) = result;
+        let RunsWritten {
+            mut done,
+            wrote_end,
+            mut err,
+        } = result;
         // A persistent tier's copies are let go (marked clean, or dropped) only once BACKING
         // has the bytes durably: else a power cut could lose what `fsync` acknowledged.
         if tier.info().persistent && !done.is_empty() {
@@ -292,13 +350,12 @@ impl Inner {
             }
         }
         let end_ctime = self.refresh_stamp(file, &wfd, Some(&FileStamp::from_metadata(&before)));
-        let (cleaned, drop_below, drop_all_below) =
-            self.clean_commit(file, &*tier, fkey, &done, (end_ctime, wrote_end));
-        for block in drop_below {
+        let committed = self.clean_commit(file, &*tier, fkey, &done, end_ctime, wrote_end);
+        for block in committed.drop_below {
             // With what the tier may have spilled of it since it became clean.
             lower.invalidate_from_dirty_tier(TierKey::new(fkey, block));
         }
-        if let (true, Some(lower)) = (drop_all_below, self.lower()) {
+        if let (true, Some(lower)) = (committed.drop_all_below, self.lower()) {
             lower.invalidate_file(fkey, 0);
         }
         match err {
@@ -309,7 +366,7 @@ impl Inner {
                 );
                 Err(e)
             }
-            None => Ok(cleaned),
+            None => Ok(committed.cleaned),
         }
     }
 
@@ -353,27 +410,26 @@ impl Inner {
         }))
     }
 
-    /// Commits a cleaning to the file table: the blocks written (`done`: block, dirty
-    /// sequence below) are clean below unless written there again meanwhile, and no longer
-    /// lower-dirty here; BACKING's ctime, size and sync need follow (`end`: ctime after our
-    /// writes, end of the last run). Returns the blocks cleaned, those whose copy below must
-    /// now go (memory holds them), and whether everything of the file below must go (a
-    /// forgotten file without a birth time, now fully on BACKING).
+    /// Commits a cleaning to the file table: the blocks written (`done`) are clean below
+    /// unless written there again meanwhile, and no longer lower-dirty here; BACKING's ctime,
+    /// size and sync need follow (`end_ctime`: its ctime after our writes; `wrote_end`: the
+    /// end of the last run).
     fn clean_commit(
         &self,
         file: FileId,
         tier: &dyn DataTier,
         fkey: FileKey,
-        done: &[(u64, Option<u64>)],
-        (end_ctime, wrote_end): (Option<SystemTime>, u64),
-    ) -> (usize, Vec<u64>, bool) {
+        done: &[CleanedBlock],
+        end_ctime: Option<SystemTime>,
+        wrote_end: u64,
+    ) -> CleanCommitted {
         let mut eng = self.lock();
         eng.end_backing_write(file, end_ctime, wrote_end);
         let mut cleaned = 0;
         let mut drop_below = Vec::new();
         let mut drop_all_below = false;
         if let Some(f) = eng.files_mut().get_mut(&file) {
-            for &(block, seq) in done {
+            for &CleanedBlock { block, seq } in done {
                 let clean = match seq {
                     Some(seq) => tier
                         .cleaning()
@@ -398,99 +454,22 @@ impl Inner {
                 drop_all_below = true;
             }
         }
-        (cleaned, drop_below, drop_all_below)
-    }
-
-    /// Reads `blocks` (ascending) from `tier` and writes them to BACKING in merged runs,
-    /// clipped at `size`. Returns the (block, dirty sequence) written, the end of the last
-    /// write, and the error that stopped it.
-    #[allow(clippy::too_many_arguments)]
-    fn clean_runs(
-        &self,
-        file: FileId,
-        fd: &File,
-        tier: &dyn DataTier,
-        fkey: FileKey,
-        version: u64,
-        size: u64,
-        blocks: &[u64],
-    ) -> Cleaned {
-        let bs = self.bs();
-        let max_run = (MAX_RUN_BYTES / bs).max(1);
-        let mut done = Vec::with_capacity(blocks.len());
-        let mut run: Vec<(u64, Option<u64>)> = Vec::new();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut block_buf = vec![0u8; bs];
-        let mut wrote_end = 0u64;
-        let flush = |run: &mut Vec<(u64, Option<u64>)>,
-                     buf: &mut Vec<u8>,
-                     done: &mut Vec<(u64, Option<u64>)>,
-                     wrote_end: &mut u64|
-         -> io::Result<()> {
-            if let Some(&(first, _)) = run.first() {
-                let start = first << self.shift();
-                self.dev_write(file, fd, buf, start)?;
-                *wrote_end = (*wrote_end).max(start + buf.len() as u64);
-                done.append(run);
-                buf.clear();
-            }
-            Ok(())
-        };
-        for &block in blocks {
-            let start = block << self.shift();
-            let key = TierKey::new(fkey, block);
-            let read = tier
-                .cleaning()
-                .map_or(Ok(None), |c| c.read_dirty(&key, version, &mut block_buf));
-            let seq = match read {
-                Ok(Some(seq)) => seq,
-                Ok(None) => {
-                    // The contract says a tier keeps dirty blocks until cleaned: this tier
-                    // lost one. Nothing can be written; say so loudly.
-                    log::error!(
-                        "file {}: tier {} lost dirty block {block}; its last write-back is lost",
-                        file.0,
-                        tier.info().name
-                    );
-                    done.push((block, None));
-                    continue;
-                }
-                Err(e) => {
-                    let e = io::Error::from(e);
-                    return match flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
-                        Ok(()) => (done, wrote_end, Some(e)),
-                        Err(w) => (done, wrote_end, Some(w)),
-                    };
-                }
-            };
-            if start >= size {
-                done.push((block, Some(seq))); // past EOF: meaningless, cleaned by dropping
-                continue;
-            }
-            let joins = run.last().is_some_and(|&(b, _)| b + 1 == block) && run.len() < max_run;
-            if !joins {
-                if let Err(e) = flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
-                    return (done, wrote_end, Some(e));
-                }
-            }
-            let clip = usize::try_from(size - start).unwrap_or(bs).min(bs);
-            buf.extend_from_slice(&block_buf[..clip]);
-            run.push((block, Some(seq)));
-        }
-        match flush(&mut run, &mut buf, &mut done, &mut wrote_end) {
-            Ok(()) => (done, wrote_end, None),
-            Err(e) => (done, wrote_end, Some(e)),
+        CleanCommitted {
+            cleaned,
+            drop_below,
+            drop_all_below,
         }
     }
 
     /// Write-through tiers below get a clean copy of the blocks just written to BACKING (those
     /// whose slot still holds the bytes written: a block written again meanwhile is skipped).
-    pub(crate) fn fill_written(
-        &self,
-        file: FileId,
-        (fkey, version, class): (tiercache_tier::FileKey, u64, tiercache_core::Class),
-        copied: &[(BlockKey, SlotId, u64)],
-    ) {
+    pub(crate) fn fill_written(&self, ident: Ident, copied: &[DirtySlot]) {
+        let Ident {
+            file,
+            fkey,
+            version,
+            class,
+        } = ident;
         let Some(lower) = self.lower().filter(|l| l.fills_on_write()) else {
             return;
         };
@@ -502,17 +481,17 @@ impl Inner {
         else {
             return;
         };
-        for &(key, slot, seq) in copied {
+        for &DirtySlot { block, slot, seq } in copied {
             // The change counter before the bytes: a write after it makes the store void.
             let change = shared.change.load(std::sync::atomic::Ordering::SeqCst);
             let g = self.arena().read(slot);
-            if !g.state().holds(key)
+            if !g.state().holds(Self::key(file, block))
                 || self.arena().seq(slot).load(tiercache_memtier::arena::ORD) != seq
             {
                 continue;
             }
             lower.after_write(
-                TierKey::new(fkey, key.block.0),
+                TierKey::new(fkey, block),
                 version,
                 class,
                 g.data(),
@@ -533,7 +512,7 @@ impl Inner {
         file: FileId,
         fd: &File,
         discards: &[(TierKey, SlotId)],
-        ident: Option<(tiercache_tier::FileKey, u64, tiercache_core::Class)>,
+        ident: Option<Ident>,
     ) {
         let Some(t) = self
             .lower()
@@ -553,7 +532,7 @@ impl Inner {
         }
         for &(key, slot) in discards {
             let kept = match (&synced, ident) {
-                (Err(_), Some((_, version, class))) => {
+                (Err(_), Some(Ident { version, class, .. })) => {
                     let g = self.arena().read(slot);
                     let ok = g.state().holds(Self::key(file, key.block.0))
                         && matches!(

@@ -437,7 +437,7 @@ impl Inner {
             // The size this write may make the file is kept with the block (an append).
             // (The file has a handle: it has blocks there.)
             if let Some(h) = self.handle_of(file, &plan.fd, handle) {
-                let meta = crate::lower_wb::file_meta(size, now, h);
+                let meta = crate::wb_types::file_meta(size, now, h);
                 if let Some(p) = tier.persistence() {
                     p.set_file_meta(&fk, &meta);
                 }

@@ -1,8 +1,9 @@
 //! One file's write-back (`flush_file`): take the file's `io` lock; under the engine lock
 //! pin its dirty blocks (in offset order) and note the logical size and each block's dirty
-//! sequence; then, with no engine lock, copy each block under its slot's *shared* lock (readers are never blocked by this) into a run
-//! buffer — contiguous blocks merged, up to 1 MiB per run, the block holding EOF clipped at EOF
-//! — and `pwrite` each run; then set BACKING's mtime to the file's logical mtime of the snapshot
+//! sequence; then, with no engine lock, the run writer (`backing_write`) copies each block
+//! under its slot's *shared* lock (readers are never blocked by this) into a run buffer —
+//! contiguous blocks merged, up to 1 MiB per run, the block holding EOF clipped at EOF — and
+//! `pwrite`s each run; then set BACKING's mtime to the file's logical mtime of the snapshot
 //! (the time of the writes, not of their write-back); finally, under the engine lock, mark clean
 //! each written block whose dirty sequence did not move since the snapshot (a write committed
 //! after it may have moved EOF past the clip), and unpin.
@@ -19,19 +20,19 @@
 //! of failures in between (the flusher retries every interval), and once when write-back works
 //! again.
 
-use crate::backing_write::MAX_RUN_BYTES;
+use crate::backing_write::RunSource;
 use crate::cache::{lock, Inner};
-use crate::lower_wb::Snap;
 use crate::stamp::FileStamp;
 use crate::stats::Counters;
+use crate::wb_types::{file_meta, DirtySlot, Ident, RunsWritten, StoredBelow};
 use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, TryLockError};
 use std::time::{Instant, SystemTime};
-use tiercache_core::{BlockKey, Class, FileId, SlotId};
-use tiercache_tier::{DataTier, FileHandle, FileKey, TierKey};
+use tiercache_core::{FileId, SlotId};
+use tiercache_tier::{DataTier, FileHandle, TierKey};
 
 /// Why a file is written back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,9 +51,6 @@ pub(crate) enum Why {
     Forget,
 }
 
-/// A block copied for write-back: key, slot, dirty sequence at the copy.
-type Copied = (BlockKey, SlotId, u64);
-
 /// What a write-back takes from the file table under the engine lock
 /// ([`Inner::flush_snapshot`]).
 struct FlushSnap {
@@ -62,10 +60,10 @@ struct FlushSnap {
     size: u64,
     /// The time of the writes, to put back on BACKING after ours (`None`: BACKING's own).
     mtime: Option<SystemTime>,
-    /// The dirty blocks to write, pinned: (block, slot, dirty sequence).
-    list: Vec<Snap>,
+    /// The dirty blocks to write (ascending), pinned until the commit.
+    list: Vec<DirtySlot>,
     /// Persistent identity, version and class (`None`: no tier below may hold the file).
-    ident: Option<(FileKey, u64, Class)>,
+    ident: Option<Ident>,
     /// The file's handle, if known (a persistent tier keeps it with the blocks).
     handle: Option<FileHandle>,
     /// The time of the writes a persistent tier keeps with the blocks.
@@ -80,11 +78,9 @@ struct FlushSnap {
 struct BackingWrite {
     /// The descriptor written through (a read-write reopen, or the snapshot's).
     fd: Arc<File>,
-    copied: Vec<Copied>,
-    /// The first error (the blocks not written stay dirty).
-    err: Option<io::Error>,
-    /// End of the last run written (0: none).
-    wrote_end: u64,
+    /// The blocks written (or past EOF), the end of the furthest byte written, the first
+    /// error (the blocks not written stay dirty).
+    runs: RunsWritten<DirtySlot>,
     /// The snapshot's mtime was put back on BACKING.
     mtime_applied: bool,
     /// BACKING's ctime after our writes, recorded as ours.
@@ -153,26 +149,23 @@ impl Inner {
         };
         let below_store = self.flush_meta_below(file, below.as_ref(), &snap);
         // Into the tier below that takes dirty data, if any; what it turns down, to BACKING.
-        let (stored, rest) = match (&below_store, snap.ident) {
-            (Some(t), Some((fkey, version, class))) if !snap.list.is_empty() => {
-                let ident = crate::lower_wb::Ident {
-                    file,
-                    fkey,
-                    version,
-                    class,
-                };
+        let split = match (&below_store, snap.ident) {
+            (Some(t), Some(ident)) if !snap.list.is_empty() => {
                 self.store_dirty_below(&**t, ident, &snap.list, &snap.held)
             }
-            _ => (Vec::new(), snap.list.clone()),
+            _ => StoredBelow {
+                stored: Vec::new(),
+                rest: snap.list.clone(),
+            },
         };
-        let wb = self.flush_to_backing(file, &snap, &rest, below_store.is_none());
-        let done = self.flush_commit(file, why, &snap, &stored, &wb);
+        let wb = self.flush_to_backing(file, &snap, &split.rest, below_store.is_none());
+        let done = self.flush_commit(file, why, &snap, &split.stored, &wb);
         if !done.discards.is_empty() {
             self.discard_below(file, &wb.fd, &done.discards, snap.ident);
         }
         drop(done.fd_to_close);
         Counters::add(&self.counters().writeback_blocks, done.cleaned as u64);
-        if let Some(e) = wb.err {
+        if let Some(e) = wb.runs.err {
             Counters::add(&self.counters().writeback_errors, 1);
             // The flusher retries every interval: log the first failure, then once a minute.
             if let Some(unlogged) = done.log_err {
@@ -242,7 +235,12 @@ impl Inner {
             size: f.size(),
             mtime: f.mtime(),
             list: Vec::with_capacity(blocks.len()),
-            ident: f.fkey().map(|k| (k, f.version(), f.class())),
+            ident: f.fkey().map(|fkey| Ident {
+                file,
+                fkey,
+                version: f.version(),
+                class: f.class(),
+            }),
             handle: f.handle().cloned(),
             meta_mtime: f.mtime().unwrap_or(f.stamp().mtime),
             lower_dirty: !f.lower_dirty().is_empty(),
@@ -254,7 +252,7 @@ impl Inner {
                 // The dirty sequence goes with the size snapshot: a write committed after this
                 // point (which may also have moved EOF past our clip) keeps it dirty.
                 let seq = self.arena().seq(slot).load(tiercache_memtier::arena::ORD);
-                snap.list.push((block, slot, seq));
+                snap.list.push(DirtySlot { block, slot, seq });
             }
         }
         Some(snap)
@@ -271,12 +269,12 @@ impl Inner {
         snap: &FlushSnap,
     ) -> Option<Arc<dyn DataTier>> {
         let t = below?;
-        if let Some((fkey, _, _)) = snap.ident {
+        if let Some(ident) = snap.ident {
             if t.info().persistent && (!snap.list.is_empty() || snap.lower_dirty) {
                 let h = self.handle_of(file, &snap.fd, snap.handle.clone())?;
-                let meta = crate::lower_wb::file_meta(snap.size, snap.meta_mtime, h);
+                let meta = file_meta(snap.size, snap.meta_mtime, h);
                 if let Some(p) = t.persistence() {
-                    p.set_file_meta(&fkey, &meta);
+                    p.set_file_meta(&ident.fkey, &meta);
                 }
             }
         }
@@ -291,7 +289,7 @@ impl Inner {
         &self,
         file: FileId,
         snap: &FlushSnap,
-        rest: &[Snap],
+        rest: &[DirtySlot],
         no_below: bool,
     ) -> BackingWrite {
         let fd = Arc::clone(&snap.fd);
@@ -320,29 +318,30 @@ impl Inner {
             .as_ref()
             .is_some_and(|m| self.hide_backing_ctime(file, m));
         let before = meta_before.as_ref().map(FileStamp::from_metadata);
-        let ((copied, err, wrote_end), fd) = match wfd {
-            Ok(wfd) => (self.write_runs(file, &wfd, snap.size, rest), wfd),
-            Err(e) => ((Vec::new(), Some(e), 0), fd),
+        let (runs, fd) = match wfd {
+            Ok(wfd) => {
+                let mut src = FromMemory { inner: self, file };
+                (self.write_runs(file, &wfd, snap.size, rest, &mut src), wfd)
+            }
+            Err(e) => (RunsWritten::failed(e), fd),
         };
-        if let (Some(ident), false) = (snap.ident, copied.is_empty()) {
-            self.fill_written(file, ident, &copied);
+        if let (Some(ident), false) = (snap.ident, runs.done.is_empty()) {
+            self.fill_written(ident, &runs.done);
         }
         // The pwrites moved BACKING's mtime to now: put back the time of the writes (or the one
         // set explicitly since). Only the snapshot's time; a later write keeps its own.
-        let mtime_applied = match (snap.mtime, &err) {
+        let mtime_applied = match (snap.mtime, &runs.err) {
             (Some(t), None) if to_backing => self.restore_backing_mtime(file, &fd, t, "write-back"),
             _ => false,
         };
-        let end_ctime = if wrote_end > 0 || mtime_applied || hide_ctime {
+        let end_ctime = if runs.wrote_end > 0 || mtime_applied || hide_ctime {
             self.refresh_stamp(file, &fd, before.as_ref())
         } else {
             None
         };
         BackingWrite {
             fd,
-            copied,
-            err,
-            wrote_end,
+            runs,
             mtime_applied,
             end_ctime,
         }
@@ -358,7 +357,7 @@ impl Inner {
         file: FileId,
         why: Why,
         snap: &FlushSnap,
-        stored: &[Copied],
+        stored: &[DirtySlot],
         wb: &BackingWrite,
     ) -> Committed {
         let mut done = Committed {
@@ -370,24 +369,26 @@ impl Inner {
         };
         let now = Instant::now();
         let mut eng = self.lock();
-        eng.end_backing_write(file, wb.end_ctime, wb.wrote_end);
-        for &(key, slot, seq) in wb.copied.iter().chain(stored) {
-            done.cleaned += usize::from(eng.mark_clean(self.arena(), key, slot, seq));
+        eng.end_backing_write(file, wb.end_ctime, wb.runs.wrote_end);
+        for d in wb.runs.done.iter().chain(stored) {
+            let key = Self::key(file, d.block);
+            done.cleaned += usize::from(eng.mark_clean(self.arena(), key, d.slot, d.seq));
         }
-        if let (Some(f), Some((fkey, _, _))) = (eng.files_mut().get_mut(&file), snap.ident) {
-            for &(key, slot, _) in &wb.copied {
+        if let (Some(f), Some(ident)) = (eng.files_mut().get_mut(&file), snap.ident) {
+            for d in &wb.runs.done {
                 // Newer bytes on BACKING: an older dirty copy below must never be cleaned over
                 // them (we hold the `io` lock, as cleaning does). Discarded below, outside the
                 // engine lock; the slot stays pinned till then, so no read can miss memory and
                 // find the older copy there meanwhile.
-                if f.remove_lower_dirty(key.block.0) {
-                    done.discards.push((TierKey::new(fkey, key.block.0), slot));
+                if f.remove_lower_dirty(d.block) {
+                    done.discards
+                        .push((TierKey::new(ident.fkey, d.block), d.slot));
                 }
             }
             // In the tier below now: dirty there until cleaned.
-            f.add_lower_dirty(stored.iter().map(|(key, _, _)| key.block.0));
+            f.add_lower_dirty(stored.iter().map(|d| d.block));
         }
-        for &(_, slot, _) in &snap.list {
+        for &DirtySlot { slot, .. } in &snap.list {
             if !done.discards.iter().any(|&(_, s)| s == slot) {
                 eng.unpin(slot);
             }
@@ -400,10 +401,10 @@ impl Inner {
             {
                 f.set_mtime(None);
             }
-            if let (Some(e), Why::Background | Why::Throttle) = (&wb.err, why) {
+            if let (Some(e), Why::Background | Why::Throttle) = (&wb.runs.err, why) {
                 f.writeback_failed(e);
             }
-            match &wb.err {
+            match &wb.runs.err {
                 Some(_) => done.log_err = f.log_failure(now),
                 None if !snap.list.is_empty() => done.recovered = f.log_success(),
                 None => {}
@@ -478,68 +479,43 @@ impl Inner {
         }
         Ok(rw)
     }
+}
 
-    /// Copies and writes the pinned dirty blocks `list` (block, slot, dirty sequence at the
-    /// snapshot; in offset order) in merged runs, clipped at the snapshot's logical `size`.
-    /// Returns the blocks written, the error that stopped it, and the end offset of the
-    /// furthest byte written (0 = none).
-    fn write_runs(
-        &self,
-        file: FileId,
-        fd: &File,
-        size: u64,
-        list: &[(u64, SlotId, u64)],
-    ) -> (Vec<Copied>, Option<io::Error>, u64) {
-        let bs = self.bs();
-        let max_run = (MAX_RUN_BYTES / bs).max(1);
-        let mut done: Vec<Copied> = Vec::with_capacity(list.len());
-        let mut run: Vec<Copied> = Vec::with_capacity(max_run.min(list.len()));
-        let mut buf: Vec<u8> = Vec::with_capacity(max_run.min(list.len()) * bs);
-        let mut run_start = 0u64;
-        let mut next_block = 0u64;
-        let mut wrote_end = 0u64;
-        for &(block, slot, seq) in list {
-            let key = Self::key(file, block);
-            let start = block << self.shift();
-            if start >= size {
-                // Beyond EOF (cannot normally happen): nothing to write.
-                done.push((key, slot, seq));
-                continue;
-            }
-            let joins = !run.is_empty()
-                && block == next_block
-                && run.len() < max_run
-                && buf.len() == run.len() * bs;
-            if !run.is_empty() && !joins {
-                if let Err(e) = self.dev_write(file, fd, &buf, run_start) {
-                    return (done, Some(e), wrote_end);
-                }
-                wrote_end = wrote_end.max(run_start + buf.len() as u64);
-                done.append(&mut run);
-                buf.clear();
-            }
-            let g = self.arena().read(slot);
-            if !g.state().holds(key) {
-                log::error!("file {}: dirty block {block} not valid; left dirty", file.0);
-                continue;
-            }
-            let clip = usize::try_from(size - start).unwrap_or(bs).min(bs);
-            if run.is_empty() {
-                run_start = start;
-            }
-            buf.extend_from_slice(&g.data()[..clip]);
-            drop(g);
-            run.push((key, slot, seq));
-            next_block = block + 1;
+/// The run writer's source for memory's dirty blocks: each block's bytes are copied from its
+/// pinned slot under the slot's shared lock; a slot that no longer holds the block is left out.
+struct FromMemory<'a> {
+    inner: &'a Inner,
+    file: FileId,
+}
+
+impl RunSource for FromMemory<'_> {
+    type Item = DirtySlot;
+    type Done = DirtySlot;
+
+    fn block(item: &DirtySlot) -> u64 {
+        item.block
+    }
+
+    fn fetch(&mut self, _: &DirtySlot) -> io::Result<Option<DirtySlot>> {
+        Ok(None)
+    }
+
+    fn past_eof(&self, item: &DirtySlot) -> DirtySlot {
+        *item
+    }
+
+    fn append(&mut self, item: &DirtySlot, len: usize, buf: &mut Vec<u8>) -> Option<DirtySlot> {
+        let g = self.inner.arena().read(item.slot);
+        if !g.state().holds(Inner::key(self.file, item.block)) {
+            log::error!(
+                "file {}: dirty block {} not valid; left dirty",
+                self.file.0,
+                item.block
+            );
+            return None;
         }
-        if !run.is_empty() {
-            if let Err(e) = self.dev_write(file, fd, &buf, run_start) {
-                return (done, Some(e), wrote_end);
-            }
-            wrote_end = wrote_end.max(run_start + buf.len() as u64);
-            done.append(&mut run);
-        }
-        (done, None, wrote_end)
+        buf.extend_from_slice(&g.data()[..len]);
+        Some(*item)
     }
 }
 
