@@ -22,8 +22,13 @@ const MAX_THROTTLE_ROUNDS: usize = 64;
 
 impl Inner {
     pub(crate) fn flusher_loop(&self) {
+        // Kicks seen so far: one sent while this thread was busy ends its next wait at once.
+        let mut seen = 0;
         loop {
-            if !self.wake().wait_for_kick(self.timings().interval()) {
+            if !self
+                .wake()
+                .wait_for_kick(self.timings().interval(), &mut seen)
+            {
                 return;
             }
             self.flush_tick();

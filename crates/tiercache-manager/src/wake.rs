@@ -2,8 +2,8 @@
 //! (dirty data went above the background limit) and the stop at shutdown.
 //!
 //! Invariant: once [`Wake::stop`] was called, every wait returns `false` at once and keeps
-//! doing so; a kick never gets lost between a thread's look at the state and its wait (both
-//! under the one mutex).
+//! doing so; a kick is never lost: a flusher remembers the kicks it has seen, so one sent
+//! while it was busy (or before its first wait) ends its next wait at once.
 
 use crate::locks::lock;
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -41,17 +41,19 @@ impl Wake {
         lock(&self.state).stop
     }
 
-    /// Waits until `period` passed or a kick came (a flusher's round); `false` when stopping.
-    pub(crate) fn wait_for_kick(&self, period: Duration) -> bool {
+    /// Waits until `period` passed or a kick came that this thread has not seen (`seen`: the
+    /// kicks it had seen, updated here), so a kick sent before the wait began is not lost;
+    /// `false` when stopping.
+    pub(crate) fn wait_for_kick(&self, period: Duration, seen: &mut u64) -> bool {
         let st = lock(&self.state);
         if st.stop {
             return false;
         }
-        let kicks = st.kicks;
         let (st, _) = self
             .cv
-            .wait_timeout_while(st, period, |s| !s.stop && s.kicks == kicks)
+            .wait_timeout_while(st, period, |s| !s.stop && s.kicks == *seen)
             .unwrap_or_else(PoisonError::into_inner);
+        *seen = st.kicks;
         !st.stop
     }
 
@@ -67,5 +69,38 @@ impl Wake {
             .wait_timeout(st, period)
             .unwrap_or_else(PoisonError::into_inner);
         !st.stop
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Bug: a flusher read the kick count only when it began to wait, so a kick sent before
+    /// (at start-up, or during its round) was lost and dirty data waited a whole interval.
+    #[test]
+    fn a_kick_sent_before_the_wait_ends_it_at_once() {
+        let w = Wake::default();
+        let mut seen = 0;
+        w.kick();
+        let t0 = Instant::now();
+        assert!(w.wait_for_kick(Duration::from_secs(10), &mut seen));
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(seen, 1);
+        // Seen now: the next wait lasts its period.
+        let t0 = Instant::now();
+        assert!(w.wait_for_kick(Duration::from_millis(100), &mut seen));
+        assert!(t0.elapsed() >= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn stop_ends_every_wait() {
+        let w = Wake::default();
+        w.stop();
+        let mut seen = 0;
+        assert!(!w.wait_for_kick(Duration::from_secs(10), &mut seen));
+        assert!(!w.wait_once(Duration::from_secs(10)));
+        assert!(w.stopping());
     }
 }
