@@ -103,10 +103,7 @@ impl Inner {
     /// The per-file locks of a known file.
     pub(crate) fn shared(&self, file: FileId) -> io::Result<Arc<FileShared>> {
         let eng = self.lock();
-        eng.files()
-            .get(&file)
-            .map(|f| Arc::clone(f.shared()))
-            .ok_or_else(|| unknown_file(file))
+        eng.files().shared(&file).ok_or_else(|| unknown_file(file))
     }
 
     pub(crate) fn open(

@@ -473,12 +473,7 @@ impl Inner {
         let Some(lower) = self.lower().filter(|l| l.fills_on_write()) else {
             return;
         };
-        let Some(shared) = self
-            .lock()
-            .files()
-            .get(&file)
-            .map(|f| Arc::clone(f.shared()))
-        else {
+        let Some(shared) = self.lock().files().shared(&file) else {
             return;
         };
         for &DirtySlot { block, slot, seq } in copied {

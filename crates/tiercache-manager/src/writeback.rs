@@ -104,12 +104,7 @@ struct Committed {
 impl Inner {
     /// Writes back the dirty blocks of `file`; returns how many became clean.
     pub(crate) fn flush_file(&self, file: FileId, why: Why) -> io::Result<usize> {
-        let Some(shared) = self
-            .lock()
-            .files()
-            .get(&file)
-            .map(|f| Arc::clone(f.shared()))
-        else {
+        let Some(shared) = self.lock().files().shared(&file) else {
             return Ok(0);
         };
         let _io = match (why, shared.io.try_lock()) {

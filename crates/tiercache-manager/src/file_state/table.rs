@@ -48,6 +48,11 @@ impl FileTable {
             .is_some_and(|f| Arc::ptr_eq(f.shared(), shared))
     }
 
+    /// The per-file locks of `id`'s row.
+    pub(crate) fn shared(&self, id: &FileId) -> Option<Arc<FileShared>> {
+        self.rows.get(id).map(|f| Arc::clone(f.shared()))
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&FileId, &FileState)> {
         self.rows.iter()
     }
