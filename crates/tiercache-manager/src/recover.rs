@@ -250,6 +250,18 @@ pub fn clean_recovered(
             other => give_up(tier, rf, other, &blocks, &mut report),
         }
     }
+    finish(tier, &name, &by_file, report)
+}
+
+/// After the recovered files: drops the dirty blocks no recovered file claims, syncs the
+/// tier, and fails if a block could not be read (serving BACKING's older bytes for it would
+/// lose acknowledged writes).
+fn finish(
+    tier: &dyn DataTier,
+    name: &str,
+    by_file: &BTreeMap<FileKey, Vec<DirtyBlock>>,
+    mut report: RecoveryReport,
+) -> Result<RecoveryReport, RecoverError> {
     // Dirty blocks of files not in the list (a tier that reports them only by block).
     let orphans: u64 = by_file.values().map(|v| v.len() as u64).sum();
     if orphans > 0 {
@@ -260,13 +272,13 @@ pub fn clean_recovered(
         report.blocks_unplaced += orphans;
     }
     tier.sync().map_err(|source| RecoverError::Sync {
-        tier: name.clone(),
+        tier: name.to_string(),
         source,
     })?;
     if report.blocks_unreadable > 0 {
         // Serving BACKING's older bytes for them would lose acknowledged writes.
         return Err(RecoverError::Unreadable {
-            tier: name.clone(),
+            tier: name.to_string(),
             blocks: report.blocks_unreadable,
         });
     }
