@@ -7,7 +7,7 @@ use crate::index::Index;
 use crate::sums::Checked;
 use crate::tier::{check_len, seq_of, FlashTier, State};
 use tiercache_core::setchoice::{choose_set, SetChoice};
-use tiercache_tier::{Admit, Lookup, Spill, TierError, TierKey};
+use tiercache_tier::{Admit, Lookup, SpillSink, TierError, TierKey};
 
 /// What a store is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub(crate) enum Store {
 impl FlashTier {
     /// A free set, or the least recently used set without dirty blocks (its clean blocks go,
     /// to `spill` when given): the choice is core's [`choose_set`], which `sim` replays.
-    pub(crate) fn allocate(&self, st: &mut State, spill: Option<&mut Spill<'_>>) -> Option<u32> {
+    pub(crate) fn allocate(&self, st: &mut State, spill: Option<&dyn SpillSink>) -> Option<u32> {
         let choice = choose_set(
             !st.idx.free.is_empty(),
             st.idx.lru_from_cold(),
@@ -123,7 +123,7 @@ impl FlashTier {
         data: &[u8],
         how: Store,
         current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
+        spill: Option<&dyn SpillSink>,
     ) -> Result<Admit, TierError> {
         let bs = self.geo.block_size();
         check_len(&self.info.name, data.len() == bs, data.len(), bs)?;

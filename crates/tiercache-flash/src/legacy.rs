@@ -152,7 +152,6 @@ impl DataTier for LegacyTier {
         &self,
         _: &tiercache_tier::Store<'_>,
         _: &dyn Fn() -> bool,
-        _: Option<&mut tiercache_tier::Spill<'_>>,
     ) -> Result<Admit, TierError> {
         Ok(Admit::Rejected)
     }

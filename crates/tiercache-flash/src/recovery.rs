@@ -449,6 +449,7 @@ impl FlashTier {
         dev.keep_hot(geo.data_off);
         Self {
             origin: Instant::now(),
+            spill_hook: tiercache_tier::SpillSlot::new(),
             info: info(&cfg, &geo),
             state: Mutex::new(State {
                 idx,

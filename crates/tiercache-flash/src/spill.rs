@@ -1,6 +1,6 @@
 //! Spilling: the clean blocks of a set dropped to reuse it for a clean store
-//! (a clean `DataTier::store` given a `spill`) are read back from the device and handed to
-//! the caller, so the manager can demote them into the tier below.
+//! (a clean `DataTier::store` that may spill) are read back from the device and handed to
+//! the tier's spill hook, so the manager can demote them into the tier below.
 //!
 //! Invariant: a block is handed over only with the bytes the device returned for its slot,
 //! read under the tier's lock before the set is dropped (nothing can overwrite them
@@ -11,13 +11,13 @@
 use crate::sums::Checked;
 use crate::tier::{FlashTier, State};
 use tiercache_core::Class;
-use tiercache_tier::{Spill, Spilled, TierKey};
+use tiercache_tier::{SpillSink, Spilled, TierKey};
 
 impl FlashTier {
     /// Hands the clean blocks of set `id`, about to be dropped for reuse, to `spill`: read in
     /// runs of adjacent blocks, with the set's tag and version. The flash tier keeps no class
     /// per block: they go as `Normal`.
-    pub(crate) fn spill_set(&self, st: &mut State, id: u32, spill: &mut Spill<'_>) {
+    pub(crate) fn spill_set(&self, st: &mut State, id: u32, spill: &dyn SpillSink) {
         let bs = self.geo.block_size();
         let n = self.geo.set_blocks();
         let m = st.idx.sets[id as usize];
@@ -46,7 +46,7 @@ impl FlashTier {
                         }
                         let data = parked.as_deref().unwrap_or(read);
                         let block = (m.set_index << self.geo.set_shift) | (b + i) as u64;
-                        spill(Spilled {
+                        spill.spill(Spilled {
                             key: TierKey::new(m.file, block),
                             version: m.version,
                             class: Class::Normal,

@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 use tiercache_tier::{
     Admit, CleanAdvice, Cleaning, DataTier, DirtyBlock, FileKey, FileMeta, Lookup, Persistence,
-    RecoveredFile, Spill, StoreKind, TierError, TierInfo, TierKey, TierSnapshot,
+    RecoveredFile, SpillSink, SpillSlot, StoreKind, TierError, TierInfo, TierKey, TierSnapshot,
 };
 
 /// How a flash tier is built (geometry applies to `create`; `open` takes it from the device).
@@ -109,6 +109,8 @@ pub struct FlashTier {
     pub(crate) state: Mutex<State>,
     /// Origin of the cleaner's monotonic clock.
     pub(crate) origin: Instant,
+    /// Where stores that may spill hand the clean blocks of a reused set (set once).
+    pub(crate) spill_hook: SpillSlot,
 }
 
 /// A `DirtyBlock::seq`: the set's cleaning epoch and the set itself, so a seq handed out for
@@ -416,9 +418,9 @@ impl DataTier for FlashTier {
         &self,
         req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         let (key, version, data) = (&req.key, req.version, req.data);
+        let spill = self.spill_hook.get().filter(|_| req.may_spill);
         match req.kind {
             StoreKind::Fill => self.store_block(key, version, data, Store::Fill, current, spill),
             StoreKind::Demote => {
@@ -433,6 +435,10 @@ impl DataTier for FlashTier {
 
     fn can_spill(&self) -> bool {
         true
+    }
+
+    fn set_spill_hook(&self, hook: Arc<dyn SpillSink>) -> Result<(), TierError> {
+        self.spill_hook.set(&self.info.name, hook)
     }
 
     fn invalidate(&self, key: &TierKey) {

@@ -1,5 +1,5 @@
 //! A clean store that reuses a set (`fill_spilling` / `demote_spilling`) hands the set's clean
-//! blocks to the caller with the bytes they were stored with, before they are overwritten; a
+//! blocks to the tier's spill hook with the bytes they were stored with, before they are overwritten; a
 //! victim that cannot be read back, and blocks of an older version dropped for a version
 //! change, are not handed over.
 #![allow(clippy::unwrap_used)]
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tiercache_core::Class;
 use tiercache_flash::{FlashDevice, FlashTier};
 use tiercache_tier::StoreExt as _;
-use tiercache_tier::{Admit, DataTier, Spilled, TierKey};
+use tiercache_tier::{Admit, DataTier, SpillLog, TierKey};
 
 /// 2 KiB blocks in 4-block sets; a few sets.
 const LEN: u64 = 64 << 10;
@@ -32,24 +32,35 @@ fn fill_every_set(t: &FlashTier) -> Vec<TierKey> {
 
 type Got = Vec<(TierKey, u64, Class, Vec<u8>)>;
 
-fn fill_spilling(t: &FlashTier, k: &TierKey, version: u64) -> (Admit, Got) {
+/// `t` with a [`SpillLog`] as its spill hook.
+fn hooked(t: FlashTier) -> (FlashTier, Arc<SpillLog>) {
+    let log = SpillLog::new();
+    t.set_spill_hook(log.clone()).unwrap();
+    (t, log)
+}
+
+fn fill_spilling(t: &FlashTier, log: &SpillLog, k: &TierKey, version: u64) -> (Admit, Got) {
     let bs = t.info().block_size;
-    let mut got = Vec::new();
-    let mut spill = |s: Spilled<'_>| got.push((s.key, s.version, s.class, s.data.to_vec()));
     let r = t
-        .fill_spilling(k, version, Class::Normal, &data(k, 2, bs), &yes, &mut spill)
+        .fill_spilling(k, version, Class::Normal, &data(k, 2, bs), &yes)
         .unwrap();
-    (r, got)
+    let got = log.take();
+    (
+        r,
+        got.into_iter()
+            .map(|s| (s.key, s.version, s.class, s.data))
+            .collect(),
+    )
 }
 
 #[test]
 fn a_reused_set_spills_each_clean_block_with_its_bytes() {
-    let t = FlashTier::create(mem(LEN), small_config()).unwrap();
+    let (t, log) = hooked(FlashTier::create(mem(LEN), small_config()).unwrap());
     let bs = t.info().block_size;
     let victims = fill_every_set(&t);
     // A backing set nobody holds: the least recently used set (file 1's) is reused.
     let newcomer = key(99, 0);
-    let (r, got) = fill_spilling(&t, &newcomer, V);
+    let (r, got) = fill_spilling(&t, &log, &newcomer, V);
     assert_eq!(r, Admit::Stored);
     let keys: Vec<TierKey> = got.iter().map(|g| g.0).collect();
     assert_eq!(
@@ -65,17 +76,17 @@ fn a_reused_set_spills_each_clean_block_with_its_bytes() {
     // The new block took the slot after the spill read it: it reads back as stored.
     assert_eq!(read(&t, &newcomer).1, data(&newcomer, 2, bs));
     // A store into a set already mapped evicts nothing.
-    let (r, got) = fill_spilling(&t, &key(99, 1), V);
+    let (r, got) = fill_spilling(&t, &log, &key(99, 1), V);
     assert_eq!((r, got.len()), (Admit::Stored, 0));
 }
 
 #[test]
 fn a_set_with_dirty_blocks_is_not_reused_and_nothing_of_it_spills() {
-    let t = FlashTier::create(mem(LEN), small_config()).unwrap();
+    let (t, log) = hooked(FlashTier::create(mem(LEN), small_config()).unwrap());
     let victims = fill_every_set(&t);
     // File 1's set becomes dirty: the next least recently used set (file 2's) is reused.
     assert_eq!(write(&t, &key(1, 2), 1), Admit::Stored);
-    let (r, got) = fill_spilling(&t, &key(99, 0), V);
+    let (r, got) = fill_spilling(&t, &log, &key(99, 0), V);
     assert_eq!(r, Admit::Stored);
     let keys: Vec<TierKey> = got.iter().map(|g| g.0).collect();
     assert_eq!(keys, vec![key(2, 0)]);
@@ -88,11 +99,11 @@ fn a_set_with_dirty_blocks_is_not_reused_and_nothing_of_it_spills() {
 fn a_victim_that_cannot_be_read_is_dropped_unspilled() {
     let dev = faulty(LEN, 1);
     let d: Arc<dyn FlashDevice> = dev.clone();
-    let t = FlashTier::create(d, small_config()).unwrap();
+    let (t, log) = hooked(FlashTier::create(d, small_config()).unwrap());
     let victims = fill_every_set(&t);
     let errors = t.stats().errors;
     dev.fail_reads_after(Some(0));
-    let (r, got) = fill_spilling(&t, &key(99, 0), V);
+    let (r, got) = fill_spilling(&t, &log, &key(99, 0), V);
     assert_eq!(r, Admit::Stored);
     assert!(got.is_empty(), "spilled {} blocks", got.len());
     assert!(t.stats().errors > errors, "the failed read is counted");
@@ -103,11 +114,11 @@ fn a_victim_that_cannot_be_read_is_dropped_unspilled() {
 
 #[test]
 fn blocks_of_an_older_version_dropped_for_a_version_change_are_not_spilled() {
-    let t = FlashTier::create(mem(LEN), small_config()).unwrap();
+    let (t, log) = hooked(FlashTier::create(mem(LEN), small_config()).unwrap());
     let victims = fill_every_set(&t);
     // File 1 changed behind the cache: its set is kept for the new version, its old blocks
     // are stale and simply go.
-    let (r, got) = fill_spilling(&t, &key(1, 2), V + 1);
+    let (r, got) = fill_spilling(&t, &log, &key(1, 2), V + 1);
     assert_eq!((r, got.len()), (Admit::Stored, 0));
     for k in victims {
         assert!(!t.contains(&k));

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::sync::Arc;
 use tiercache_core::index::TierIndex;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::setindex::SetIndex;
@@ -12,7 +13,7 @@ use tiercache_core::{BlockKey, Class};
 use tiercache_flash::FlashTier;
 use tiercache_tier::Cleaning;
 use tiercache_tier::StoreExt as _;
-use tiercache_tier::{Admit, DataTier, Lookup, Spilled, TierKey};
+use tiercache_tier::{Admit, DataTier, Lookup, SpillLog, TierKey};
 
 const LEN: u64 = 64 << 10;
 const FILES: u64 = 4;
@@ -64,18 +65,17 @@ fn sim(s: &mut SetIndex, op: Op) -> Option<Vec<TierKey>> {
 }
 
 /// Replays `op` through the SSD tier; returns the evicted keys (`None`: no room).
-fn flash(t: &FlashTier, op: Op, before: &[TierKey]) -> Option<Vec<TierKey>> {
+fn flash(t: &FlashTier, log: &SpillLog, op: Op, before: &[TierKey]) -> Option<Vec<TierKey>> {
     let bs = t.info().block_size;
     match op {
         Op::Read(k) => {
             if read(t, &k).0 != Lookup::Miss {
                 return Some(Vec::new());
             }
-            let mut got = Vec::new();
-            let mut spill = |s: Spilled<'_>| got.push(s.key);
             let r = t
-                .fill_spilling(&k, V, Class::Normal, &data(&k, 1, bs), &yes, &mut spill)
+                .fill_spilling(&k, V, Class::Normal, &data(&k, 1, bs), &yes)
                 .unwrap();
+            let got = log.take().into_iter().map(|s| s.key).collect();
             (r == Admit::Stored).then_some(got)
         }
         Op::Write(k) => {
@@ -95,23 +95,31 @@ fn flash(t: &FlashTier, op: Op, before: &[TierKey]) -> Option<Vec<TierKey>> {
     }
 }
 
-/// An SSD tier on a memory device and the simulator's index of the same geometry.
-fn twins() -> (FlashTier, SetIndex) {
+/// An SSD tier on a memory device (with a [`SpillLog`] as its spill hook) and the
+/// simulator's index of the same geometry.
+fn twins() -> ((FlashTier, Arc<SpillLog>), SetIndex) {
     let t = FlashTier::create(mem(LEN), small_config()).unwrap();
+    let log = SpillLog::new();
+    t.set_spill_hook(log.clone()).unwrap();
     let sets = t.geometry().sets as usize;
     assert!(sets >= 3, "{sets} sets");
     let set_blocks = 1usize << small_config().set_shift;
     let s = SetIndex::new("flash", sets * set_blocks, set_blocks, PolicyKind::Lru).unwrap();
-    (t, s)
+    ((t, log), s)
 }
 
 /// Runs `ops` through both, comparing evictions and residency over `universe` after each;
 /// returns the blocks evicted.
-fn replay(t: &FlashTier, s: &mut SetIndex, ops: &[Op], universe: &[TierKey]) -> usize {
+fn replay(
+    (t, log): (&FlashTier, &SpillLog),
+    s: &mut SetIndex,
+    ops: &[Op],
+    universe: &[TierKey],
+) -> usize {
     let mut evictions = 0;
     for (i, &op) in ops.iter().enumerate() {
         let before: Vec<TierKey> = universe.iter().filter(|k| t.contains(k)).copied().collect();
-        let (a, b) = (sim(s, op), flash(t, op, &before));
+        let (a, b) = (sim(s, op), flash(t, log, op, &before));
         assert_eq!(a, b, "op {i}: {op:?}: evicted (sim, flash)");
         evictions += a.map_or(0, |v| v.len());
         for u in universe {
@@ -127,7 +135,7 @@ fn replay(t: &FlashTier, s: &mut SetIndex, ops: &[Op], universe: &[TierKey]) -> 
 
 #[test]
 fn a_passed_over_dirty_set_is_the_next_victim_once_clean_in_both() {
-    let (t, mut s) = twins();
+    let ((t, log), mut s) = twins();
     let sets = t.geometry().sets as u64;
     // File 1's set is the coldest and dirty; files 2.. fill the other sets.
     let mut ops = vec![Op::Write(key(1, 0))];
@@ -140,13 +148,13 @@ fn a_passed_over_dirty_set_is_the_next_victim_once_clean_in_both() {
         Op::Read(key(101, 0)),
     ]);
     let universe: Vec<TierKey> = (1..=sets).chain([100, 101]).map(|f| key(f, 0)).collect();
-    assert_eq!(replay(&t, &mut s, &ops, &universe), 2);
+    assert_eq!(replay((&t, &log), &mut s, &ops, &universe), 2);
     assert!(!t.contains(&key(1, 0)) && t.contains(&key(3, 0)));
 }
 
 #[test]
 fn the_same_accesses_evict_the_same_sets_in_sim_and_on_the_ssd_tier() {
-    let (t, mut s) = twins();
+    let ((t, log), mut s) = twins();
     let universe: Vec<TierKey> = (1..=FILES)
         .flat_map(|f| (0..BLOCKS).map(move |b| key(f, b)))
         .collect();
@@ -164,7 +172,7 @@ fn the_same_accesses_evict_the_same_sets_in_sim_and_on_the_ssd_tier() {
             }
         })
         .collect();
-    let evictions = replay(&t, &mut s, &ops, &universe);
+    let evictions = replay((&t, &log), &mut s, &ops, &universe);
     assert!(
         evictions > 100,
         "the sequence reused sets ({evictions} evictions)"

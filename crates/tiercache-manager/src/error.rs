@@ -27,6 +27,9 @@ pub enum MemError {
     /// The file was never opened (or was forgotten), or it has no backing file handle.
     #[error("file {} is not open in the memory tier", .0 .0)]
     UnknownFile(FileId),
+    /// A lower tier's spill hook could not be set: the tier already belongs to another stack.
+    #[error("a lower tier cannot join this stack")]
+    SpillHook(#[source] tiercache_tier::TierError),
     /// Backing I/O failed; the errno is kept.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -48,6 +51,7 @@ impl MemError {
             MemError::Core(_) => libc::EINVAL,
             MemError::Arena(_) => libc::ENOMEM,
             MemError::UnknownFile(_) => libc::EBADF,
+            MemError::SpillHook(_) => libc::EBUSY,
             MemError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

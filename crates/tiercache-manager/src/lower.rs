@@ -12,8 +12,9 @@
 //!   stores them into the exclusive tier below and then removes them from the map. Reads look
 //!   in the map, so at every moment the block is in its slot, in transit or in the tier below.
 //! - Evictions cascade: what a lower tier evicts while the background thread stores into it
-//!   is spilled (a clean `DataTier::store` given a `spill`) into the transit map and on
-//!   into the exclusive tier below it, level by level (`lower_transit`).
+//!   is spilled (a clean `DataTier::store` that may spill) to the spill hook the stack gave
+//!   that tier once when it was built, into the transit map and on into the exclusive tier
+//!   below it, level by level (`lower_transit`).
 //! - Writes and truncation invalidate lower copies (and transit entries) of the blocks they
 //!   change, top down (`invalidate_from`); a lower copy is also keyed by the file content
 //!   `version`, so one left over from before a change behind the cache's back is never served.
@@ -25,12 +26,14 @@
 //!
 //! Lock order: engine → transit; tier → transit (a tier's callbacks). The background thread
 //! takes the engine or the transit lock alone and calls tiers with neither held; tiers never
-//! call back into the manager except through the `current` and `spill` callbacks it hands them.
+//! call back into the manager except through the `current` check of each store and the spill
+//! hooks it gives them once.
 
 use crate::error::MemError;
 use crate::file_state::FileShared;
 use crate::locks::lock;
 use crate::lower_bypass::{Bypass, MeasuredCosts};
+use crate::lower_transit::SpillInto;
 use crate::transit::Transit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
@@ -81,7 +84,8 @@ pub(crate) struct LowerCounters {
     pub hits: AtomicU64,
     pub transit_hits: AtomicU64,
     pub demotions_dropped: AtomicU64,
-    pub spills_dropped: AtomicU64,
+    /// Shared with the tiers' spill hooks.
+    pub spills_dropped: Arc<AtomicU64>,
     pub fills_dropped: AtomicU64,
     pub errors: AtomicU64,
     pub dirty_bypassed: AtomicU64,
@@ -131,9 +135,9 @@ pub(crate) struct Lower {
     pub planner: Planner,
     tiers: Vec<LowerTier>,
     pub(crate) bs: usize,
-    /// Blocks waiting to be stored below (`lower_transit`).
-    pub(crate) transit: Mutex<Transit>,
-    pub(crate) cv: Condvar,
+    /// Blocks waiting to be stored below (`lower_transit`); shared with the tiers' spill hooks.
+    pub(crate) transit: Arc<Mutex<Transit>>,
+    pub(crate) cv: Arc<Condvar>,
     pub(crate) counters: LowerCounters,
     /// Per tier (index in `tiers`): its evictions are spilled into the exclusive tier below.
     spills: Vec<bool>,
@@ -150,8 +154,8 @@ pub(crate) struct Lower {
     /// the cleaning thread.
     advised: Mutex<Vec<DirtyBlock>>,
     /// Per tier: detached after too many device errors (`DataTier::detaching`); no longer
-    /// read, filled or written back to.
-    detached: Vec<AtomicBool>,
+    /// read, filled or written back to. Shared with the spill hook of the tier above.
+    detached: Vec<Arc<AtomicBool>>,
 }
 
 impl Lower {
@@ -204,20 +208,43 @@ impl Lower {
         let spills = (1..=tiers_len)
             .map(|i| planner.on_evict(i).is_some())
             .collect();
+        let transit = Arc::new(Mutex::new(Transit::default()));
+        let cv = Arc::new(Condvar::new());
+        let counters = LowerCounters::default();
+        let detached: Vec<_> = (0..tiers_len)
+            .map(|_| Arc::new(AtomicBool::new(false)))
+            .collect();
+        // Where a tier's evictions go is fixed: given to it once, here.
+        for (k, t) in tiers.iter().enumerate() {
+            let Some(into) = planner.on_evict(k + 1) else {
+                continue;
+            };
+            let hook = SpillInto {
+                into,
+                bs,
+                transit: Arc::clone(&transit),
+                cv: Arc::clone(&cv),
+                dropped: Arc::clone(&counters.spills_dropped),
+                detached: Arc::clone(&detached[into - 1]),
+            };
+            t.tier
+                .set_spill_hook(Arc::new(hook))
+                .map_err(MemError::SpillHook)?;
+        }
         Ok(Self {
             planner,
             tiers,
             bs,
             spills,
-            transit: Mutex::new(Transit::default()),
-            cv: Condvar::new(),
-            counters: LowerCounters::default(),
+            transit,
+            cv,
+            counters,
             any_inclusive,
             dirty_target,
             bypass: Bypass::new(&tiers_bypass),
             no_read_skip,
             advised: Mutex::new(Vec::new()),
-            detached: (0..tiers_len).map(|_| AtomicBool::new(false)).collect(),
+            detached,
         })
     }
 

@@ -11,6 +11,11 @@
 //!   transit or in tier i + 1 at every moment (a read that asks the map before the spill and
 //!   tier i after it still misses it: the read asks the map again after the tiers, and
 //!   otherwise goes to BACKING — clean bytes, never wrong ones);
+//! - a tier's spills go where its spill hook ([`SpillInto`], given to the tier once when the
+//!   stack is built) sends them: the exclusive tier the planner puts below it, fixed per tier.
+//!   The hook holds only the transit state (never the stack: no `Arc` cycle tier → hook →
+//!   stack → tier); a store lets its tier spill only while that tier below is attached, and
+//!   the hook checks that again when called;
 //! - at most `TRANSIT_MAX` jobs wait or are being stored (demotions, fills and spills
 //!   together; spills only up to half of it); past that a block is dropped and counted
 //!   (`demotions_dropped`, `spills_dropped`,
@@ -19,23 +24,78 @@
 //!   file's change counter from when their bytes were read, spills their transit entry (see
 //!   [`Guard`]); the tier asks the guard under its own lock as it makes the copy visible.
 //!
-//! Lock order: engine → transit; tier → transit (a tier's `current` and `spill` callbacks).
+//! Lock order: engine → transit; tier → transit (a tier's `current` check and spill hook).
 //! The worker takes the engine or the transit lock alone and calls tiers with neither held.
 
 use crate::file_state::FileShared;
 use crate::locks::lock;
 use crate::lower::Lower;
 use crate::transit::{Entry, Guard, Job, JobKind, Transit, TRANSIT_MAX};
-use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use tiercache_core::Class;
-use tiercache_tier::{Admit, Spilled, Store, StoreKind, TierKey};
+use tiercache_tier::{Admit, SpillSink, Spilled, Store, StoreKind, TierKey};
+
+/// Queues `job` and wakes the worker.
+fn enqueue(cv: &Condvar, t: &mut Transit, job: Job) {
+    t.queue.push_back(job);
+    // All: `drain` waits on the same condition variable.
+    cv.notify_all();
+}
+
+/// The spill hook of one lower tier: what it evicts while the worker stores into it is queued
+/// for planner tier `into` (the exclusive tier below it) and registered in the transit map.
+/// Holds only the transit state the stack shares with it.
+#[derive(Debug)]
+pub(crate) struct SpillInto {
+    /// Planner tier the spills go to.
+    pub into: usize,
+    pub bs: usize,
+    pub transit: Arc<Mutex<Transit>>,
+    pub cv: Arc<Condvar>,
+    /// `LowerCounters::spills_dropped`.
+    pub dropped: Arc<AtomicU64>,
+    /// Whether tier `into` is detached: then nothing goes there.
+    pub detached: Arc<AtomicBool>,
+}
+
+impl SpillSink for SpillInto {
+    /// Called under the evicting tier's lock.
+    fn spill(&self, s: Spilled<'_>) {
+        if self.detached.load(SeqCst) {
+            return;
+        }
+        let mut t = lock(&self.transit);
+        // Half the bound at most: memory's victims (hotter than a lower tier's) keep room.
+        if t.full() || t.queue.len() + t.busy >= TRANSIT_MAX / 2 || s.data.len() != self.bs {
+            self.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        let data = t.buffer(s.data);
+        let seq = t.seq();
+        let entry = Entry {
+            version: s.version,
+            seq,
+            tier: self.into,
+        };
+        t.demoting.insert(s.key, entry);
+        let job = Job {
+            kind: JobKind::Spill,
+            tier: self.into,
+            key: s.key,
+            version: s.version,
+            class: s.class,
+            data,
+            seq,
+            guard: Guard::Entry,
+        };
+        enqueue(&self.cv, &mut t, job);
+    }
+}
 
 impl Lower {
     fn enqueue(&self, t: &mut Transit, job: Job) {
-        t.queue.push_back(job);
-        // All: `drain` waits on the same condition variable.
-        self.cv.notify_all();
+        enqueue(&self.cv, t, job);
     }
 
     /// Phase 1 of a demotion, under the engine lock: copies the victim's bytes into a transit
@@ -75,36 +135,6 @@ impl Lower {
         };
         self.enqueue(&mut t, job);
         true
-    }
-
-    /// A block tier `into - 1` evicted while the worker stored into it (called under that
-    /// tier's lock): queued for tier `into`, registered in the transit map.
-    fn queue_spill(&self, into: usize, s: Spilled<'_>) {
-        let mut t = lock(&self.transit);
-        // Half the bound at most: memory's victims (hotter than a lower tier's) keep room.
-        if t.full() || t.queue.len() + t.busy >= TRANSIT_MAX / 2 || s.data.len() != self.bs {
-            self.counters.spills_dropped.fetch_add(1, Relaxed);
-            return;
-        }
-        let data = t.buffer(s.data);
-        let seq = t.seq();
-        let entry = Entry {
-            version: s.version,
-            seq,
-            tier: into,
-        };
-        t.demoting.insert(s.key, entry);
-        let job = Job {
-            kind: JobKind::Spill,
-            tier: into,
-            key: s.key,
-            version: s.version,
-            class: s.class,
-            data,
-            seq,
-            guard: Guard::Entry,
-        };
-        self.enqueue(&mut t, job);
     }
 
     /// Queues a clean copy of `data` for planner tier `i` (dropped, and counted, past the
@@ -259,11 +289,10 @@ impl Lower {
             class: job.class,
             data: &job.data[..],
             kind,
+            // Its spill hook (set in `Lower::new`) queues what it evicts for tier `below`.
+            may_spill: below.is_some(),
         };
-        let r = match below {
-            Some(j) => tier.store(&req, &current, Some(&mut |s| self.queue_spill(j, s))),
-            None => tier.store(&req, &current, None),
-        };
+        let r = tier.store(&req, &current);
         let key = &job.key;
         // A store that raced a change is undone after the fact (the writer's own
         // invalidation may have come before it).

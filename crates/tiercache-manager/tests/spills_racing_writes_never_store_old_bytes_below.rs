@@ -15,13 +15,33 @@ use tiercache_memtier::TestTier;
 use tiercache_tier::*;
 
 /// A test tier whose next spilling demotion (once armed) pauses inside the tier's lock before
-/// handing over its victim, and again after the store, outside the lock.
+/// handing over its victim (its spill hook wraps the one it is given), and again after the
+/// store, outside the lock.
 #[derive(Debug)]
 struct Gate {
     inner: Arc<TestTier>,
     armed: AtomicBool,
+    /// Set while the armed store runs: its spills pause.
+    pausing: Arc<AtomicBool>,
 }
 const PAUSE: Duration = Duration::from_millis(400);
+
+/// The spill hook the gate gives its inner tier: pauses while `pausing`, then hands over.
+#[derive(Debug)]
+struct GateHook {
+    inner: Arc<dyn SpillSink>,
+    pausing: Arc<AtomicBool>,
+}
+impl SpillSink for GateHook {
+    fn spill(&self, s: Spilled<'_>) {
+        if self.pausing.load(Ordering::SeqCst) {
+            eprintln!("spilling {:?}", s.key.block);
+            std::thread::sleep(PAUSE);
+        }
+        self.inner.spill(s)
+    }
+}
+
 impl DataTier for Gate {
     fn info(&self) -> &TierInfo {
         self.inner.info()
@@ -38,27 +58,23 @@ impl DataTier for Gate {
     fn can_spill(&self) -> bool {
         self.inner.can_spill()
     }
-    fn store(
-        &self,
-        req: &Store<'_>,
-        cur: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
-    ) -> Result<Admit, TierError> {
-        let Some(spill) = spill.filter(|_| req.kind == StoreKind::Demote) else {
-            return self.inner.store(req, cur, None);
-        };
-        if !self.armed.swap(false, Ordering::SeqCst) {
-            return self.inner.store(req, cur, Some(spill));
+    fn set_spill_hook(&self, hook: Arc<dyn SpillSink>) -> Result<(), TierError> {
+        let pausing = Arc::clone(&self.pausing);
+        self.inner.set_spill_hook(Arc::new(GateHook {
+            inner: hook,
+            pausing,
+        }))
+    }
+    fn store(&self, req: &Store<'_>, cur: &dyn Fn() -> bool) -> Result<Admit, TierError> {
+        if !(req.may_spill && req.kind == StoreKind::Demote) {
+            return self.inner.store(req, cur);
         }
-        let r = self.inner.store(
-            req,
-            cur,
-            Some(&mut |s| {
-                eprintln!("spilling {:?}", s.key.block);
-                std::thread::sleep(PAUSE);
-                spill(s)
-            }),
-        );
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            return self.inner.store(req, cur);
+        }
+        self.pausing.store(true, Ordering::SeqCst);
+        let r = self.inner.store(req, cur);
+        self.pausing.store(false, Ordering::SeqCst);
         std::thread::sleep(PAUSE);
         r
     }
@@ -89,6 +105,7 @@ fn a_block_spilled_while_its_write_waits_for_the_tier_is_not_stored_below() {
     let a = Arc::new(Gate {
         inner: test_tier(4),
         armed: AtomicBool::new(false),
+        pausing: Arc::new(AtomicBool::new(false)),
     });
     let b = test_tier(64);
     let lower = vec![

@@ -5,8 +5,8 @@
 //! same policies and never evicts a dirty block. One `Mutex` guards the index and the per-slot
 //! metadata; bytes are copied under it (through the slot's guard, which nobody else takes), so
 //! a store and the reads after it are totally ordered. It is volatile: dirty data in it is lost
-//! with the process. Its `*_spilling` stores hand the block the index evicts (clean) to the
-//! caller.
+//! with the process. Its stores that may spill hand the block the index evicts (clean) to the
+//! spill hook it was given once.
 //!
 //! Invariants (under the lock): a slot is in `files[f].1` iff the index holds it; its
 //! `SlotInfo::seq != 0` iff it is dirty iff it is in `dirty` under that sequence and the
@@ -15,14 +15,14 @@
 use crate::arena::{Arena, SlotState};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tiercache_core::index::TierIndex;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::tier::{Tier, TierConfig};
 use tiercache_core::{BlockIndex, BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
 use tiercache_tier::{
-    Admit, Cleaning, DataTier, DirtyBlock, FileKey, Lookup, Spill, Spilled, StoreKind, TierError,
-    TierInfo, TierKey, TierKind, TierSnapshot,
+    Admit, Cleaning, DataTier, DirtyBlock, FileKey, Lookup, SpillSink, SpillSlot, Spilled,
+    StoreKind, TierError, TierInfo, TierKey, TierKind, TierSnapshot,
 };
 
 /// How a [`MemoryTier`] is built.
@@ -75,6 +75,8 @@ pub struct MemoryTier {
     info: TierInfo,
     arena: Arena,
     state: Mutex<State>,
+    /// Where stores that may spill hand their victims (set once).
+    spill_hook: SpillSlot,
 }
 
 impl MemoryTier {
@@ -116,6 +118,7 @@ impl MemoryTier {
         Ok(Self {
             info,
             arena,
+            spill_hook: SpillSlot::new(),
             state: Mutex::new(State {
                 index,
                 slots: vec![SlotInfo::default(); cfg.capacity_blocks],
@@ -193,7 +196,7 @@ impl MemoryTier {
     }
 
     /// Stores `data`; a clean block the index evicts for it goes to `spill` (when given) with
-    /// the bytes still in the slot the new block takes.
+    /// the bytes still in the slot the new block takes, under the state lock.
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -203,7 +206,7 @@ impl MemoryTier {
         data: &[u8],
         how: Store,
         current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
+        spill: Option<&dyn SpillSink>,
     ) -> Result<Admit, TierError> {
         let bs = self.info.block_size;
         if data.len() != bs {
@@ -247,7 +250,7 @@ impl MemoryTier {
                     // still those of `ins.slot`, which the new block takes below.
                     if let (Some(spill), Some(&file)) = (spill, st.ids.get(&ev.key.file)) {
                         let g = self.arena.read(ins.slot);
-                        spill(Spilled {
+                        spill.spill(Spilled {
                             key: TierKey {
                                 file,
                                 block: ev.key.block,
@@ -418,7 +421,6 @@ impl DataTier for MemoryTier {
         &self,
         req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         let how = match req.kind {
             StoreKind::Fill => Store::Fill,
@@ -446,12 +448,16 @@ impl DataTier for MemoryTier {
             req.data,
             how,
             current,
-            spill,
+            self.spill_hook.get().filter(|_| req.may_spill),
         )
     }
 
     fn can_spill(&self) -> bool {
         true
+    }
+
+    fn set_spill_hook(&self, hook: Arc<dyn SpillSink>) -> Result<(), TierError> {
+        self.spill_hook.set(&self.info.name, hook)
     }
 
     fn invalidate(&self, key: &TierKey) {

@@ -10,12 +10,13 @@
 use crate::memory::{MemoryTier, MemoryTierConfig};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::InvariantViolation;
 use tiercache_tier::{
-    Admit, Cleaning, DataTier, DirtyBlock, FileKey, Lookup, Spill, TierError, TierInfo, TierKey,
-    TierKind, TierSnapshot,
+    Admit, Cleaning, DataTier, DirtyBlock, FileKey, Lookup, SpillSink, TierError, TierInfo,
+    TierKey, TierKind, TierSnapshot,
 };
 
 /// How a [`TestTier`] is built.
@@ -151,14 +152,17 @@ impl DataTier for TestTier {
         &self,
         req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
     ) -> Result<Admit, TierError> {
         self.before_store()?;
-        self.inner.store(req, current, spill)
+        self.inner.store(req, current)
     }
 
     fn can_spill(&self) -> bool {
         true
+    }
+
+    fn set_spill_hook(&self, hook: Arc<dyn SpillSink>) -> Result<(), TierError> {
+        self.inner.set_spill_hook(hook)
     }
 
     fn invalidate(&self, key: &TierKey) {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use tiercache_core::Class;
 use tiercache_memtier::{MemoryTier, MemoryTierConfig, TestTier, TestTierConfig};
 use tiercache_tier::StoreExt as _;
-use tiercache_tier::{Admit, Cleaning, DataTier, FileKey, Lookup, Spilled, TierKey};
+use tiercache_tier::{Admit, Cleaning, DataTier, FileKey, Lookup, SpillLog, TierKey};
 
 /// The tiers of the model take dirty blocks: each offers cleaning.
 fn cleaning(t: &dyn DataTier) -> &dyn Cleaning {
@@ -98,34 +98,29 @@ fn check_against_model(
     let mut model: Model = HashMap::new();
     let mut buf = [0u8; BS];
     let mut spills = 0u64;
+    let log = SpillLog::new();
+    t.set_spill_hook(log.clone()).unwrap();
     for op in ops {
         match op {
             Op::Fill(f, b, v, d) | Op::Demote(f, b, v, d) | Op::Dirty(f, b, v, d) => {
                 let k = key(f, b);
                 let dirty = matches!(op, Op::Dirty(..));
                 let held: Vec<TierKey> = model.keys().filter(|x| t.contains(x)).copied().collect();
-                let mut spilled = Vec::new();
-                let mut spill = |s: Spilled<'_>| spilled.push((s.key, s.version, s.data.to_vec()));
                 let r = match op {
-                    Op::Fill(..) => t.fill_spilling(
-                        &k,
-                        u64::from(v),
-                        Class::Normal,
-                        &[d; BS],
-                        &|| true,
-                        &mut spill,
-                    ),
-                    Op::Demote(..) => t.demote_spilling(
-                        &k,
-                        u64::from(v),
-                        Class::Normal,
-                        &[d; BS],
-                        &|| true,
-                        &mut spill,
-                    ),
+                    Op::Fill(..) => {
+                        t.fill_spilling(&k, u64::from(v), Class::Normal, &[d; BS], &|| true)
+                    }
+                    Op::Demote(..) => {
+                        t.demote_spilling(&k, u64::from(v), Class::Normal, &[d; BS], &|| true)
+                    }
                     _ => t.write_dirty(&k, u64::from(v), Class::Normal, &[d; BS]),
                 }
                 .unwrap();
+                let spilled: Vec<_> = log
+                    .take()
+                    .into_iter()
+                    .map(|s| (s.key, s.version, s.data))
+                    .collect();
                 // What a clean store evicts is handed over: a clean block of the model, with
                 // its version and bytes, and gone from the tier.
                 if !dirty {

@@ -586,7 +586,6 @@ impl DataTier for RemoteTier {
         &self,
         req: &tiercache_tier::Store<'_>,
         current: &dyn Fn() -> bool,
-        _spill: Option<&mut tiercache_tier::Spill<'_>>,
     ) -> Result<Admit, TierError> {
         match req.kind {
             StoreKind::Fill => self.put(&req.key, req.version, req.data, current, false),

@@ -12,6 +12,7 @@
 //!   ([`DataTier::cleaning`]): its dirty blocks for someone else to clean, and its policy;
 //! - [`persistence`]: the [`Persistence`] trait a persistent tier offers
 //!   ([`DataTier::persistence`]): file meta kept with dirty blocks, files recovered at open;
+//! - [`spill`]: the [`SpillSink`] hook a tier hands the clean blocks it evicts to, given once;
 //! - `conformance` (feature `conformance`, tests only): the trait's contract as checks that
 //!   every implementation's tests run;
 //!
@@ -26,12 +27,14 @@ pub mod cleaning;
 pub mod conformance;
 pub mod key;
 pub mod persistence;
+pub mod spill;
 pub mod tier;
 
 pub use cleaning::{CleanAdvice, Cleaning, DirtyBlock};
 pub use key::{FileKey, TierKey};
 pub use persistence::{FileHandle, FileMeta, Persistence, RecoveredFile, MAX_HANDLE_BYTES};
+pub use spill::{SpillLog, SpillSink, SpillSlot, SpilledBlock};
 pub use tier::{
-    Admit, DataTier, Lookup, Spill, Spilled, Store, StoreExt, StoreKind, TierError, TierInfo,
-    TierKind, TierSnapshot,
+    Admit, DataTier, Lookup, Spilled, Store, StoreExt, StoreKind, TierError, TierInfo, TierKind,
+    TierSnapshot,
 };

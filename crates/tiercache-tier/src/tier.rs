@@ -13,14 +13,21 @@
 //!   never partial or unverified bytes (a tier that cannot verify its medium reports a miss);
 //! - clean blocks may be dropped at any time (BACKING or a tier above has them); dirty blocks
 //!   (only in tiers that offer [`DataTier::cleaning`]) are kept until [`Cleaning::mark_clean`];
-//! - a clean store given a `spill` (and [`DataTier::can_spill`]) hands each block it evicts to make room (always clean: dirty blocks are never evicted) to the
-//!   caller's `spill` ([`Spilled`]: key, version, class and the whole stored bytes), under
-//!   the lock that drops it and before its bytes are overwritten, so the caller can demote it
-//!   further down; a victim whose bytes cannot be read back is dropped unspilled, never handed
-//!   over with other bytes. `spill` must not call into this tier. A tier that evicts out of
-//!   sight (memcached) spills nothing (`can_spill` false);
+//! - a clean store that [`Store::may_spill`] (in a tier that [`DataTier::can_spill`]) hands each
+//!   block it evicts to make room (always clean: dirty blocks are never evicted) to the tier's
+//!   spill hook, given once ([`DataTier::set_spill_hook`], a [`SpillSink`]; [`Spilled`]: key,
+//!   version, class and the whole stored bytes), under the lock that drops it and before its
+//!   bytes are overwritten, so the caller can demote it further down; a victim whose bytes
+//!   cannot be read back is dropped unspilled, never handed over with other bytes. The hook
+//!   must not call into this tier. A store that may not spill, or a tier without a hook, drops
+//!   its victims. A tier that evicts out of sight (memcached) spills nothing (`can_spill`
+//!   false);
+//! - `current` is a precondition of each store, not a hook: what makes a copy current depends
+//!   on the job being stored (its bytes' change counter, its transit entry), so the caller
+//!   passes it with every clean store and the tier asks it under its own lock, like a
+//!   compare-and-swap;
 //! - all methods take `&self` and are safe to call from several threads; none blocks on
-//!   another tier or on the manager's locks (its `current` and `spill` callbacks take only the
+//!   another tier or on the manager's locks (its `current` check and spill hook take only the
 //!   manager's short transit lock);
 //! - `Admit::Rejected` (full of dirty blocks, or declined) is an outcome, not an error: the
 //!   caller goes on without this tier.
@@ -33,9 +40,11 @@
 use crate::cleaning::Cleaning;
 use crate::key::{FileKey, TierKey};
 use crate::persistence::Persistence;
+use crate::spill::SpillSink;
 use serde::Serialize;
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 use tiercache_core::Class;
 
 /// What kind of medium a tier is (`stats` shows it as `kind`).
@@ -109,6 +118,9 @@ pub enum TierError {
     /// The tier is detached or not reachable now; try later.
     #[error("tier {tier} unavailable: {why}")]
     Unavailable { tier: String, why: String },
+    /// [`DataTier::set_spill_hook`] called a second time (the first hook stays).
+    #[error("tier {tier}: spill hook already set")]
+    SpillHookSet { tier: String },
 }
 
 /// For a caller that answers `io::Result` (the manager's write-back and sync paths): the tier
@@ -146,9 +158,8 @@ pub struct TierSnapshot {
     pub errors: u64,
 }
 
-/// A clean block a tier evicted to make room for a clean store, handed to the `spill` of
-/// [`DataTier::store`] so it can go one tier further
-/// down. `data` is the whole block as stored, with the `version` it was stored with.
+/// A clean block a tier evicted to make room for a clean store that may spill, handed to the
+/// tier's [`SpillSink`] so it can go one tier further down. `data` is the whole block as stored, with the `version` it was stored with.
 #[derive(Debug, Clone, Copy)]
 pub struct Spilled<'a> {
     pub key: TierKey,
@@ -157,9 +168,6 @@ pub struct Spilled<'a> {
     pub class: Class,
     pub data: &'a [u8],
 }
-
-/// Where a store hands the clean blocks it evicts (see [`Spilled`]).
-pub type Spill<'s> = dyn FnMut(Spilled<'_>) + 's;
 
 /// What a [`DataTier::store`] is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +181,7 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    /// Whether the store is of clean data (asks `current`, may spill).
+    /// Whether the store is of clean data (asks `current`, may spill when asked to).
     pub fn is_clean(self) -> bool {
         !matches!(self, StoreKind::WriteDirty)
     }
@@ -188,6 +196,9 @@ pub struct Store<'a> {
     pub class: Class,
     pub data: &'a [u8],
     pub kind: StoreKind,
+    /// A clean store hands what it evicts to the tier's spill hook (if set); otherwise its
+    /// victims are dropped. Ignored by a dirty store. [`Store::new`]: false.
+    pub may_spill: bool,
 }
 
 impl<'a> Store<'a> {
@@ -198,7 +209,15 @@ impl<'a> Store<'a> {
             class,
             data,
             kind,
+            may_spill: false,
         }
+    }
+
+    /// The same request, handing what it evicts to the tier's spill hook.
+    #[must_use]
+    pub fn spilling(mut self) -> Self {
+        self.may_spill = true;
+        self
     }
 }
 
@@ -217,7 +236,6 @@ pub trait StoreExt: DataTier {
         self.store(
             &Store::new(key, version, class, data, StoreKind::Fill),
             current,
-            None,
         )
     }
     /// A clean [`StoreKind::Demote`], nothing spilled.
@@ -232,10 +250,9 @@ pub trait StoreExt: DataTier {
         self.store(
             &Store::new(key, version, class, data, StoreKind::Demote),
             current,
-            None,
         )
     }
-    /// `fill`, handing evicted clean blocks to `spill`.
+    /// `fill`, handing evicted clean blocks to the tier's spill hook.
     fn fill_spilling(
         &self,
         key: &TierKey,
@@ -243,15 +260,13 @@ pub trait StoreExt: DataTier {
         class: Class,
         data: &[u8],
         current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
     ) -> Result<Admit, TierError> {
         self.store(
-            &Store::new(key, version, class, data, StoreKind::Fill),
+            &Store::new(key, version, class, data, StoreKind::Fill).spilling(),
             current,
-            Some(spill),
         )
     }
-    /// `demote`, handing evicted clean blocks to `spill`.
+    /// `demote`, handing evicted clean blocks to the tier's spill hook.
     fn demote_spilling(
         &self,
         key: &TierKey,
@@ -259,12 +274,10 @@ pub trait StoreExt: DataTier {
         class: Class,
         data: &[u8],
         current: &dyn Fn() -> bool,
-        spill: &mut Spill<'_>,
     ) -> Result<Admit, TierError> {
         self.store(
-            &Store::new(key, version, class, data, StoreKind::Demote),
+            &Store::new(key, version, class, data, StoreKind::Demote).spilling(),
             current,
-            Some(spill),
         )
     }
     /// A [`StoreKind::WriteDirty`].
@@ -278,7 +291,6 @@ pub trait StoreExt: DataTier {
         self.store(
             &Store::new(key, version, class, data, StoreKind::WriteDirty),
             &|| true,
-            None,
         )
     }
 }
@@ -300,12 +312,14 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// exclusive placement), or dirty data written back from above
     /// ([`StoreKind::WriteDirty`], only when `accepts_dirty`).
     ///
-    /// A clean store asks `current` atomically with making the copy visible (under the tier's
-    /// own lock): `false` means the bytes went stale since they were read, and the store is
-    /// `Rejected`. With `spill` (and [`DataTier::can_spill`]), each clean block evicted to make
-    /// room for a clean store is handed to it (see the module docs); without, it is dropped.
+    /// `current` is a precondition of this one store, not a hook: a clean store asks it
+    /// atomically with making the copy visible (under the tier's own lock): `false` means the
+    /// bytes went stale since they were read, and the store is `Rejected`. With
+    /// [`Store::may_spill`] (and [`DataTier::can_spill`]), each clean block evicted to make room
+    /// for a clean store is handed to the spill hook (see the module docs); without, or with no
+    /// hook set, it is dropped.
     ///
-    /// A dirty store ignores `current` and `spill`. A block the tier already holds dirty
+    /// A dirty store ignores `current` and `may_spill`. A block the tier already holds dirty
     /// *with this `version`* is never turned down (it is overwritten in place); when the tier
     /// cannot take it (degraded, closed) that is an `Err`, never `Rejected`, so the caller does
     /// not write around a dirty copy. One exception: a tier that keeps one version per group
@@ -315,16 +329,19 @@ pub trait DataTier: Send + Sync + fmt::Debug {
     /// the tier.
     ///
     /// [`StoreExt`] has the per-kind shorthands (`fill`, `demote`, `write_dirty`, ...).
-    fn store(
-        &self,
-        req: &Store<'_>,
-        current: &dyn Fn() -> bool,
-        spill: Option<&mut Spill<'_>>,
-    ) -> Result<Admit, TierError>;
-    /// Whether a clean `store` with `spill` hands down what the tier evicts (so an exclusive
+    fn store(&self, req: &Store<'_>, current: &dyn Fn() -> bool) -> Result<Admit, TierError>;
+    /// Whether a clean `store` that may spill hands down what the tier evicts (so an exclusive
     /// tier below it receives blocks). Default: no (a memcached pool evicts on its own).
     fn can_spill(&self) -> bool {
         false
+    }
+    /// Gives the tier, once, the hook its spilling stores hand their victims to (the manager
+    /// sets it when it builds its stack: where a tier's victims go is fixed per tier). A second
+    /// call is an error ([`TierError::SpillHookSet`]) and keeps the first hook. Default (a tier
+    /// that never spills): the hook is dropped, `Ok`.
+    fn set_spill_hook(&self, hook: Arc<dyn SpillSink>) -> Result<(), TierError> {
+        drop(hook);
+        Ok(())
     }
     /// Drops a clean copy (a write above made it stale). A dirty copy stays: it may hold data
     /// acknowledged by `fsync`, and the newer bytes above reach this tier by write-back.

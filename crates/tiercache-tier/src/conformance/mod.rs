@@ -14,7 +14,8 @@
 use crate::cleaning::Cleaning;
 use crate::key::{FileKey, TierKey};
 use crate::persistence::{FileHandle, FileMeta};
-use crate::tier::{Admit, DataTier, Lookup, Spilled, StoreExt, TierInfo};
+use crate::spill::SpillLog;
+use crate::tier::{Admit, DataTier, Lookup, StoreExt, TierInfo};
 use std::any::Any;
 use std::sync::Arc;
 use tiercache_core::Class;
@@ -37,7 +38,7 @@ pub struct Subject {
     /// version, bytes.
     pub held_dirty: Vec<(TierKey, u64, Vec<u8>)>,
     /// Whether it keeps each block's class (`false`: it spills every block as
-    /// [`Class::Normal`], as [`Spilled`] allows).
+    /// [`Class::Normal`], as [`crate::Spilled`] allows).
     pub keeps_class: bool,
     /// Waits until every store made so far is visible to reads (a tier that stores in the
     /// background); default: nothing to wait for.
@@ -533,23 +534,32 @@ pub fn spills_hand_over_clean_victims_exactly(make: Make<'_>) {
         .map(|x| x.0)
         .collect();
     let mut stored: std::collections::HashMap<TierKey, (u64, Class, Vec<u8>)> = Default::default();
-    let mut spilled = Vec::new();
+    let log = SpillLog::new();
+    s.tier.set_spill_hook(log.clone()).expect(TIER_FAILED);
+    assert!(
+        s.tier.set_spill_hook(SpillLog::new()).is_err(),
+        "{name}: a second spill hook was taken"
+    );
     let n = s.info().capacity_blocks * 3;
     for i in 0..n {
         let k = key(200 + i / 32, i % 32);
         let v = V + (i / 32) % 3;
         let class = Class::ALL[(i % 2) as usize];
         let d = bytes(&k, v, 0, bs(&s));
-        let mut spill = |x: Spilled<'_>| spilled.push((x.key, x.version, x.class, x.data.to_vec()));
         let a = if i % 2 == 0 {
-            s.tier.fill_spilling(&k, v, class, &d, &yes, &mut spill)
+            s.tier.fill_spilling(&k, v, class, &d, &yes)
         } else {
-            s.tier.demote_spilling(&k, v, class, &d, &yes, &mut spill)
+            s.tier.demote_spilling(&k, v, class, &d, &yes)
         };
         if a.expect(TIER_FAILED) == Admit::Stored {
             stored.insert(k, (v, class, d));
         }
     }
+    let spilled: Vec<_> = log
+        .take()
+        .into_iter()
+        .map(|x| (x.key, x.version, x.class, x.data))
+        .collect();
     assert!(
         !spilled.is_empty(),
         "{name}: {n} stores into {} blocks spilled nothing",
