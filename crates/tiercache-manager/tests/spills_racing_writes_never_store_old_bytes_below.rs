@@ -35,7 +35,6 @@ struct GateHook {
 impl SpillSink for GateHook {
     fn spill(&self, s: Spilled<'_>) {
         if self.pausing.load(Ordering::SeqCst) {
-            eprintln!("spilling {:?}", s.key.block);
             std::thread::sleep(PAUSE);
         }
         self.inner.spill(s)
