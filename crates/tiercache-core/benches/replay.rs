@@ -22,9 +22,9 @@ fn requests() -> Vec<Access> {
             let u: f64 = rng.gen();
             let b = ((CACHE * 10) as f64 * u.powf(3.0)) as u64;
             let class = if b.is_multiple_of(4) {
-                Class::Priority
+                Class::PRIORITY
             } else {
-                Class::Normal
+                Class::NORMAL
             };
             Access::read(BlockKey::new(0, b), class)
         })
@@ -42,10 +42,13 @@ fn bench(c: &mut Criterion) {
     let none = PartitionConfig::none();
     let dirprio = PartitionConfig {
         kind: PartitionKind::Dirprio,
-        params: DirprioParams::guidance(CACHE as u64, true),
+        params: DirprioParams::guidance(CACHE as u64, true).into(),
     };
     let setups: [(&str, Vec<LevelConfig>); 3] = [
-        ("lru", vec![level("mem", CACHE, Placement::Inclusive, none)]),
+        (
+            "lru",
+            vec![level("mem", CACHE, Placement::Inclusive, none.clone())],
+        ),
         (
             "dirprio",
             vec![level("mem", CACHE, Placement::Inclusive, dirprio)],
@@ -53,7 +56,7 @@ fn bench(c: &mut Criterion) {
         (
             "two_tier_exclusive",
             vec![
-                level("mem", CACHE, Placement::Inclusive, none),
+                level("mem", CACHE, Placement::Inclusive, none.clone()),
                 level("lower", CACHE * 4, Placement::Exclusive, none),
             ],
         ),

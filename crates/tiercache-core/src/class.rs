@@ -1,37 +1,59 @@
 //! Block classes (what the user says a block is worth) and pools (where a tier keeps it).
+//!
+//! A class is a small index into the tier's class table (`partition::ClassTable`), which gives
+//! it a name, a hit-ratio target and bounds. Two indices are fixed: [`Class::PRIORITY`] (paper
+//! 000's priority directories) and [`Class::NORMAL`] (every file in no class). A pool has the
+//! index of the class it was made for; classes without a pool of their own share
+//! [`PoolId::NORMAL`], the rest pool.
 
 use crate::error::ParseError;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// The class of a block, fixed by the file it belongs to. Priority blocks are those of files in
-/// priority directories (paper 000).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Class {
-    Priority,
-    #[default]
-    Normal,
+/// The most classes (and so pools) a tier has.
+pub const MAX_CLASSES: usize = 8;
+
+/// The class of a block, fixed by the file it belongs to. Invariant: `index() < MAX_CLASSES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Class(u8);
+
+impl Default for Class {
+    fn default() -> Self {
+        Class::NORMAL
+    }
 }
 
 impl Class {
-    pub const ALL: [Class; 2] = [Class::Priority, Class::Normal];
-    pub const COUNT: usize = Self::ALL.len();
+    /// Files in priority directories (paper 000's protected class).
+    pub const PRIORITY: Class = Class(0);
+    /// Files in no class.
+    pub const NORMAL: Class = Class(1);
+    /// The two classes every table has, in index order.
+    pub const BUILT_IN: [Class; 2] = [Class::PRIORITY, Class::NORMAL];
 
-    #[inline]
-    pub const fn index(self) -> usize {
-        match self {
-            Class::Priority => 0,
-            Class::Normal => 1,
+    /// The class with index `i`, if below [`MAX_CLASSES`].
+    pub const fn new(i: usize) -> Option<Class> {
+        if i < MAX_CLASSES {
+            Some(Class(i as u8))
+        } else {
+            None
         }
     }
+    /// Every possible class, in index order.
+    pub fn all() -> impl Iterator<Item = Class> {
+        (0..MAX_CLASSES as u8).map(Class)
+    }
+    #[inline]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+    /// The name a class has when no table names it: `priority`, `normal`, `class2`, ….
     pub const fn as_str(self) -> &'static str {
-        match self {
-            Class::Priority => "priority",
-            Class::Normal => "normal",
-        }
+        const NAMES: [&str; MAX_CLASSES] = [
+            "priority", "normal", "class2", "class3", "class4", "class5", "class6", "class7",
+        ];
+        NAMES[self.0 as usize]
     }
 }
 
@@ -43,45 +65,85 @@ impl fmt::Display for Class {
 
 impl FromStr for Class {
     type Err = ParseError;
+    /// A class's default name (`priority`, `normal`, `classN`); named classes are looked up in
+    /// a table instead.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "priority" => Ok(Class::Priority),
-            "normal" => Ok(Class::Normal),
-            _ => Err(ParseError::unknown("class", s, "priority|normal")),
-        }
+        Class::all()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| ParseError::unknown("class", s, "priority|normal|class2..class7"))
     }
 }
 
-/// A pool inside a tier. With partitioning, priority blocks live in `Protected` and the rest in
-/// `Normal`; without it every block lives in `Normal`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PoolId {
-    Protected,
-    Normal,
+impl Serialize for Class {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
+
+impl<'de> Deserialize<'de> for Class {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A pool inside a tier: index `k` holds class `k`'s blocks when that class has a pool of its
+/// own; [`PoolId::NORMAL`] holds the rest. Without partitioning every block is in `NORMAL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolId(u8);
 
 impl PoolId {
-    pub const ALL: [PoolId; 2] = [PoolId::Protected, PoolId::Normal];
+    /// Paper 000's protected pool: the priority class's own.
+    pub const PROTECTED: PoolId = PoolId(0);
+    /// The rest pool.
+    pub const NORMAL: PoolId = PoolId(1);
+    /// The two pools every partitioned tier has, in index order.
+    pub const BUILT_IN: [PoolId; 2] = [PoolId::PROTECTED, PoolId::NORMAL];
 
+    /// The pool made for `class` (whether or not the class uses it).
+    #[inline]
+    pub const fn own(class: Class) -> PoolId {
+        PoolId(class.0)
+    }
+    /// The pool with index `i`, if below [`MAX_CLASSES`].
+    pub const fn new(i: usize) -> Option<PoolId> {
+        if i < MAX_CLASSES {
+            Some(PoolId(i as u8))
+        } else {
+            None
+        }
+    }
     #[inline]
     pub const fn index(self) -> usize {
-        match self {
-            PoolId::Protected => 0,
-            PoolId::Normal => 1,
-        }
+        self.0 as usize
     }
-    #[inline]
-    pub const fn other(self) -> PoolId {
-        match self {
-            PoolId::Protected => PoolId::Normal,
-            PoolId::Normal => PoolId::Protected,
-        }
+    /// The class this pool was made for.
+    pub const fn class(self) -> Class {
+        Class(self.0)
     }
     pub const fn as_str(self) -> &'static str {
-        match self {
-            PoolId::Protected => "protected",
-            PoolId::Normal => "normal",
-        }
+        const NAMES: [&str; MAX_CLASSES] = [
+            "protected",
+            "normal",
+            "pool2",
+            "pool3",
+            "pool4",
+            "pool5",
+            "pool6",
+            "pool7",
+        ];
+        NAMES[self.0 as usize]
+    }
+}
+
+impl fmt::Display for PoolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for PoolId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }

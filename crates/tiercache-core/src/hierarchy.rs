@@ -35,7 +35,7 @@ pub struct Hierarchy {
     planner: Planner,
     requests: u64,
     hits: u64,
-    classes: [HitCounts; Class::COUNT],
+    classes: [HitCounts; crate::class::MAX_CLASSES],
     dup_interval: u64,
     since_sample: u64,
     samples_taken: u64,

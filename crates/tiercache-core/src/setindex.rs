@@ -141,7 +141,7 @@ impl SetIndex {
             len: 0,
             set_evictions: 0,
             stats: TierStats::default(),
-            partitioner: NoPartition,
+            partitioner: NoPartition::default(),
             spill_tag: BlockKey::new(0, 0),
             spill_valid: vec![0; words].into_boxed_slice(),
             spill_priority: vec![0; words].into_boxed_slice(),
@@ -220,7 +220,7 @@ impl SetIndex {
     fn fill(&mut self, set: u32, b: usize, class: Class) -> SlotId {
         let (i, m) = self.bit(set, b);
         self.valid[i] |= m;
-        if class == Class::Priority {
+        if class == Class::PRIORITY {
             self.priority[i] |= m;
         } else {
             self.priority[i] &= !m;
@@ -333,7 +333,7 @@ impl TierIndex for SetIndex {
     #[inline]
     fn lookup(&mut self, key: BlockKey, class: Class) -> Option<SlotId> {
         self.stats.requests += 1;
-        let pool = PoolId::Normal.index();
+        let pool = PoolId::NORMAL.index();
         match self.find(&key) {
             Some((set, b)) => {
                 self.order.touch(SlotId(set));
@@ -389,9 +389,9 @@ impl TierIndex for SetIndex {
             self.spill_valid[k] &= !m;
             let b = (k * 64 + bit) as u64;
             let class = if self.spill_priority[k] & m != 0 {
-                Class::Priority
+                Class::PRIORITY
             } else {
-                Class::Normal
+                Class::NORMAL
             };
             return Some(Evicted {
                 key: BlockKey::new(
@@ -432,11 +432,11 @@ impl TierIndex for SetIndex {
         let (i, m) = self.bit(set, slot.index() & (self.set_blocks - 1));
         SlotMeta {
             class: if self.priority[i] & m != 0 {
-                Class::Priority
+                Class::PRIORITY
             } else {
-                Class::Normal
+                Class::NORMAL
             },
-            pool: PoolId::Normal,
+            pool: PoolId::NORMAL,
             dirty: self.dirty[i] & m != 0,
             pins: 0,
             used: self.valid[i] & m != 0,
@@ -550,10 +550,10 @@ mod tests {
     fn run(t: &mut dyn TierIndex, keys: &[BlockKey]) -> u64 {
         let mut hits = 0;
         for &key in keys {
-            if t.lookup(key, Class::Normal).is_some() {
+            if t.lookup(key, Class::NORMAL).is_some() {
                 hits += 1;
             } else {
-                t.insert(key, Class::Normal).unwrap();
+                t.insert(key, Class::NORMAL).unwrap();
             }
             t.check_invariants().unwrap();
         }
@@ -591,12 +591,12 @@ mod tests {
     fn a_sequential_scan_fills_whole_sets_and_reuses_the_least_recently_used() {
         let mut t = SetIndex::new("flash", 8, 4, PolicyKind::Lru).unwrap();
         for b in 0..8 {
-            let ins = t.insert(k(0, b), Class::Normal).unwrap();
+            let ins = t.insert(k(0, b), Class::NORMAL).unwrap();
             assert_eq!(ins.evicted, None);
         }
         assert_eq!((t.len(), t.free_sets()), (8, 0));
         // Block 8 starts backing set 2: cache set of blocks 0..4 is reused, all four go.
-        let ins = t.insert(k(0, 8), Class::Priority).unwrap();
+        let ins = t.insert(k(0, 8), Class::PRIORITY).unwrap();
         assert_eq!(ins.evicted.map(|e| e.key), Some(k(0, 0)));
         let rest: Vec<_> = std::iter::from_fn(|| t.next_evicted())
             .map(|e| e.key)
@@ -607,9 +607,9 @@ mod tests {
             SlotId(0),
             "block 8 is at offset 0 of the reused set 0"
         );
-        assert_eq!(t.meta(ins.slot).class, Class::Priority);
+        assert_eq!(t.meta(ins.slot).class, Class::PRIORITY);
         for b in 9..12 {
-            t.insert(k(0, b), Class::Normal).unwrap();
+            t.insert(k(0, b), Class::NORMAL).unwrap();
         }
         let mut resident: Vec<_> = t.resident().map(|(key, _)| key.block.0).collect();
         resident.sort_unstable();
@@ -622,10 +622,10 @@ mod tests {
     #[test]
     fn a_hit_keeps_its_set_and_the_other_set_goes() {
         let mut t = SetIndex::new("flash", 8, 4, PolicyKind::Lru).unwrap();
-        t.insert(k(0, 0), Class::Normal).unwrap();
-        t.insert(k(1, 0), Class::Normal).unwrap();
-        assert!(t.lookup(k(0, 0), Class::Normal).is_some());
-        let ins = t.insert(k(2, 0), Class::Normal).unwrap();
+        t.insert(k(0, 0), Class::NORMAL).unwrap();
+        t.insert(k(1, 0), Class::NORMAL).unwrap();
+        assert!(t.lookup(k(0, 0), Class::NORMAL).is_some());
+        let ins = t.insert(k(2, 0), Class::NORMAL).unwrap();
         assert_eq!(ins.evicted.map(|e| e.key), Some(k(1, 0)));
         assert!(t.contains(&k(0, 0)));
     }
@@ -645,20 +645,20 @@ mod tests {
     #[test]
     fn removing_the_last_block_frees_its_set_and_insert_if_free_never_evicts() {
         let mut t = SetIndex::new("flash", 4, 2, PolicyKind::Lru).unwrap();
-        t.insert(k(0, 0), Class::Normal).unwrap();
-        t.insert(k(0, 1), Class::Normal).unwrap();
-        t.insert(k(1, 0), Class::Normal).unwrap();
+        t.insert(k(0, 0), Class::NORMAL).unwrap();
+        t.insert(k(0, 1), Class::NORMAL).unwrap();
+        t.insert(k(1, 0), Class::NORMAL).unwrap();
         assert_eq!(t.free_sets(), 0);
-        assert!(t.insert_if_free(k(2, 0), Class::Normal).is_none());
+        assert!(t.insert_if_free(k(2, 0), Class::NORMAL).is_none());
         assert!(
-            t.insert_if_free(k(1, 1), Class::Normal).is_some(),
+            t.insert_if_free(k(1, 1), Class::NORMAL).is_some(),
             "its set is mapped"
         );
         t.remove(&k(1, 0)).unwrap();
         assert_eq!(t.free_sets(), 0, "the set still holds block 1");
         t.remove(&k(1, 1)).unwrap();
         assert_eq!(t.free_sets(), 1);
-        assert!(t.insert_if_free(k(2, 0), Class::Normal).is_some());
+        assert!(t.insert_if_free(k(2, 0), Class::NORMAL).is_some());
         assert_eq!(t.set_evictions(), 0);
         t.check_invariants().unwrap();
     }
@@ -666,16 +666,16 @@ mod tests {
     #[test]
     fn a_set_with_a_dirty_block_is_not_reused() {
         let mut t = SetIndex::new("flash", 4, 2, PolicyKind::Lru).unwrap();
-        let s = t.insert(k(0, 0), Class::Normal).unwrap().slot;
-        t.insert(k(1, 0), Class::Normal).unwrap();
+        let s = t.insert(k(0, 0), Class::NORMAL).unwrap().slot;
+        t.insert(k(1, 0), Class::NORMAL).unwrap();
         t.set_dirty(s, true);
         // Set of file 0 is the LRU one but dirty: file 1's goes.
-        let ins = t.insert(k(2, 0), Class::Normal).unwrap();
+        let ins = t.insert(k(2, 0), Class::NORMAL).unwrap();
         assert_eq!(ins.evicted.map(|e| e.key), Some(k(1, 0)));
         let s2 = t.peek(&k(2, 0)).unwrap();
         t.set_dirty(s2, true);
         assert!(matches!(
-            t.insert(k(3, 0), Class::Normal),
+            t.insert(k(3, 0), Class::NORMAL),
             Err(CoreError::Retry { .. })
         ));
         t.check_invariants().unwrap();
@@ -706,14 +706,14 @@ mod tests {
                     }
                 }
             } else {
-                assert_eq!(t.lookup(key, Class::Normal).is_some(), held, "access {i}");
+                assert_eq!(t.lookup(key, Class::NORMAL).is_some(), held, "access {i}");
                 match (pos, held) {
                     (Some(p), true) => {
                         let m = model.remove(p);
                         model.insert(0, m);
                     }
                     _ => {
-                        t.insert(key, Class::Normal).unwrap();
+                        t.insert(key, Class::NORMAL).unwrap();
                         let mut m = match pos {
                             Some(p) => model.remove(p),
                             None => {

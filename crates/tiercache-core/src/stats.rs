@@ -1,7 +1,7 @@
 //! Counters kept per tier, per pool and per class. Plain integers: the engine is single-threaded
 //! per tier (the live cache wraps a tier in a lock), and snapshots are cheap copies.
 
-use crate::class::{Class, PoolId};
+use crate::class::{Class, PoolId, MAX_CLASSES};
 use serde::Serialize;
 
 /// Hits and misses of one pool or class.
@@ -44,9 +44,9 @@ pub struct TierStats {
     pub requests: u64,
     pub hits: u64,
     /// By pool (`PoolId::index`).
-    pub pools: [HitCounts; 2],
+    pub pools: [HitCounts; MAX_CLASSES],
     /// By class (`Class::index`).
-    pub classes: [HitCounts; Class::COUNT],
+    pub classes: [HitCounts; MAX_CLASSES],
     /// Blocks brought in after a miss (fills), demotions excluded.
     pub insertions: u64,
     pub evictions: u64,

@@ -6,12 +6,12 @@
 //! - a slot with pins or dirty data is never chosen as a victim (the live cache relies on this);
 //! - nothing allocates after construction: the map and every policy are sized for `capacity`.
 
-use crate::class::{Class, PoolId};
+use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::{CoreError, InvariantViolation};
 use crate::ids::{BlockKey, SlotId};
 use crate::keymap::{prefetch_ptr, Fp, KeyMap};
 use crate::partition::{
-    new_partitioner, Access, PartitionConfig, PartitionKind, Partitioner, PoolSizes,
+    new_partitioner, Access, ClassParams, PartitionConfig, PartitionKind, Partitioner, PoolSizes,
 };
 use crate::policy::{new_policy, EvictionPolicy, PolicyKind};
 use crate::stats::TierStats;
@@ -53,8 +53,8 @@ pub struct SlotMeta {
 
 impl SlotMeta {
     const EMPTY: SlotMeta = SlotMeta {
-        class: Class::Normal,
-        pool: PoolId::Normal,
+        class: Class::NORMAL,
+        pool: PoolId::NORMAL,
         dirty: false,
         pins: 0,
         used: false,
@@ -108,8 +108,12 @@ pub struct Tier {
     free: Vec<u32>,
     /// Slots removed but not free yet (`remove_held`).
     held: usize,
-    pools: [Box<dyn EvictionPolicy>; 2],
+    /// One policy per pool, indexed by `PoolId::index` (at least the protected and the rest
+    /// pool; one more per class of the table).
+    pools: Vec<Box<dyn EvictionPolicy>>,
     partitioner: Box<dyn Partitioner>,
+    /// Resident blocks per class (`Class::index`).
+    class_blocks: [usize; MAX_CLASSES],
     stats: TierStats,
     /// Whether prefetch hints are worth their instructions (see [`PREFETCH_MIN_BLOCKS`]).
     prefetching: bool,
@@ -130,10 +134,8 @@ impl Tier {
         }
         let c = cfg.capacity;
         let partitioner = new_partitioner(&cfg.partition, c as u64)?;
-        let mut pools = [new_policy(cfg.policy, c), new_policy(cfg.policy, c)];
-        for p in &mut pools {
-            p.set_capacity(c);
-        }
+        let count = cfg.partition.params.classes.len().max(2);
+        let pools = (0..count).map(|_| Self::new_pool(cfg.policy, c)).collect();
         let map = KeyMap::new(c);
         let mut tier = Self {
             name: cfg.name.clone(),
@@ -151,6 +153,7 @@ impl Tier {
             held: 0,
             pools,
             partitioner,
+            class_blocks: [0; MAX_CLASSES],
             stats: TierStats::default(),
             prefetching: c >= PREFETCH_MIN_BLOCKS,
             shared: cfg.partition.kind == PartitionKind::None,
@@ -187,36 +190,72 @@ impl Tier {
     pub fn partitioner(&self) -> &dyn Partitioner {
         self.partitioner.as_ref()
     }
-    /// New partitioner parameters (a reload); nothing changes on an error.
-    pub fn set_partition_params(
-        &mut self,
-        params: crate::partition::DirprioParams,
-    ) -> Result<(), CoreError> {
-        self.partitioner.set_params(params, self.capacity() as u64)
+    /// New partitioner parameters (a reload); nothing changes on an error. Blocks whose class
+    /// now maps to another pool move there, keeping their class.
+    pub fn set_partition_params(&mut self, params: &ClassParams) -> Result<(), CoreError> {
+        self.partitioner
+            .set_params(params, self.capacity() as u64)?;
+        while self.pools.len() < params.classes.len() {
+            self.pools.push(Self::new_pool(self.policy, self.capacity));
+        }
+        if !self.shared {
+            let moves: Vec<(SlotId, Class)> = self
+                .resident()
+                .map(|(_, s)| (s, self.slots[s.index()].meta.class))
+                .filter(|&(s, c)| self.partitioner.pool_of(c) != self.slots[s.index()].meta.pool)
+                .collect();
+            for (slot, class) in moves {
+                self.set_class(slot, class);
+            }
+        }
+        self.size_pools();
+        Ok(())
+    }
+    /// The class table in force.
+    pub fn classes(&self) -> &crate::partition::ClassTable {
+        self.partitioner.classes()
     }
     pub fn s_target(&self) -> Option<u64> {
         self.partitioner.s_target()
     }
+    /// The target size of `pool`, when the partitioner has one.
+    pub fn target(&self, pool: PoolId) -> Option<u64> {
+        self.partitioner.target(pool)
+    }
     pub fn pool_sizes(&self) -> PoolSizes {
-        PoolSizes {
-            protected: self.pools[0].len(),
-            normal: self.pools[1].len(),
-        }
+        let lens: Vec<usize> = self.pools.iter().map(|p| p.len()).collect();
+        PoolSizes::from_slice(&lens)
+    }
+    /// Resident blocks of `class`.
+    pub fn class_blocks(&self, class: Class) -> usize {
+        self.class_blocks[class.index()]
     }
     /// S_cur: blocks in the protected pool.
     pub fn s_cur(&self) -> u64 {
-        self.pools[PoolId::Protected.index()].len() as u64
+        self.pools[PoolId::PROTECTED.index()].len() as u64
+    }
+    /// The pool `class`'s blocks are in.
+    pub fn pool_of_class(&self, class: Class) -> PoolId {
+        self.pool_of(class)
     }
 
-    /// Tells adaptive policies how large each pool may grow.
+    fn new_pool(policy: PolicyKind, capacity: usize) -> Box<dyn EvictionPolicy> {
+        let mut p = new_policy(policy, capacity);
+        p.set_capacity(capacity);
+        p
+    }
+
+    /// Tells adaptive policies how large each pool may grow: its target (at least one block),
+    /// or the whole tier without one.
     fn size_pools(&mut self) {
-        let target = self.partitioner.s_target().map(|t| t as usize);
-        let (p, n) = match target {
-            Some(t) => (t.max(1), (self.capacity - t.min(self.capacity)).max(1)),
-            None => (self.capacity, self.capacity),
-        };
-        self.pools[0].set_capacity(p);
-        self.pools[1].set_capacity(n);
+        for (i, pool) in self.pools.iter_mut().enumerate() {
+            let target = PoolId::new(i).and_then(|p| self.partitioner.target(p));
+            let size = match target {
+                Some(t) => (t as usize).min(self.capacity).max(1),
+                None => self.capacity,
+            };
+            pool.set_capacity(size);
+        }
     }
 
     /// Looks `key` up as one request: counts it, and on a hit refreshes the block's position.
@@ -280,7 +319,7 @@ impl Tier {
     #[inline]
     fn pool_of(&self, class: Class) -> PoolId {
         if self.shared {
-            PoolId::Normal
+            PoolId::NORMAL
         } else {
             self.partitioner.pool_of(class)
         }
@@ -439,6 +478,7 @@ impl Tier {
         };
         self.map.insert(fp, slot.0);
         self.pools[pool.index()].insert(slot, key);
+        self.class_blocks[class.index()] += 1;
     }
 
     /// Picks and removes a victim for a block headed to `incoming`, skipping (requeueing) pinned
@@ -449,13 +489,22 @@ impl Tier {
         incoming: PoolId,
         mut may_take: impl FnMut(SlotId) -> bool,
     ) -> Result<(SlotId, Evicted), CoreError> {
+        let sizes = self.pool_sizes();
         let first = if self.shared {
-            PoolId::Normal
+            PoolId::NORMAL
         } else {
-            self.partitioner.victim_pool(incoming, self.pool_sizes())
+            self.partitioner.victim_pool(incoming, &sizes)
         };
-        for pool in [first, first.other()] {
-            let p = pool.index();
+        // The partitioner's pool first, then the others, largest first.
+        let mut order: [usize; MAX_CLASSES] = std::array::from_fn(|i| i);
+        order[..self.pools.len()].sort_by_key(|&i| {
+            (
+                i != first.index(),
+                std::cmp::Reverse(self.pools[i].len()),
+                i,
+            )
+        });
+        for &p in &order[..self.pools.len()] {
             let tries = MAX_SKIPS.min(self.pools[p].len());
             for _ in 0..tries {
                 let Some(slot) = self.pools[p].victim(Some(key)) else {
@@ -466,6 +515,7 @@ impl Tier {
                     let vkey = self.slots[slot.index()].key;
                     self.pools[p].remove(slot, vkey, true);
                     self.map.remove(KeyMap::fp(&vkey), slot.0);
+                    self.class_blocks[m.class.index()] -= 1;
                     self.stats.evictions += 1;
                     if self.prefetching {
                         self.prefetch_victims(p);
@@ -512,6 +562,7 @@ impl Tier {
         let m = self.slots[slot.index()].meta;
         debug_assert_eq!(m.pins, 0, "removing pinned block {key:?}");
         self.pools[m.pool.index()].remove(slot, *key, false);
+        self.class_blocks[m.class.index()] -= 1;
         self.slots[slot.index()].meta = SlotMeta::EMPTY;
         self.free.push(slot.0);
         Some((slot, m))
@@ -524,6 +575,7 @@ impl Tier {
         self.map.remove(KeyMap::fp(key), slot.0);
         let m = self.slots[slot.index()].meta;
         self.pools[m.pool.index()].remove(slot, *key, false);
+        self.class_blocks[m.class.index()] -= 1;
         self.slots[slot.index()].meta = SlotMeta::EMPTY;
         self.held += 1;
         Some((slot, m))
@@ -544,6 +596,8 @@ impl Tier {
             return;
         }
         let m = &mut self.slots[slot.index()].meta;
+        self.class_blocks[m.class.index()] -= 1;
+        self.class_blocks[class.index()] += 1;
         m.class = class;
         if pool != m.pool {
             let old = m.pool;
@@ -589,13 +643,15 @@ impl Tier {
     /// Checks the structural invariants; used by tests and debug assertions.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let sizes = self.pool_sizes();
-        if self.map.len() != self.len() || sizes.protected + sizes.normal != self.len() {
+        if self.map.len() != self.len()
+            || sizes.total() != self.len()
+            || self.class_blocks.iter().sum::<usize>() != self.len()
+        {
             return Err(InvariantViolation::from(format!(
-                "map {} / slots {} / pools {}+{} disagree",
+                "map {} / slots {} / pools {sizes:?} / classes {:?} disagree",
                 self.map.len(),
                 self.len(),
-                sizes.protected,
-                sizes.normal
+                self.class_blocks
             )));
         }
         if self.len() > self.capacity {

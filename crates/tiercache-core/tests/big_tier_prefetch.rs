@@ -83,7 +83,7 @@ fn replay(policy: PolicyKind, reqs: &[BlockKey], hints: bool) -> Hierarchy {
                 top.prefetch_resident(f);
             }
         }
-        h.access(Access::read(k, Class::Normal));
+        h.access(Access::read(k, Class::NORMAL));
     }
     h.tiers()[0].check_invariants().unwrap();
     h

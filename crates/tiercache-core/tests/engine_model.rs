@@ -21,7 +21,8 @@ fn partition(kind: PartitionKind) -> PartitionConfig {
             t_normal: 0.6,
             b_pmin: Amount::Blocks(2),
             b_nmin: 2,
-        },
+        }
+        .into(),
     }
 }
 
@@ -32,9 +33,9 @@ fn access_strategy() -> impl Strategy<Value = Vec<(u64, bool)>> {
 fn class_of(block: u64) -> Class {
     // A block's class is a property of its file: derive it from the block, not the op.
     if block.is_multiple_of(3) {
-        Class::Priority
+        Class::PRIORITY
     } else {
-        Class::Normal
+        Class::NORMAL
     }
 }
 
@@ -77,7 +78,7 @@ proptest! {
         for &(b, _) in &ops {
             let key = BlockKey::new(0, b);
             let class = class_of(b);
-            let normal_before = t.pool_sizes().normal;
+            let normal_before = t.pool_sizes().normal();
             if t.lookup(key, class).is_none() {
                 t.insert(key, class).unwrap();
             }
@@ -94,7 +95,7 @@ proptest! {
         let mut model: VecDeque<u64> = VecDeque::new();
         for &(b, _) in &ops {
             let key = BlockKey::new(0, b);
-            let hit = t.lookup(key, Class::Normal).is_some();
+            let hit = t.lookup(key, Class::NORMAL).is_some();
             let model_hit = if let Some(pos) = model.iter().position(|&x| x == b) {
                 model.remove(pos);
                 true
@@ -107,7 +108,7 @@ proptest! {
             model.push_front(b);
             prop_assert_eq!(hit, model_hit);
             if !hit {
-                t.insert(key, Class::Normal).unwrap();
+                t.insert(key, Class::NORMAL).unwrap();
             }
         }
     }
@@ -152,7 +153,7 @@ proptest! {
                             }
                         }
                     }
-                    let total: u64 = h.class(Class::Priority).requests() + h.class(Class::Normal).requests();
+                    let total: u64 = h.class(Class::PRIORITY).requests() + h.class(Class::NORMAL).requests();
                     prop_assert_eq!(total, ops.len() as u64);
                 }
             }
@@ -164,11 +165,11 @@ proptest! {
 fn pinned_and_dirty_blocks_are_never_evicted() {
     let mut t = Tier::new(&TierConfig::new("t", 4, PolicyKind::Lru)).unwrap();
     let slots: Vec<_> = (0..4)
-        .map(|b| t.insert(BlockKey::new(0, b), Class::Normal).unwrap().slot)
+        .map(|b| t.insert(BlockKey::new(0, b), Class::NORMAL).unwrap().slot)
         .collect();
     t.pin(slots[0]);
     t.set_dirty(slots[1], true);
-    let ins = t.insert(BlockKey::new(0, 10), Class::Normal).unwrap();
+    let ins = t.insert(BlockKey::new(0, 10), Class::NORMAL).unwrap();
     assert_eq!(
         ins.evicted.unwrap().key,
         BlockKey::new(0, 2),
@@ -178,12 +179,12 @@ fn pinned_and_dirty_blocks_are_never_evicted() {
     t.pin(ins.slot);
     // Everything is pinned or dirty now: the tier says retry instead of evicting.
     assert!(matches!(
-        t.insert(BlockKey::new(0, 11), Class::Normal),
+        t.insert(BlockKey::new(0, 11), Class::NORMAL),
         Err(tiercache_core::CoreError::Retry { .. })
     ));
     t.set_dirty(slots[1], false);
     assert_eq!(
-        t.insert(BlockKey::new(0, 11), Class::Normal)
+        t.insert(BlockKey::new(0, 11), Class::NORMAL)
             .unwrap()
             .evicted
             .unwrap()
@@ -197,12 +198,12 @@ fn reclassification_moves_blocks_between_pools() {
     let mut cfg = TierConfig::new("t", 8, PolicyKind::Lru);
     cfg.partition = partition(PartitionKind::Dirprio);
     let mut t = Tier::new(&cfg).unwrap();
-    let s = t.insert(BlockKey::new(1, 0), Class::Normal).unwrap().slot;
+    let s = t.insert(BlockKey::new(1, 0), Class::NORMAL).unwrap().slot;
     assert_eq!(t.s_cur(), 0);
-    t.set_class(s, Class::Priority);
+    t.set_class(s, Class::PRIORITY);
     assert_eq!(t.s_cur(), 1);
     t.check_invariants().unwrap();
-    t.set_class(s, Class::Normal);
+    t.set_class(s, Class::NORMAL);
     assert_eq!(t.s_cur(), 0);
     t.check_invariants().unwrap();
 }

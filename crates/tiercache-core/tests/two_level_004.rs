@@ -37,7 +37,7 @@ fn run(c1: usize, c2: usize, placement: Placement) -> Run {
     for _ in 0..REQUESTS {
         h.access(Access::read(
             BlockKey::new(0, rng.gen_range(0..N)),
-            Class::Normal,
+            Class::NORMAL,
         ));
     }
     for t in h.tiers() {

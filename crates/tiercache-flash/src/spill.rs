@@ -49,7 +49,7 @@ impl FlashTier {
                         spill.spill(Spilled {
                             key: TierKey::new(m.file, block),
                             version: m.version,
-                            class: Class::Normal,
+                            class: Class::NORMAL,
                             data,
                         });
                     }

@@ -107,7 +107,7 @@ fn a_misdirected_write_is_caught_where_it_should_have_landed_and_where_it_did() 
     // The new bytes of `a` land on `b`'s place: `a`'s place keeps its old bytes.
     dev.misdirect_next_write(g.block_off(0, 0), g.block_off(0, 1));
     let bs = t.info().block_size;
-    t.fill(&a, V, Class::Normal, &data(&a, 2, bs), &yes)
+    t.fill(&a, V, Class::NORMAL, &data(&a, 2, bs), &yes)
         .unwrap();
     assert_eq!(read(&t, &a).0, Lookup::Miss, "old bytes at a's place");
     assert!(read_err(&t, &b), "a's bytes at b's (dirty) place");
@@ -129,7 +129,7 @@ fn a_lost_data_write_whose_checksum_was_lost_too_is_caught_by_the_blocks_identit
     // lost: the device still holds a's bytes and a's checksum in that place, which must not
     // pass for b's (only the identity in the checksum tells them apart).
     dev.drop_writes_after(Some(0));
-    t.fill(&b, V, Class::Normal, &data(&b, 9, bs), &yes)
+    t.fill(&b, V, Class::NORMAL, &data(&b, 9, bs), &yes)
         .unwrap();
     let mut buf = vec![0u8; bs];
     assert_eq!(t.read(&b, V, &mut buf).unwrap(), Lookup::Miss);

@@ -46,7 +46,7 @@ fn a_fill_whose_current_check_fails_is_rejected() {
     let t = tier(4);
     let k = key(1, 0);
     let r = t
-        .fill(&k, V, Class::Normal, &data(&k, 1, 4096), &|| false)
+        .fill(&k, V, Class::NORMAL, &data(&k, 1, 4096), &|| false)
         .unwrap();
     assert_eq!(r, Admit::Rejected);
     assert!(!t.contains(&k));
@@ -126,7 +126,7 @@ fn try_invalidate_does_what_invalidate_does_and_never_waits_for_the_tiers_lock()
     // `current` is asked under the tier's lock (held across device I/O): no wait, no change.
     let inside = std::cell::Cell::new(None);
     let r = t
-        .fill(&e, V, Class::Normal, &data(&e, 1, 4096), &|| {
+        .fill(&e, V, Class::NORMAL, &data(&e, 1, 4096), &|| {
             inside.set(Some(t.try_invalidate(&c)));
             true
         })
@@ -201,7 +201,7 @@ fn a_store_of_another_version_into_a_set_with_dirty_blocks_is_rejected() {
     write(&t, &key(1, 0), 1);
     let k = key(1, 1);
     let r = t
-        .fill(&k, V + 1, Class::Normal, &data(&k, 1, 4096), &yes)
+        .fill(&k, V + 1, Class::NORMAL, &data(&k, 1, 4096), &yes)
         .unwrap();
     assert_eq!(r, Admit::Rejected);
     assert_eq!(t.flash_stats().version_conflicts, 1);
@@ -211,7 +211,7 @@ fn a_store_of_another_version_into_a_set_with_dirty_blocks_is_rejected() {
 fn a_wrong_buffer_size_is_an_error_not_a_partial_store() {
     let t = tier(2);
     assert!(t
-        .write_dirty(&key(1, 0), V, Class::Normal, &[0u8; 100])
+        .write_dirty(&key(1, 0), V, Class::NORMAL, &[0u8; 100])
         .is_err());
     assert!(!t.contains(&key(1, 0)));
 }

@@ -348,7 +348,7 @@ impl World {
                 let d = data(&k, s, bs);
                 let r = self
                     .t()
-                    .fill(&k, V, Class::Normal, &d, &|| current)
+                    .fill(&k, V, Class::NORMAL, &d, &|| current)
                     .unwrap();
                 if !current {
                     prop_assert_eq!(r, Admit::Rejected);
@@ -371,7 +371,7 @@ impl World {
                 self.set_meta(f, s % 3 == 0);
                 let k = key(f, b);
                 let d = data(&k, s, bs);
-                let r = self.t().write_dirty(&k, V, Class::Normal, &d).unwrap();
+                let r = self.t().write_dirty(&k, V, Class::NORMAL, &d).unwrap();
                 if self.cut() {
                     // The torn write may be this one.
                     self.m(&k).acceptable.push(d);
@@ -472,7 +472,7 @@ impl World {
                 let mut buf = vec![0u8; bs];
                 let seq = self.t().read_dirty(&d.key, d.version, &mut buf).unwrap();
                 let nd = data(&d.key, s + 5000, bs);
-                let r = self.t().write_dirty(&d.key, V, Class::Normal, &nd).unwrap();
+                let r = self.t().write_dirty(&d.key, V, Class::NORMAL, &nd).unwrap();
                 if self.cut() {
                     self.m(&d.key).acceptable.push(nd);
                     return Ok(());

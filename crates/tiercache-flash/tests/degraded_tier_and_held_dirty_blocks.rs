@@ -28,7 +28,7 @@ fn a_degraded_tier_errs_on_a_block_it_holds_dirty() {
     assert!(t.read(&key(1, 0), V, &mut buf).is_err());
     dev.fail_reads_after(None);
     assert!(t.flash_stats().degraded);
-    let r = t.write_dirty(&k, V, Class::Normal, &data(&k, 2, 4096));
+    let r = t.write_dirty(&k, V, Class::NORMAL, &data(&k, 2, 4096));
     assert!(
         matches!(r, Err(TierError::Unavailable { .. })),
         "held-dirty block: {r:?}"

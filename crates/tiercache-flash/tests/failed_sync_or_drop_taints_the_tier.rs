@@ -116,7 +116,7 @@ fn a_discard_that_failed_to_persist_taints_the_tier() {
     let fs = t.flash_stats();
     assert!(fs.degraded && fs.tainted, "{fs:?}");
     assert_eq!(
-        t.write_dirty(&key(5, 0), V, Class::Normal, &data(&key(5, 0), 1, 4096))
+        t.write_dirty(&key(5, 0), V, Class::NORMAL, &data(&key(5, 0), 1, 4096))
             .unwrap(),
         Admit::Rejected
     );

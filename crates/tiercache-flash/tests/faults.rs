@@ -24,7 +24,7 @@ fn write_errors_count_and_past_max_errors_the_tier_degrades_but_dirty_blocks_sta
     for b in 10..13 {
         let k = key(1, b);
         assert!(t
-            .write_dirty(&k, V, tiercache_core::Class::Normal, &data(&k, 1, 4096))
+            .write_dirty(&k, V, tiercache_core::Class::NORMAL, &data(&k, 1, 4096))
             .is_err());
         assert!(!t.contains(&k), "a failed store leaves nothing behind");
     }

@@ -42,7 +42,7 @@ fn hooked(t: FlashTier) -> (FlashTier, Arc<SpillLog>) {
 fn fill_spilling(t: &FlashTier, log: &SpillLog, k: &TierKey, version: u64) -> (Admit, Got) {
     let bs = t.info().block_size;
     let r = t
-        .fill_spilling(k, version, Class::Normal, &data(k, 2, bs), &yes)
+        .fill_spilling(k, version, Class::NORMAL, &data(k, 2, bs), &yes)
         .unwrap();
     let got = log.take();
     (
@@ -69,7 +69,7 @@ fn a_reused_set_spills_each_clean_block_with_its_bytes() {
     );
     for (k, version, class, bytes) in &got {
         assert_eq!(*version, V);
-        assert_eq!(*class, Class::Normal);
+        assert_eq!(*class, Class::NORMAL);
         assert_eq!(bytes, &data(k, 1, bs), "bytes of {k:?}");
         assert!(!t.contains(k));
     }

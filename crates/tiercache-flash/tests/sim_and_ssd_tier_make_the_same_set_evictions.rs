@@ -44,10 +44,10 @@ fn sim(s: &mut SetIndex, op: Op) -> Option<Vec<TierKey>> {
         }
     };
     let mut out = Vec::new();
-    let slot = match s.lookup(bk(&k), Class::Normal) {
+    let slot = match s.lookup(bk(&k), Class::NORMAL) {
         Some(slot) => slot,
         None => {
-            let ins = s.insert(bk(&k), Class::Normal).ok()?;
+            let ins = s.insert(bk(&k), Class::NORMAL).ok()?;
             let first = ins.evicted.map(|e| e.key);
             for e in first
                 .into_iter()
@@ -73,7 +73,7 @@ fn flash(t: &FlashTier, log: &SpillLog, op: Op, before: &[TierKey]) -> Option<Ve
                 return Some(Vec::new());
             }
             let r = t
-                .fill_spilling(&k, V, Class::Normal, &data(&k, 1, bs), &yes)
+                .fill_spilling(&k, V, Class::NORMAL, &data(&k, 1, bs), &yes)
                 .unwrap();
             let got = log.take().into_iter().map(|s| s.key).collect();
             (r == Admit::Stored).then_some(got)

@@ -197,7 +197,7 @@ impl Inner {
         let rate = windows.sample_rate(now, wb_total, self.timings.interval());
         let (wsecs, complete, wstats) = windows.view(now, &current);
         let sizes = eng.tier().pool_sizes();
-        let sizes = [sizes.protected as u64, sizes.normal as u64];
+        let sizes = [sizes.protected() as u64, sizes.normal() as u64];
         let tiers = vec![TierSnapshot {
             name: "memory".into(),
             kind: TierKind::Memory.to_string(),
@@ -223,7 +223,7 @@ impl Inner {
             policy: self.cfg.policy.to_string(),
             partition: self.cfg.partition.kind.to_string(),
             s_target: eng.tier().s_target(),
-            target_reachable: Class::ALL.map(|c| eng.tier().partitioner().target_reachable(c)),
+            target_reachable: Class::BUILT_IN.map(|c| eng.tier().partitioner().target_reachable(c)),
             s_cur: eng.tier().s_cur(),
             pools: pools_of(&current, sizes),
             classes: classes_of(&current),
@@ -321,7 +321,7 @@ impl MemCache {
             name: "memory".into(),
             capacity: cfg.capacity_blocks,
             policy: cfg.policy,
-            partition: cfg.partition,
+            partition: cfg.partition.clone(),
         };
         let tier = Tier::new(&tier_cfg)?;
         let bs = cfg.block_size.bytes() as usize;

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_core::partition::DirprioParams;
+use tiercache_core::partition::ClassParams;
 use tiercache_core::stats::TierStats;
 use tiercache_core::tier::{Evicted, Tier};
 use tiercache_core::{BlockKey, Class, CoreError, FileId, InvariantViolation, SlotId};
@@ -177,7 +177,7 @@ impl Engine {
     }
 
     /// Applies new partition parameters (a reload).
-    pub fn set_partition_params(&mut self, params: DirprioParams) -> Result<(), CoreError> {
+    pub fn set_partition_params(&mut self, params: &ClassParams) -> Result<(), CoreError> {
         self.tier.set_partition_params(params)
     }
 

@@ -6,7 +6,7 @@
 use crate::cache::MemCache;
 use crate::error::MemError;
 use std::time::Duration;
-use tiercache_core::partition::DirprioParams;
+use tiercache_core::partition::ClassParams;
 use tiercache_core::seqrun::Threshold;
 
 impl MemCache {
@@ -33,7 +33,7 @@ impl MemCache {
 
     /// New parameters of the memory tier's partitioner (`dirprio`: ω, T_p, T_n, B_pmin,
     /// B_nmin; `static`: its target B_pmin); checked against the tier's capacity first.
-    pub fn set_partition_params(&self, params: DirprioParams) -> Result<(), MemError> {
+    pub fn set_partition_params(&self, params: &ClassParams) -> Result<(), MemError> {
         self.inner().lock().set_partition_params(params)?;
         Ok(())
     }

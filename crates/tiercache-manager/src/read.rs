@@ -140,7 +140,7 @@ impl Inner {
             Err(e) => return NoWait::Done(Err(e)),
         };
         let Some(_op) = try_read_lock(&shared.op) else {
-            return NoWait::Wait(self.class_of(file).unwrap_or(Class::Normal));
+            return NoWait::Wait(self.class_of(file).unwrap_or(Class::NORMAL));
         };
         let plan = match self.plan_read(file, &shared, offset, out.len(), true) {
             Ok(Planned::Plan(plan)) => plan,

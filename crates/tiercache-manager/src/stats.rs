@@ -135,7 +135,7 @@ pub struct MemStats {
     pub s_target: Option<u64>,
     /// Per class (`Class::index`): whether its hit-ratio target can be met, as the
     /// partitioner judges it (`mrc`); `None` when it cannot tell.
-    pub target_reachable: [Option<bool>; Class::COUNT],
+    pub target_reachable: [Option<bool>; 2],
     /// Blocks in the protected pool.
     pub s_cur: u64,
     /// Since start.
@@ -254,7 +254,7 @@ fn sub(a: &HitCounts, b: &HitCounts) -> HitCounts {
 
 /// Per-class counts of `s`.
 pub(crate) fn classes_of(s: &TierStats) -> Vec<ClassStats> {
-    Class::ALL
+    Class::BUILT_IN
         .iter()
         .map(|&class| {
             let c = s.class(class);
@@ -269,7 +269,7 @@ pub(crate) fn classes_of(s: &TierStats) -> Vec<ClassStats> {
 
 /// Per-pool counts of `s`, with current sizes `sizes` (indexed by `PoolId::index`).
 pub(crate) fn pools_of(s: &TierStats, sizes: [u64; 2]) -> Vec<PoolStats> {
-    PoolId::ALL
+    PoolId::BUILT_IN
         .iter()
         .map(|&pool| {
             let c = s.pool(pool);

@@ -160,7 +160,7 @@ mod tests {
                 block: BlockIndex(block),
             },
             write: false,
-            class: Class::Normal,
+            class: Class::NORMAL,
         }
     }
 

@@ -142,7 +142,7 @@ impl Inner {
         else {
             return NoWait::Done(Err(io::Error::from_raw_os_error(libc::EFBIG)));
         };
-        let class = || self.class_of(file).unwrap_or(Class::Normal);
+        let class = || self.class_of(file).unwrap_or(Class::NORMAL);
         let shared = match self.shared(file) {
             Ok(s) => s,
             Err(e) => return NoWait::Done(Err(e)),
@@ -427,7 +427,7 @@ impl Inner {
             let eng = self.lock();
             let f = eng.files().get(&file);
             (
-                f.map_or(Class::Normal, |f| f.class()),
+                f.map_or(Class::NORMAL, |f| f.class()),
                 f.map_or(end, |f| f.size().max(end)),
                 f.and_then(|f| f.handle().cloned()),
             )

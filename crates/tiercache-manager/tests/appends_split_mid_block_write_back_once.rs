@@ -22,7 +22,7 @@ fn an_append_split_mid_block_is_written_back_in_one_stream() {
         ..small_config(64)
     };
     let cache = MemCache::new(cfg, dev.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // 32 "writes" of 8 blocks, each split 100 bytes before its end as FUSE would.
     let chunk = 8 * 512u64;
     let mut want = Vec::new();

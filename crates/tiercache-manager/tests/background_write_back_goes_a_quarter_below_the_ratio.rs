@@ -28,7 +28,7 @@ fn one_write_past_the_background_ratio_writes_back_a_quarter_below_it() {
     let files: Vec<_> = (0..=limit)
         .map(|i| {
             let p = make_file(dir.path(), &format!("f{i:03}"), b"");
-            let id = open(&c, &p, Class::Normal);
+            let id = open(&c, &p, Class::NORMAL);
             c.write(id, 0, &block).unwrap();
             c.release(id);
             p

@@ -64,7 +64,7 @@ fn sequential_reads_are_coalesced_with_read_ahead() {
         ..small_config(512)
     };
     let cache = MemCache::new(cfg, dev.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for i in 0..256u64 {
         assert_eq!(
             cache.read(id, i * 512, 512).unwrap(),
@@ -108,7 +108,7 @@ fn trace_records_every_block_access_as_csv() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "t", &pattern(0, 4096, 0));
     let cache = MemCache::with_real_device(small_config(16)).unwrap();
-    let id = open(&cache, &path, Class::Priority);
+    let id = open(&cache, &path, Class::PRIORITY);
     let out = Shared::default();
     cache.set_trace(Some(Box::new(out.clone()))).unwrap();
     cache.read(id, 0, 1024).unwrap(); // blocks 0, 1

@@ -47,8 +47,8 @@ fn concurrent_readers_and_writers_end_equal_to_model() {
         cfg.flush_interval = Duration::from_millis(3);
         cfg.dirty_expire = Duration::from_millis(1);
         let cache = MemCache::with_real_device(cfg).unwrap();
-        let id = open(&cache, &path, Class::Normal);
-        let oid = open(&cache, &other, Class::Priority);
+        let id = open(&cache, &path, Class::NORMAL);
+        let oid = open(&cache, &other, Class::PRIORITY);
         let finished = AtomicU64::new(0);
         std::thread::scope(|s| {
             for w in 0..WRITERS {
@@ -145,7 +145,7 @@ fn many_writers_small_cache_nothing_lost() {
     cfg.flusher_threads = 2;
     cfg.flush_interval = Duration::from_millis(1);
     let cache = MemCache::with_real_device(cfg).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     const PER: u64 = 40;
     std::thread::scope(|s| {
         for t in 0..4u64 {
@@ -207,7 +207,7 @@ fn write_through_racing_read_modify_write_loses_nothing() {
     cfg.flusher_threads = 1;
     cfg.flush_interval = Duration::from_millis(1);
     let cache = MemCache::new(cfg, Arc::new(SlowWrites(RealBacking))).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let cache = &cache;

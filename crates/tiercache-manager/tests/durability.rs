@@ -15,7 +15,7 @@ fn fsync_puts_bytes_on_backing_before_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "d", &pattern(0, 1000, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 300, &pattern(300, 2000, 1)).unwrap(); // extends to 2300
     cache.write(id, 5000, b"tail").unwrap(); // hole 2300..5000
     assert_eq!(
@@ -41,7 +41,7 @@ fn write_error_keeps_data_dirty_and_is_retried_after_recovery() {
     let path = make_file(dir.path(), "e", &orig);
     let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::new(small_config(32), faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let new = pattern(100, 1500, 9);
     cache.write(id, 100, &new).unwrap();
     let dirty = cache.file_blocks(id).1;
@@ -81,7 +81,7 @@ fn background_write_error_is_reported_by_the_next_fsync() {
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
     let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     faulty.fail_writes_after(0);
     cache.write(id, 10, b"hello").unwrap();
     // Wait (no timing assertion) until the flusher has failed at least once.
@@ -113,7 +113,7 @@ fn failed_reads_return_errors_never_wrong_bytes() {
     let path = make_file(dir.path(), "r", &content);
     let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::new(small_config(32), faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert_eq!(cache.read(id, 0, 1024).unwrap(), content[..1024]);
     faulty.fail_reads_after(0);
     // Cached: still served.
@@ -140,7 +140,7 @@ fn silently_dropped_writes_are_caught_by_the_backing_check() {
     let path = make_file(dir.path(), "s", &pattern(0, 1024, 0));
     let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::new(small_config(8), faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     faulty.drop_writes_after(0);
     cache.write(id, 0, b"gone").unwrap();
     cache.fsync(id, true).unwrap(); // the device lied
@@ -157,11 +157,11 @@ fn file_changed_behind_the_cache_is_reread_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "c", &pattern(0, 4096, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert_eq!(cache.read(id, 0, 4096).unwrap(), pattern(0, 4096, 0));
     cache.release(id);
     // Reopening unchanged keeps the blocks.
-    let out = reopen(&cache, &path, id, Class::Normal);
+    let out = reopen(&cache, &path, id, Class::NORMAL);
     assert_eq!(out.dropped_blocks, 0);
     assert!(out.reused_blocks > 0);
     cache.release(id);
@@ -170,7 +170,7 @@ fn file_changed_behind_the_cache_is_reread_at_open() {
     file_handle(&path)
         .set_modified(SystemTime::now() + Duration::from_secs(5))
         .unwrap();
-    let out = reopen(&cache, &path, id, Class::Normal);
+    let out = reopen(&cache, &path, id, Class::NORMAL);
     assert!(out.dropped_blocks > 0);
     assert_eq!(cache.read(id, 0, 4096).unwrap(), pattern(0, 4096, 1));
 }
@@ -180,14 +180,14 @@ fn changed_file_with_dirty_blocks_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "k", &pattern(0, 2048, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.read(id, 0, 2048).unwrap();
     cache.write(id, 0, b"mine").unwrap();
     std::fs::write(&path, pattern(0, 2048, 1)).unwrap();
     file_handle(&path)
         .set_modified(SystemTime::now() + Duration::from_secs(5))
         .unwrap();
-    let out = reopen(&cache, &path, id, Class::Normal);
+    let out = reopen(&cache, &path, id, Class::NORMAL);
     assert_eq!(out.kept_dirty, 1);
     assert!(out.dropped_blocks >= 1);
     let mut want = pattern(0, 2048, 1);
@@ -203,7 +203,7 @@ fn released_dirty_file_is_written_back_at_drop() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "r", b"");
     let cache = MemCache::with_real_device(small_config(16)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 0, &pattern(0, 3000, 2)).unwrap();
     cache.release(id);
     assert!(cache.file_blocks(id).1 > 0, "dirty blocks survive release");
@@ -219,7 +219,7 @@ fn writers_are_throttled_to_keep_the_dirty_set_bounded() {
     cfg.dirty_ratio = 0.25; // 8 blocks
     cfg.dirty_background_ratio = 0.1;
     let cache = MemCache::with_real_device(cfg).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let mut max_dirty = 0;
     for i in 0..200u64 {
         cache
@@ -247,7 +247,7 @@ fn background_flusher_writes_back_expired_data_without_fsync() {
     cfg.flush_interval = Duration::from_millis(5);
     cfg.dirty_expire = Duration::from_millis(10);
     let cache = MemCache::with_real_device(cfg).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 1000, &pattern(1000, 2000, 6)).unwrap();
     // Wait for the event, not for a time.
     while cache.file_blocks(id).1 != 0 {

@@ -61,7 +61,7 @@ fn blocks_the_first_lower_tier_evicts_are_hit_in_the_second() {
     let b = tier("b", 64, Duration::ZERO);
     let lower = exclusive(a.clone(), b.clone());
     let cache = MemCache::with_tiers(memory(8), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // 40 blocks through 8 of memory and 16 of A: the oldest 16 can only be in B.
     for blk in 0..40 {
         read_blocks(&cache, id, blk..blk + 1, 1);
@@ -93,7 +93,7 @@ fn spills_waiting_in_transit() -> (tempfile::TempDir, MemCache, FileId, Arc<Test
     let b = tier("b", 64, Duration::from_millis(250));
     let lower = exclusive(a.clone(), b.clone());
     let cache = MemCache::with_tiers(memory(8), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     read_blocks(&cache, id, 0..16, 1);
     cache.settle_lower();
     assert_eq!((a.stats().demotions_in, b.stats().demotions_in), (8, 0));
@@ -159,7 +159,7 @@ fn an_ssd_tiers_reused_sets_cascade_into_the_tier_below() {
     let b = tier("b", 256, Duration::ZERO);
     let lower = exclusive(ssd.clone(), b.clone());
     let cache = MemCache::with_tiers(memory(8), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for blk in 0..128 {
         read_blocks(&cache, id, blk..blk + 1, 1);
         cache.settle_lower();

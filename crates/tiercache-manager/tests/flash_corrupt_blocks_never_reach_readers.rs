@@ -36,7 +36,7 @@ fn a_clean_block_flipped_on_the_ssd_is_read_from_backing_instead() {
     let want = pattern(0, 32 * BS as usize, 0);
     let path = make_file(dir.path(), "f", &want);
     let (dev, tier, cache) = rig();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // Read once: the blocks go into the SSD tier (inclusive) and out of the small memory.
     assert_bytes(&cache.read(id, 0, want.len()).unwrap(), &want, "first read");
     // (The tier is filled in the background.)
@@ -73,7 +73,7 @@ fn a_dirty_block_flipped_on_the_ssd_is_eio_and_never_reaches_backing() {
     let old = pattern(0, 32 * BS as usize, 0);
     let path = make_file(dir.path(), "f", &old);
     let (dev, tier, cache) = rig();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let new = pattern(5 * BS, BS as usize, 1);
     cache.write(id, 5 * BS, &new).unwrap();
     cache.fsync(id, true).unwrap();

@@ -29,7 +29,7 @@ fn long_write_back_runs_go_to_backing_and_short_ones_into_the_tier() {
         LowerTier::new(tier.clone(), Placement::Inclusive).with_seq_bypass(Threshold::Fixed(8))
     ];
     let cache = MemCache::with_tiers(small_config(128), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // Two isolated blocks (runs of 1) and one run of 16.
     cache
         .write(id, 3 * BS, &pattern(3 * BS, BS as usize, 1))
@@ -85,7 +85,7 @@ fn a_sequential_read_never_skips_the_tiers_dirty_copy() {
     ];
     // 8 memory blocks: a 64-block scan evicts what it read.
     let cache = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for b in [5u64, 20, 33] {
         cache
             .write(id, b * BS, &pattern(b * BS, BS as usize, 7))
@@ -116,7 +116,7 @@ fn after_max_errors_the_tier_is_detached_and_its_readable_dirty_blocks_reach_bac
     let tier = flash(dev.clone(), 2);
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(64), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for b in [1u64, 9, 17] {
         cache
             .write(id, b * BS, &pattern(b * BS, BS as usize, 1))

@@ -28,7 +28,7 @@ fn open_as(cache: &MemCache, id: FileId, path: &Path, mtime: std::time::SystemTi
         ctime: mtime,
         ino: id.0,
     };
-    cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
 }
 
 fn read_only(path: &Path) -> File {
@@ -40,7 +40,7 @@ fn a_new_file_with_the_same_id_size_and_mtime_reads_its_own_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let old = make_file(dir.path(), "old", b"");
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     cache.write(id, 0, &[b'X'; LEN]).unwrap();
     assert!(cache.file_blocks(id).1 > 0, "dirty before the forget");
     cache.release(id);
@@ -67,7 +67,7 @@ fn forget_of_a_clean_file_keeps_its_blocks_but_a_different_file_reads_its_own() 
     let dir = tempfile::tempdir().unwrap();
     let old = make_file(dir.path(), "old", &[b'X'; LEN]);
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     assert_eq!(cache.read(id, 0, LEN).unwrap(), vec![b'X'; LEN]);
     cache.release(id);
     let cached = cache.file_blocks(id).0;
@@ -91,7 +91,7 @@ fn an_unlinked_file_is_forgotten_without_writing_it_back() {
     let old = make_file(dir.path(), "old", b"");
     let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::new(small_config(64), faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     cache.write(id, 0, &[b'X'; LEN]).unwrap();
     std::fs::remove_file(&old).unwrap();
     cache.release(id);
@@ -111,7 +111,7 @@ fn a_forget_while_open_takes_effect_at_the_last_release() {
     let dir = tempfile::tempdir().unwrap();
     let old = make_file(dir.path(), "old", &[b'0'; LEN]);
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     cache.read(id, 0, LEN).unwrap();
     cache.write(id, 0, b"XX").unwrap();
     // FORGET overtook RELEASE: nothing is dropped yet, the dirty block goes to the flusher.
@@ -135,7 +135,7 @@ fn forgotten_with_failed_write_back(
     let old = make_file(dir, "old", &[b'0'; 4 * LEN]);
     let faulty = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::new(small_config(128), faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     cache.read(id, 0, 4 * LEN).unwrap();
     cache.write(id, 0, &[b'X'; LEN]).unwrap();
     let dirty = cache.file_blocks(id).1;
@@ -158,7 +158,7 @@ fn a_failed_write_back_at_forget_keeps_the_data_for_the_same_file() {
     // The same file, looked up again: identical stamp, the state and its data are reused.
     let f = file_handle(&old);
     let stamp = FileStamp::of_file(&f).unwrap();
-    cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
     assert_eq!(cache.read(id, 0, LEN).unwrap(), vec![b'X'; LEN]);
     // Nothing was lost, so nothing to report: the retry puts the data on BACKING.
     cache.fsync(id, false).unwrap();
@@ -175,7 +175,7 @@ fn a_failed_write_back_at_forget_does_not_leak_into_a_different_file() {
     let new = make_file(dir.path(), "new", &[b'Y'; LEN]);
     let f = file_handle(&new);
     let stamp = FileStamp::of_file(&f).unwrap();
-    let out = cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    let out = cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
     assert_eq!(out.reused_blocks, 0);
     assert_eq!(&read_file(&old)[..LEN], &[b'X'; LEN][..]);
     // ...and the new file sees its own bytes, size and no error of the old one.
@@ -194,7 +194,7 @@ fn a_forgotten_file_whose_write_back_keeps_failing_is_replaced_at_open() {
     let new = make_file(dir.path(), "new", &[b'Y'; LEN]);
     let f = read_only(&new);
     let stamp = FileStamp::of_file(&f).unwrap();
-    cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
     assert_eq!(cache.read(id, 0, 4 * LEN).unwrap(), vec![b'Y'; LEN]);
     assert_eq!(cache.stats().dirty_blocks, 0);
     assert!(cache.take_writeback_error(id).is_none());
@@ -211,7 +211,7 @@ fn a_forgotten_file_is_written_back_by_the_flusher_and_not_served_to_another_fil
     cfg.flush_interval = Duration::from_millis(5);
     cfg.dirty_expire = Duration::ZERO;
     let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     faulty.fail_writes_after(0);
     cache.write(id, 0, b"XX").unwrap();
     cache.release(id);
@@ -240,7 +240,7 @@ fn a_changed_file_does_not_inherit_the_old_versions_error() {
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
     let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     faulty.fail_writes_after(0);
     cache.write(id, 0, b"XX").unwrap();
     let t = Instant::now();
@@ -257,7 +257,7 @@ fn a_changed_file_does_not_inherit_the_old_versions_error() {
     std::fs::write(&path, [b'Z'; 100]).unwrap();
     let f = file_handle(&path);
     let stamp = FileStamp::of_file(&f).unwrap();
-    cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
     assert!(
         cache.take_writeback_error(id).is_none(),
         "the old version's error is not the new one's"

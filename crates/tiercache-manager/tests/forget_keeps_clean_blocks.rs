@@ -32,7 +32,7 @@ fn reopen(cache: &MemCache, id: tiercache_manager::FileId, path: &Path) -> usize
     let f = file_handle(path);
     let stamp = FileStamp::of_file(&f).unwrap();
     cache
-        .open(id, Arc::new(f), Class::Priority, stamp)
+        .open(id, Arc::new(f), Class::PRIORITY, stamp)
         .unwrap()
         .reused_blocks
 }
@@ -43,7 +43,7 @@ fn clean_blocks_survive_a_kernel_forget_and_serve_the_same_file() {
     let path = make_file(dir.path(), "hot", &[b'P'; LEN]);
     require_birth_time(&path);
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &path, Class::Priority);
+    let id = open(&cache, &path, Class::PRIORITY);
     cache.read(id, 0, LEN).unwrap();
     cache.release(id);
     let cached = cache.file_blocks(id).0;
@@ -59,7 +59,7 @@ fn clean_blocks_survive_a_kernel_forget_and_serve_the_same_file() {
         let s = cache.stats();
         s.classes
             .iter()
-            .find(|c| c.class == Class::Priority)
+            .find(|c| c.class == Class::PRIORITY)
             .unwrap()
             .hits
     };
@@ -75,7 +75,7 @@ fn a_new_file_reusing_the_inode_number_size_and_mtime_reads_its_own_bytes() {
     let old = make_file(dir.path(), "old", &[b'X'; LEN]);
     require_birth_time(&old);
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &old, Class::Normal);
+    let id = open(&cache, &old, Class::NORMAL);
     cache.read(id, 0, LEN).unwrap();
     cache.release(id);
     cache.forget(id);
@@ -106,7 +106,7 @@ fn a_new_file_reusing_the_inode_number_size_and_mtime_reads_its_own_bytes() {
         (stamp.ino, stamp.size, stamp.mtime),
         (id.0, LEN as u64, mtime)
     );
-    let out = cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    let out = cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
     assert_eq!(out.reused_blocks, 0);
     assert_eq!(cache.read(id, 0, LEN).unwrap(), vec![b'Y'; LEN]);
     cache.check_invariants().unwrap();
@@ -134,7 +134,7 @@ fn clean_blocks_kept_across_a_forget_hold_no_descriptor() {
         .map(|p| {
             // written and closed: dirty, so the tier keeps the backing descriptor for the
             // write-back, which the forget then does
-            let id = open(&cache, p, Class::Normal);
+            let id = open(&cache, p, Class::NORMAL);
             cache.write(id, 0, &[b'y'; 1024]).unwrap();
             cache.release(id);
             id

@@ -33,7 +33,7 @@ fn insertions_free_unpinned_held_slots_a_bounded_share_at_a_time() {
         "f",
         &pattern(0, 4 * HELD as usize * BS as usize, 3),
     );
-    let id = open(&cache, &p, Class::Normal);
+    let id = open(&cache, &p, Class::NORMAL);
     let region = cache.zero_copy_region().unwrap();
     let client = ClientId(3);
     let pins = region.add_client(client).unwrap();

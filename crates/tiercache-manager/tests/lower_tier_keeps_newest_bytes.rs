@@ -20,7 +20,7 @@ fn reopen_after_forget_keeps_appended_data_that_was_only_below() {
     cfg.dirty_background_ratio = 0.1;
     let cache = MemCache::with_tiers(cfg, Arc::new(RealBacking), lower).unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 512, 1));
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // Append 6 blocks, one write per block: throttled writers push dirty blocks below.
     let mut want = pattern(0, 512, 1);
     for b in 1..7u64 {
@@ -37,7 +37,7 @@ fn reopen_after_forget_keeps_appended_data_that_was_only_below() {
     // The kernel forgets the inode while it is open; the last release follows.
     cache.forget(id);
     cache.release(id);
-    let _ = reopen(&cache, &path, id, Class::Normal);
+    let _ = reopen(&cache, &path, id, Class::NORMAL);
     // A partial write into block 3 (only below before the reopen, on BACKING now).
     let patch = pattern(3 * 512 + 100, 10, 3);
     cache.write(id, 3 * 512 + 100, &patch).unwrap();
@@ -61,11 +61,11 @@ fn a_fill_queued_by_a_dropped_state_never_lands_over_a_later_write() {
     let cache = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
     let old = pattern(0, 1024, 1);
     let path = make_file(dir.path(), "g", &old);
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert_eq!(cache.read(id, 0, 512).unwrap(), old[..512]); // queues a fill of block 0
     cache.invalidate(id); // memory lets the clean block go (as eviction would)
     cache.release(id); // closed, nothing cached: the state goes
-    let _ = reopen(&cache, &path, id, Class::Normal);
+    let _ = reopen(&cache, &path, id, Class::NORMAL);
     let new = pattern(0, 512, 2);
     cache.write(id, 0, &new).unwrap();
     cache.flush_all().unwrap();

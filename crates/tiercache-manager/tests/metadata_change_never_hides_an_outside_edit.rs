@@ -12,7 +12,7 @@ fn a_metadata_change_after_an_outside_edit_still_reveals_the_edit() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &[b'a'; 2048]);
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert_eq!(cache.read(id, 0, 2048).unwrap(), vec![b'a'; 2048]);
     cache.release(id); // closed; its clean blocks stay in memory
     std::thread::sleep(std::time::Duration::from_millis(30));
@@ -28,7 +28,7 @@ fn a_metadata_change_after_an_outside_edit_still_reveals_the_edit() {
             &mut || FileStamp::of_file(&fd),
         )
         .unwrap();
-    reopen(&cache, &path, id, Class::Normal);
+    reopen(&cache, &path, id, Class::NORMAL);
     let got = cache.read(id, 0, 4096).unwrap();
     assert_eq!(
         got,

@@ -58,9 +58,9 @@ fn run_over(
         let content: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         let path = make_file(dir.path(), &format!("f{i}"), &content);
         let class = if i == 0 {
-            Class::Priority
+            Class::PRIORITY
         } else {
-            Class::Normal
+            Class::NORMAL
         };
         let id = open(&cache, &path, class);
         files.push(Shadow {
@@ -148,10 +148,10 @@ fn run_over(
                 cache.invalidate(f.id);
             }
             92..=94 => {
-                f.class = if f.class == Class::Priority {
-                    Class::Normal
+                f.class = if f.class == Class::PRIORITY {
+                    Class::NORMAL
                 } else {
-                    Class::Priority
+                    Class::PRIORITY
                 };
                 cache.set_class(f.id, f.class);
             }
@@ -220,7 +220,7 @@ fn random_ops_match_with_background_flusher_and_dirprio() {
         cfg.dirty_expire = Duration::ZERO;
         cfg.partition = PartitionConfig {
             kind: PartitionKind::Dirprio,
-            params: tiercache_core::partition::DirprioParams::guidance(12, true),
+            params: tiercache_core::partition::DirprioParams::guidance(12, true).into(),
         };
         run(seed, cfg, 300, false);
     }
@@ -231,7 +231,7 @@ fn writes_past_eof_leave_a_zero_hole() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "h", b"abc");
     let cache = MemCache::with_real_device(small_config(8)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 2000, b"xyz").unwrap();
     assert_eq!(cache.logical_size(id), Some(2003));
     let got = cache.read(id, 0, 5000).unwrap();
@@ -250,7 +250,7 @@ fn truncate_shrinks_backing_at_once_and_zeroes_the_tail() {
     let content = pattern(0, 3000, 1);
     let path = make_file(dir.path(), "t", &content);
     let cache = MemCache::with_real_device(small_config(16)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert_eq!(cache.read(id, 0, 3000).unwrap(), content);
     cache.write(id, 100, b"dirty").unwrap();
     cache.truncate(id, 700).unwrap();

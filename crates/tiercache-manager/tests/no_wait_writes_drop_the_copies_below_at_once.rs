@@ -18,7 +18,7 @@ fn a_write_hit_above_a_tier_is_served_and_leaves_no_old_copy_below() {
     let lower = vec![LowerTier::new(t.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(16), Arc::new(RealBacking), lower).unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 4 * BS, 1));
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // A read brings the blocks into memory; the inclusive tier gets clean copies.
     assert_bytes(
         &cache.read(id, 0, 4 * BS).unwrap(),
@@ -32,7 +32,7 @@ fn a_write_hit_above_a_tier_is_served_and_leaves_no_old_copy_below() {
     let new = pattern(BS as u64, BS, 2);
     assert!(matches!(
         cache.try_write(id, BS as u64, &new),
-        NoWait::Wait(Class::Normal)
+        NoWait::Wait(Class::NORMAL)
     ));
     assert_eq!(
         cache.stats().dirty_blocks,

@@ -15,9 +15,9 @@ fn a_release_leaves_the_other_open_handles_of_the_file_working() {
     let dir = tempfile::tempdir().unwrap();
     let p = make_file(dir.path(), "f", &[b'a'; 4096]);
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &p, Class::Normal);
+    let id = open(&cache, &p, Class::NORMAL);
     cache.read(id, 0, 4096).unwrap(); // cached
-    let again = open(&cache, &p, Class::Normal);
+    let again = open(&cache, &p, Class::NORMAL);
     assert_eq!(id, again);
     cache.release(id); // the first handle closes; the second is still open
     assert_eq!(cache.read(id, 0, 4).unwrap(), b"aaaa");
@@ -69,7 +69,7 @@ fn a_forget_overtaken_by_a_new_open_leaves_the_open_handle_its_state() {
     let cache = Arc::new(
         MemCache::new(small_config(64), Arc::new(GatedWrites(Arc::clone(&gate)))).unwrap(),
     );
-    let id = open(&cache, &p, Class::Normal);
+    let id = open(&cache, &p, Class::NORMAL);
     cache.write(id, 0, b"bb").unwrap();
     cache.release(id); // closed and dirty
     gate.state.lock().unwrap().0 = true;
@@ -89,7 +89,7 @@ fn a_forget_overtaken_by_a_new_open_leaves_the_open_handle_its_state() {
         }
     }
     // Meanwhile the kernel looked the inode up again and opened it.
-    assert_eq!(open(&cache, &p, Class::Normal), id);
+    assert_eq!(open(&cache, &p, Class::NORMAL), id);
     gate.state.lock().unwrap().0 = false;
     gate.cv.notify_all();
     forget.join().unwrap();

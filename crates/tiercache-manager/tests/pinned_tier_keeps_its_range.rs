@@ -20,7 +20,7 @@ fn a_pinned_tier_holds_its_range_and_serves_it_after_memory_evicts() {
     let lower = vec![LowerTier::new(tier.clone(), Placement::Pinned { first: 8 })];
     // 8 memory blocks: reading 64 evicts nearly everything.
     let cache = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for pass in 0..2 {
         // Backwards, one block a time (no read-ahead, no sequential run).
         for b in (0..64u64).rev() {

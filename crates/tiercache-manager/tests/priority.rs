@@ -20,7 +20,7 @@ fn pool_blocks(s: &MemStats, pool: PoolId) -> u64 {
 fn dirprio(capacity: usize) -> PartitionConfig {
     PartitionConfig {
         kind: PartitionKind::Dirprio,
-        params: DirprioParams::guidance(capacity as u64, false),
+        params: DirprioParams::guidance(capacity as u64, false).into(),
     }
 }
 
@@ -33,21 +33,21 @@ fn set_class_moves_blocks_between_pools() {
         ..small_config(64)
     };
     let cache = MemCache::with_real_device(cfg).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.read(id, 0, 16 * 512).unwrap();
     let s = cache.stats();
-    assert_eq!(pool_blocks(&s, PoolId::Normal), 16);
+    assert_eq!(pool_blocks(&s, PoolId::NORMAL), 16);
     assert_eq!(s.s_cur, 0);
-    cache.set_class(id, Class::Priority);
+    cache.set_class(id, Class::PRIORITY);
     let s = cache.stats();
-    assert_eq!(pool_blocks(&s, PoolId::Protected), 16);
-    assert_eq!(pool_blocks(&s, PoolId::Normal), 0);
+    assert_eq!(pool_blocks(&s, PoolId::PROTECTED), 16);
+    assert_eq!(pool_blocks(&s, PoolId::NORMAL), 0);
     assert_eq!(s.s_cur, 16);
     // Later fills follow the new class, and the hits are counted for it.
     cache.read(id, 0, 512).unwrap();
-    assert_eq!(cache.stats().class(Class::Priority).hits, 1);
-    cache.set_class(id, Class::Normal);
-    assert_eq!(pool_blocks(&cache.stats(), PoolId::Normal), 16);
+    assert_eq!(cache.stats().class(Class::PRIORITY).hits, 1);
+    cache.set_class(id, Class::NORMAL);
+    assert_eq!(pool_blocks(&cache.stats(), PoolId::NORMAL), 16);
     cache.check_invariants().unwrap();
 }
 
@@ -75,8 +75,8 @@ fn priority_hit_ratio(partition: PartitionConfig) -> f64 {
         ..small_config(CAP)
     };
     let cache = MemCache::with_real_device(cfg).unwrap();
-    let p = open(&cache, &prio, Class::Priority);
-    let n = open(&cache, &big, Class::Normal);
+    let p = open(&cache, &prio, Class::PRIORITY);
+    let n = open(&cache, &big, Class::NORMAL);
     let mut rng = SmallRng::seed_from_u64(5);
     let mut order: Vec<u64> = (0..PRIO_BLOCKS).collect();
     let mut scan = 0;
@@ -93,8 +93,8 @@ fn priority_hit_ratio(partition: PartitionConfig) -> f64 {
         }
     }
     let s = cache.stats();
-    assert!(s.window.classes.iter().any(|c| c.class == Class::Priority));
-    s.class(Class::Priority).hit_ratio().unwrap()
+    assert!(s.window.classes.iter().any(|c| c.class == Class::PRIORITY));
+    s.class(Class::PRIORITY).hit_ratio().unwrap()
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn stats_snapshot_serializes() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "s", &pattern(0, 4096, 0));
     let cache = MemCache::with_real_device(small_config(16)).unwrap();
-    let id = open(&cache, &path, Class::Priority);
+    let id = open(&cache, &path, Class::PRIORITY);
     cache.read(id, 0, 100).unwrap();
     cache.read(id, 0, 100).unwrap();
     cache.write(id, 0, b"z").unwrap();
@@ -119,8 +119,8 @@ fn stats_snapshot_serializes() {
     assert_eq!(s.capacity_blocks, 16);
     assert_eq!(s.dirty_blocks, 1);
     assert!(s.used_blocks >= 1);
-    assert_eq!(s.class(Class::Priority).hits, 2);
-    assert_eq!(s.class(Class::Priority).misses, 1);
+    assert_eq!(s.class(Class::PRIORITY).hits, 2);
+    assert_eq!(s.class(Class::PRIORITY).misses, 1);
     assert!(s.backing.reads >= 1);
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["capacity_blocks"], 16);

@@ -13,7 +13,7 @@ use tiercache_manager::{Class, FileId, FileStamp, MemCache};
 fn open_ro(cache: &MemCache, path: &Path, id: FileId) {
     let f = OpenOptions::new().read(true).open(path).unwrap();
     let stamp = FileStamp::of_file(&f).unwrap();
-    cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
 }
 
 #[test]
@@ -21,7 +21,7 @@ fn a_read_only_open_keeps_the_writable_descriptor_of_pending_write_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 3000, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal); // read-write
+    let id = open(&cache, &path, Class::NORMAL); // read-write
     cache.write(id, 100, b"dirty data").unwrap();
     open_ro(&cache, &path, id);
     // The read-write handle closes (the read-only one stays open), then write-back.
@@ -44,7 +44,7 @@ fn write_back_with_only_a_read_only_descriptor_reopens_it_read_write() {
     let ro = OpenOptions::new().read(true).open(&path).unwrap();
     let id = FileId(std::os::unix::fs::MetadataExt::ino(&ro.metadata().unwrap()));
     let stamp = FileStamp::of_file(&ro).unwrap();
-    cache.open(id, Arc::new(ro), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(ro), Class::NORMAL, stamp).unwrap();
     cache.write(id, 10, b"cached").unwrap();
     cache.flush_all().unwrap();
     assert_eq!(&read_file(&path)[10..16], b"cached");
@@ -67,7 +67,7 @@ fn write_back_that_cannot_get_a_writable_descriptor_fails_and_keeps_the_data() {
     let ro = File::open(&path).unwrap();
     let id = FileId(std::os::unix::fs::MetadataExt::ino(&ro.metadata().unwrap()));
     let stamp = FileStamp::of_file(&ro).unwrap();
-    cache.open(id, Arc::new(ro), Class::Normal, stamp).unwrap();
+    cache.open(id, Arc::new(ro), Class::NORMAL, stamp).unwrap();
     cache.write(id, 10, b"cached").unwrap();
     // Immutable: not even root may open it for writing.
     assert!(

@@ -19,7 +19,7 @@ const BS: u64 = 512;
 fn store(tier: &FlashTier, key: FileKey, meta: &FileMeta, bytes: &[u8]) {
     tier.set_file_meta(&key, meta);
     let admit = tier
-        .write_dirty(&TierKey::new(key, 0), 7, Class::Normal, bytes)
+        .write_dirty(&TierKey::new(key, 0), 7, Class::NORMAL, bytes)
         .unwrap();
     assert_eq!(admit, Admit::Stored);
     tier.sync().unwrap();
@@ -71,7 +71,7 @@ fn a_forged_record_naming_a_file_outside_backing_is_refused() {
     let tier = Arc::new(flash_at(&cache_file));
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(64), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &legit, Class::Normal);
+    let id = open(&cache, &legit, Class::NORMAL);
     cache.write(id, BS, &pattern(BS, BS as usize, 1)).unwrap();
     cache.fsync(id, true).unwrap();
     forge_record(&tier, &secret, &[0xAA; BS as usize]);

@@ -32,7 +32,7 @@ fn store(tier: &FlashTier, path: &Path, block: u64, bytes: &[u8]) {
         },
     );
     let admit = tier
-        .write_dirty(&TierKey::new(key, block), 7, Class::Normal, bytes)
+        .write_dirty(&TierKey::new(key, block), 7, Class::NORMAL, bytes)
         .unwrap();
     assert_eq!(admit, Admit::Stored);
     tier.sync().unwrap();

@@ -34,14 +34,14 @@ fn a_miss_is_handed_back_untouched_and_a_hit_is_served_without_backing() {
     let content = pattern(0, 8 * BS as usize, 1);
     let path = make_file(dir.path(), "f", &content);
     let c = cache(64);
-    let id = open(&c, &path, Class::Normal);
+    let id = open(&c, &path, Class::NORMAL);
     let mut buf = vec![0u8; 2 * BS as usize];
 
-    assert_eq!(waits(c.try_read_into(id, 100, &mut buf)), Class::Normal);
+    assert_eq!(waits(c.try_read_into(id, 100, &mut buf)), Class::NORMAL);
     let s = c.stats();
     assert_eq!(s.backing.reads, 0, "a no-wait read went to BACKING");
     assert_eq!(s.used_blocks, 0, "a no-wait miss took slots");
-    let counted = s.class(Class::Normal);
+    let counted = s.class(Class::NORMAL);
     assert_eq!(
         (counted.hits, counted.misses),
         (0, 0),
@@ -55,7 +55,7 @@ fn a_miss_is_handed_back_untouched_and_a_hit_is_served_without_backing() {
     assert_eq!(done(c.try_read_into(id, 100, &mut again)), buf.len());
     assert_bytes(&again, &content[100..100 + buf.len()], "hit");
     assert_eq!(c.stats().backing.reads, reads, "a hit went to BACKING");
-    assert!(c.stats().class(Class::Normal).hits >= 3);
+    assert!(c.stats().class(Class::NORMAL).hits >= 3);
 
     // Past EOF: nothing to read, nothing to wait for.
     assert_eq!(done(c.try_read_into(id, 8 * BS, &mut again)), 0);
@@ -70,11 +70,11 @@ fn the_class_handed_back_is_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "p", &pattern(0, 4 * BS as usize, 2));
     let c = cache(64);
-    let id = open(&c, &path, Class::Priority);
+    let id = open(&c, &path, Class::PRIORITY);
     let mut buf = vec![0u8; BS as usize];
-    assert_eq!(waits(c.try_read_into(id, 0, &mut buf)), Class::Priority);
-    assert_eq!(waits(c.try_write(id, 1, b"x")), Class::Priority);
-    assert_eq!(c.class_of(id), Some(Class::Priority));
+    assert_eq!(waits(c.try_read_into(id, 0, &mut buf)), Class::PRIORITY);
+    assert_eq!(waits(c.try_write(id, 1, b"x")), Class::PRIORITY);
+    assert_eq!(c.class_of(id), Some(Class::PRIORITY));
 }
 
 #[test]
@@ -83,7 +83,7 @@ fn a_write_needing_backings_bytes_waits_and_others_are_cached() {
     let content = pattern(0, 4 * BS as usize, 3);
     let path = make_file(dir.path(), "w", &content);
     let c = cache(64);
-    let id = open(&c, &path, Class::Normal);
+    let id = open(&c, &path, Class::NORMAL);
 
     // Part of a block BACKING holds and memory does not: a read-modify-write, so it waits,
     // with nothing written or dirtied.
@@ -133,7 +133,7 @@ fn a_write_above_the_dirty_limit_waits_for_the_throttle() {
         ..small_config(10)
     })
     .unwrap();
-    let id = open(&c, &path, Class::Normal);
+    let id = open(&c, &path, Class::NORMAL);
     let mut served = 0u64;
     loop {
         let block = pattern(served * BS, BS as usize, 4);

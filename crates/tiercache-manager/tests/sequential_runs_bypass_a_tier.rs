@@ -26,7 +26,7 @@ fn long_sequential_runs_neither_fill_nor_read_the_tier() {
     let cache = MemCache::with_tiers(config(), Arc::new(RealBacking), lower).unwrap();
     let content = pattern(0, 64 * 512, 1);
     let path = make_file(dir.path(), "f", &content);
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
 
     // A sequential scan in 2-block reads: the first 3 reads (runs 2, 4, 6) are short and fill
     // the tier; from the 4th (run 8) on the tier is bypassed.
@@ -75,7 +75,7 @@ fn unaligned_sequential_reads_bypass_the_tier_too() {
     let cache = MemCache::with_tiers(config(), Arc::new(RealBacking), lower).unwrap();
     let content = pattern(0, 64 * 512, 1);
     let path = make_file(dir.path(), "f", &content);
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let mut off = 0usize;
     while off + 700 <= content.len() {
         let got = cache.read(id, off as u64, 700).unwrap();

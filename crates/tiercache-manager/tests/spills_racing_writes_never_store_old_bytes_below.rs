@@ -116,7 +116,7 @@ fn a_block_spilled_while_its_write_waits_for_the_tier_is_not_stored_below() {
         ..small_config(4)
     };
     let cache = MemCache::with_tiers(cfg, Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for blk in 0..8u64 {
         cache.read(id, blk * 512, 512).unwrap();
         cache.settle_lower();
@@ -150,7 +150,7 @@ fn cleaning_a_block_memory_holds_newer_drops_the_tiers_clean_copy() {
     cfg.dirty_background_ratio = 0.1;
     let cache = MemCache::with_tiers(cfg, Arc::new(RealBacking), lower).unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 8 * 512, 0));
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for blk in 0..6u64 {
         cache
             .write(id, blk * 512, &pattern(blk * 512, 512, 1))

@@ -35,7 +35,7 @@ fn eager_clean_of_own_batch_leaves_no_phantom_lower_dirty_block() {
     );
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(64), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // 1. Block 0 into the tier (lower-dirty), acknowledged.
     cache.write(id, 0, &pattern(0, BS as usize, 1)).unwrap();
     cache.fsync(id, true).unwrap();
@@ -76,7 +76,7 @@ fn failed_truncate(fail_writes: bool) {
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let backing = Arc::new(FaultyBacking::new(Arc::new(RealBacking)));
     let cache = MemCache::with_tiers(small_config(64), backing.clone(), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for b in [2u64, 20] {
         cache
             .write(id, b * BS, &pattern(b * BS, BS as usize, 1))
@@ -132,7 +132,7 @@ fn a_file_with_a_detached_leftover_can_still_be_opened_after_forget() {
     let tier = Arc::new(FlashTier::create(dev.clone() as Arc<dyn FlashDevice>, c).unwrap());
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(64), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for b in [1u64, 9] {
         cache
             .write(id, b * BS, &pattern(b * BS, BS as usize, 1))
@@ -161,7 +161,7 @@ fn a_file_with_a_detached_leftover_can_still_be_opened_after_forget() {
     let r = cache.open(
         id,
         Arc::new(f),
-        Class::Normal,
+        Class::NORMAL,
         tiercache_manager::FileStamp::from_metadata(&m),
     );
     assert!(r.is_ok(), "open failed: {r:?}");
@@ -197,8 +197,8 @@ fn a_write_patched_below_memory_moves_the_mtime() {
     mc.dirty_ratio = 1.0;
     mc.dirty_background_ratio = 1.0;
     let cache = MemCache::with_tiers(mc, Arc::new(RealBacking), lower).unwrap();
-    let ia = open(&cache, &a, Class::Normal);
-    let ib = open(&cache, &b, Class::Normal);
+    let ia = open(&cache, &a, Class::NORMAL);
+    let ib = open(&cache, &b, Class::NORMAL);
     cache.write(ia, BS, &pattern(BS, 100, 1)).unwrap();
     cache.fsync(ia, true).unwrap();
     for i in 0..8u64 {
@@ -300,8 +300,8 @@ fn a_cleanings_failed_sync_is_reported_to_the_next_fsync() {
     mc.dirty_ratio = 1.0;
     mc.dirty_background_ratio = 1.0;
     let cache = MemCache::with_tiers(mc, backing.clone(), lower).unwrap();
-    let f = open(&cache, &fpath, Class::Normal);
-    let g = open(&cache, &gpath, Class::Normal);
+    let f = open(&cache, &fpath, Class::NORMAL);
+    let g = open(&cache, &gpath, Class::NORMAL);
     cache.write(f, 0, &pattern(0, BS as usize, 1)).unwrap();
     cache.fsync(f, true).unwrap(); // F block 0 in the tier
     for i in 0..8u64 {

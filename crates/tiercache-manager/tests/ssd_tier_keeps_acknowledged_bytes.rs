@@ -62,7 +62,7 @@ fn cleaning_syncs_backing_before_the_tier_lets_its_copy_go() {
     let track = Arc::new(SyncTrack::default());
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(64), track.clone(), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache
         .write(id, 3 * BS, &pattern(3 * BS, BS as usize, 1))
         .unwrap();
@@ -96,7 +96,7 @@ fn a_shrinking_truncate_then_kill_does_not_grow_the_file_back() {
     let tier = Arc::new(FlashTier::create(dev.clone(), c.clone()).unwrap());
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(8), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     // In rounds of 4 blocks, each fsync'ed: memory (8 blocks) keeps only the last ones.
     for r in 0..8u64 {
         let at = r * 4 * BS;
@@ -147,7 +147,7 @@ fn a_detached_tiers_old_copy_never_comes_back_over_newer_bytes() {
     let tier = Arc::new(FlashTier::create(dev.clone(), c.clone()).unwrap());
     let lower = vec![LowerTier::new(tier.clone(), Placement::Inclusive)];
     let cache = MemCache::with_tiers(small_config(64), Arc::new(RealBacking), lower).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for b in [1u64, 9] {
         cache
             .write(id, b * BS, &pattern(b * BS, BS as usize, 1))
@@ -216,8 +216,8 @@ fn an_append_patched_below_memory_keeps_its_size_after_kill() {
     mc.dirty_ratio = 1.0;
     mc.dirty_background_ratio = 1.0;
     let cache = MemCache::with_tiers(mc, Arc::new(RealBacking), lower).unwrap();
-    let ia = open(&cache, &a, Class::Normal);
-    let ib = open(&cache, &b, Class::Normal);
+    let ia = open(&cache, &a, Class::NORMAL);
+    let ib = open(&cache, &b, Class::NORMAL);
     cache.write(ia, BS, &pattern(BS, 100, 1)).unwrap();
     cache.fsync(ia, true).unwrap();
     assert_eq!(tier.flash_stats().dirty_blocks, 1);
@@ -274,8 +274,8 @@ fn a_failed_patch_below_keeps_the_acknowledged_block() {
     mc.dirty_ratio = 1.0;
     mc.dirty_background_ratio = 1.0;
     let cache = MemCache::with_tiers(mc, Arc::new(RealBacking), lower).unwrap();
-    let ia = open(&cache, &a, Class::Normal);
-    let ib = open(&cache, &b, Class::Normal);
+    let ia = open(&cache, &a, Class::NORMAL);
+    let ib = open(&cache, &b, Class::NORMAL);
     cache.write(ia, BS, &pattern(BS, BS as usize, 1)).unwrap();
     cache.fsync(ia, true).unwrap(); // acknowledged, in the tier
     for i in 0..8u64 {

@@ -22,7 +22,7 @@ fn a_failed_read_of_a_dirty_block_below_keeps_the_tier_error() {
     cfg.dirty_background_ratio = 0.1;
     let cache = MemCache::with_tiers(cfg, Arc::new(RealBacking), lower).unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 512, 1));
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     for b in 1..7u64 {
         cache.write(id, b * 512, &pattern(b * 512, 512, 2)).unwrap();
     }

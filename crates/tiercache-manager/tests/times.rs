@@ -32,7 +32,7 @@ fn explicit_mtime_survives_the_write_back_of_earlier_writes() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "t", b"0123456789");
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 0, b"abcd").unwrap(); // cached, dirty
     let want = SystemTime::UNIX_EPOCH + Duration::from_secs(981_173_106);
     let fd = file_handle(&path);
@@ -63,7 +63,7 @@ fn a_write_shows_its_own_mtime_before_and_after_write_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "w", b"old");
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let before_write = mtime(&path);
     tick();
     let t0 = SystemTime::now();
@@ -84,7 +84,7 @@ fn write_back_does_not_move_the_reported_ctime() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "c", &pattern(0, 4000, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 100, &pattern(100, 3000, 1)).unwrap();
     let seen = cache.logical_times(id, ctime(&path)).ctime.unwrap();
     tick();
@@ -115,7 +115,7 @@ fn forget_drops_the_ctime_mapping_with_the_rest_of_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "c", &pattern(0, 4000, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 100, &pattern(100, 3000, 1)).unwrap();
     let seen = cache.logical_times(id, ctime(&path)).ctime.unwrap();
     tick();
@@ -137,7 +137,7 @@ fn truncate_time_survives_the_write_back_of_earlier_writes() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "x", &pattern(0, 2000, 0));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 0, b"dirty").unwrap();
     tick();
     cache.truncate(id, 100_000).unwrap(); // BACKING's mtime: now; block 0 stays dirty

@@ -14,7 +14,7 @@ fn truncate_of_a_closed_cached_file_goes_through_the_given_descriptor() {
     let content = pattern(0, 4000, 1);
     let path = make_file(dir.path(), "f", &content);
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert_eq!(cache.read(id, 0, 4000).unwrap(), content);
     cache.release(id); // clean and synced: the backing descriptor goes, the blocks stay
     assert!(cache.file_blocks(id).0 > 0);
@@ -32,7 +32,7 @@ fn truncate_of_a_closed_cached_file_goes_through_the_given_descriptor() {
     // The next open agrees with BACKING (the tier's stamp was refreshed), and so do reads.
     let f = OpenOptions::new().read(true).open(&path).unwrap();
     let stamp = FileStamp::of_file(&f).unwrap();
-    let out = cache.open(id, Arc::new(f), Class::Normal, stamp).unwrap();
+    let out = cache.open(id, Arc::new(f), Class::NORMAL, stamp).unwrap();
     assert_eq!(out.dropped_blocks, 0);
     assert_eq!(cache.read(id, 0, 4000).unwrap(), content[..10]);
     // Growing again reads zeros past the old end, not stale cached bytes.
@@ -60,7 +60,7 @@ fn truncate_with_keeps_dirty_data_of_an_open_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", &pattern(0, 3000, 3));
     let cache = MemCache::with_real_device(small_config(32)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 0, b"dirty").unwrap();
     let w = OpenOptions::new().write(true).open(&path).unwrap();
     cache.truncate_with(id, &w, 100).unwrap();

@@ -96,7 +96,7 @@ fn config() -> MemConfig {
 /// `device`; checks the bytes and that the file keeps at most `max` bytes cached.
 fn reads_leave_at_most(device: Arc<dyn BackingIo>, path: &Path, size: u64, max: u64) {
     let cache = MemCache::new(config(), device).unwrap();
-    let id = open(&cache, path, Class::Normal);
+    let id = open(&cache, path, Class::NORMAL);
     let mut buf = vec![0u8; 128 << 10];
     for off in (0..size).step_by(buf.len()) {
         assert_eq!(cache.read_into(id, off, &mut buf).unwrap(), buf.len());
@@ -127,7 +127,7 @@ fn reads_leave_at_most(device: Arc<dyn BackingIo>, path: &Path, size: u64, max: 
 /// checks the bytes on BACKING and that at most `max` stay cached.
 fn writes_leave_at_most(device: Arc<dyn BackingIo>, path: &Path, size: u64, max: u64) {
     let cache = MemCache::new(config(), device).unwrap();
-    let id = open(&cache, path, Class::Normal);
+    let id = open(&cache, path, Class::NORMAL);
     for off in (0..size).step_by(MIB as usize) {
         let data = pattern(off, MIB as usize, 2);
         assert_eq!(cache.write(id, off, &data).unwrap(), data.len());
@@ -210,7 +210,7 @@ fn plain_buffered_io_keeps_the_pages_it_touches() {
     let path = cold_file(dir.path(), "r", 16 * MIB);
     assert_eq!(RealBacking.io_mode(), IoMode::Buffered);
     let cache = MemCache::new(config(), Arc::new(RealBacking)).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let mut buf = vec![0u8; 128 << 10];
     for off in (0..16 * MIB).step_by(buf.len()) {
         cache.read_into(id, off, &mut buf).unwrap();
@@ -288,7 +288,7 @@ fn the_hdd_model_and_the_fault_injector_work_over_uncached_io() {
     let faulty = Arc::new(FaultyBacking::new(model.clone()));
     let cache = MemCache::new(config(), faulty.clone()).unwrap();
     assert_eq!(cache.stats().backing.io_mode, IoMode::Dontcache);
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     let mut buf = vec![0u8; 1 << 20];
     assert_eq!(cache.read_into(id, MIB, &mut buf).unwrap(), buf.len());
     assert_bytes(&buf, &pattern(MIB, 1 << 20, 1), "read through the model");

@@ -28,7 +28,7 @@ fn write_closed(c: &MemCache, dir: &std::path::Path) -> Vec<(PathBuf, FileId)> {
     (0..FILES)
         .map(|i| {
             let p = make_file(dir, &format!("f{i:03}"), b"");
-            let id = open(c, &p, Class::Normal);
+            let id = open(c, &p, Class::NORMAL);
             c.write(id, 0, format!("file {i}").as_bytes()).unwrap();
             c.release(id);
             (p, id)
@@ -99,7 +99,7 @@ fn a_sync_error_after_the_last_close_reaches_the_next_fsync() {
     // BACKING works again: the failure must not be lost with the next, successful syncs.
     faulty.heal();
     let (p0, id0) = &files[0];
-    let id = open(&c, p0, Class::Normal);
+    let id = open(&c, p0, Class::NORMAL);
     assert_eq!(id, *id0);
     let err = c.fsync(id, false).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
@@ -107,7 +107,7 @@ fn a_sync_error_after_the_last_close_reaches_the_next_fsync() {
     c.release(id);
     // Another file's error reaches its next close (a writer's flush) instead.
     let (p1, id1) = &files[1];
-    assert_eq!(open(&c, p1, Class::Normal), *id1);
+    assert_eq!(open(&c, p1, Class::NORMAL), *id1);
     let err = c.take_writeback_error(*id1).expect("reported at close");
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     c.release(*id1);

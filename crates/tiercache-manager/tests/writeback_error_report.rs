@@ -18,7 +18,7 @@ fn a_background_write_back_error_is_reported_once() {
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
     let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     assert!(
         cache.take_writeback_error(id).is_none(),
         "nothing failed yet"
@@ -57,7 +57,7 @@ fn the_error_is_reported_by_either_flush_or_fsync_not_both() {
     cfg.flush_interval = Duration::from_millis(2);
     cfg.dirty_expire = Duration::ZERO;
     let cache = MemCache::new(cfg, faulty.clone() as Arc<dyn BackingIo>).unwrap();
-    let id = open(&cache, &path, Class::Normal);
+    let id = open(&cache, &path, Class::NORMAL);
     faulty.fail_writes_after(0);
     cache.write(id, 10, b"hello").unwrap();
     let t = Instant::now();

@@ -46,7 +46,7 @@ fn pinned_blocks_are_never_reused_under_eviction_writes_and_invalidation() {
                 .flat_map(|b| block_bytes(f as u64, b, 0))
                 .collect();
             let p = make_file(dir.path(), &format!("f{f}"), &bytes);
-            open(&cache, &p, Class::Normal)
+            open(&cache, &p, Class::NORMAL)
         })
         .collect();
     let region = cache.zero_copy_region().expect("shared arena");
@@ -143,7 +143,7 @@ fn a_gone_clients_pins_are_released_and_its_held_slots_freed() {
     let dir = tempfile::tempdir().unwrap();
     let cache = zc_cache(8);
     let p = make_file(dir.path(), "f", &pattern(0, 16 * BS, 1));
-    let id = open(&cache, &p, Class::Normal);
+    let id = open(&cache, &p, Class::NORMAL);
     let region = cache.zero_copy_region().unwrap();
     let _pins = region.add_client(ClientId(7)).unwrap();
     let slots = cache.pin_blocks(id, 0, 8, ClientId(7)).unwrap();

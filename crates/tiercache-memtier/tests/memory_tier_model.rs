@@ -108,12 +108,12 @@ fn check_against_model(
                 let held: Vec<TierKey> = model.keys().filter(|x| t.contains(x)).copied().collect();
                 let r = match op {
                     Op::Fill(..) => {
-                        t.fill_spilling(&k, u64::from(v), Class::Normal, &[d; BS], &|| true)
+                        t.fill_spilling(&k, u64::from(v), Class::NORMAL, &[d; BS], &|| true)
                     }
                     Op::Demote(..) => {
-                        t.demote_spilling(&k, u64::from(v), Class::Normal, &[d; BS], &|| true)
+                        t.demote_spilling(&k, u64::from(v), Class::NORMAL, &[d; BS], &|| true)
                     }
-                    _ => t.write_dirty(&k, u64::from(v), Class::Normal, &[d; BS]),
+                    _ => t.write_dirty(&k, u64::from(v), Class::NORMAL, &[d; BS]),
                 }
                 .unwrap();
                 let spilled: Vec<_> = log
@@ -240,11 +240,11 @@ fn injected_faults_are_errors_and_latency_is_slept() {
     let t = TestTier::new(cfg).unwrap();
     let k = key(0, 0);
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &[3; BS], &|| true).unwrap(),
+        t.fill(&k, 1, Class::NORMAL, &[3; BS], &|| true).unwrap(),
         Admit::Stored
     );
     // A store whose bytes went stale meanwhile is turned down, and leaves nothing behind.
-    let stale = t.fill(&key(0, 3), 1, Class::Normal, &[3; BS], &|| false);
+    let stale = t.fill(&key(0, 3), 1, Class::NORMAL, &[3; BS], &|| false);
     assert_eq!(stale.unwrap(), Admit::Rejected);
     assert!(!t.contains(&key(0, 3)));
     let mut buf = [0u8; BS];
@@ -259,13 +259,13 @@ fn injected_faults_are_errors_and_latency_is_slept() {
     t.fail_reads(false);
     t.fail_writes(true);
     assert!(t
-        .demote(&key(0, 1), 1, Class::Normal, &[4; BS], &|| true)
+        .demote(&key(0, 1), 1, Class::NORMAL, &[4; BS], &|| true)
         .is_err());
     assert_eq!(t.stats().errors, 2);
     // A dirty store to a tier that does not take dirty data is turned down, not an error.
     t.fail_writes(false);
     assert_eq!(
-        t.write_dirty(&k, 1, Class::Normal, &[5; BS]).unwrap(),
+        t.write_dirty(&k, 1, Class::NORMAL, &[5; BS]).unwrap(),
         Admit::Rejected
     );
 }

@@ -38,7 +38,7 @@ fn one_mib_blocks_work_with_a_larger_item_size() {
     let data: Vec<u8> = (0..MIB).map(|i| (i * 7 % 251) as u8).collect();
     let k = key(1, 0);
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &data, &yes).unwrap(),
+        t.fill(&k, 1, Class::NORMAL, &data, &yes).unwrap(),
         Admit::Stored
     );
     assert!(t.flush(Duration::from_secs(10)));

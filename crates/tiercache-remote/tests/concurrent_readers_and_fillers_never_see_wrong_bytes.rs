@@ -42,7 +42,7 @@ fn concurrent_fill_read_take_invalidate_never_return_wrong_bytes() {
                     0..=3 => {
                         let vs = versions.clone();
                         let current = move || vs[i as usize].load(Ordering::Acquire) == v;
-                        t.fill(&k, v, Class::Normal, &block(&k, v), &current)
+                        t.fill(&k, v, Class::NORMAL, &block(&k, v), &current)
                             .expect("fill never errors");
                     }
                     4 => {

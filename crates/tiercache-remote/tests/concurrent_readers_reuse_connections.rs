@@ -41,7 +41,7 @@ fn eight_reader_threads_keep_their_connections() {
     let t = tiercache_remote::RemoteTier::connect(cfg).unwrap();
     for b in 0..8 {
         let k = key(1, b);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     }
     assert!(t.flush(Duration::from_secs(5)));
     let before = total_connections(&m.addr());

@@ -310,7 +310,7 @@ fn altered_sealed_values_are_misses() {
             let (k, k2) = (key(1, round.get()), key(2, round.get()));
             let name = t.key_name(&k, 1);
             for k in [k, k2] {
-                t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+                t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
             }
             prop_assert!(t.flush(Duration::from_secs(5)));
             let other = raw.get(&t.key_name(&k2, 1)).unwrap().expect("stored");

@@ -14,7 +14,7 @@ fn a_delete_for_an_ejected_server_counts_as_dropped() {
     let mut m = Memcached::start();
     let t = tier(vec![m.addr()]);
     let k = key(5, 0);
-    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
     m.kill();
     let mut buf = vec![0u8; BS];

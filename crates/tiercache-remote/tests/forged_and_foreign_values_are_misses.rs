@@ -21,7 +21,7 @@ fn raw(addr: &str) -> ServerClient {
 }
 
 fn stored(t: &RemoteTier, k: &TierKey, version: u64) {
-    t.fill(k, version, Class::Normal, &block(k, version), &yes)
+    t.fill(k, version, Class::NORMAL, &block(k, version), &yes)
         .unwrap();
     assert!(t.flush(Duration::from_secs(5)));
 }

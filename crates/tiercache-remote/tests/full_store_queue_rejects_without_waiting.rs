@@ -23,7 +23,7 @@ fn fills_beyond_the_queue_are_rejected_immediately() {
     let start = Instant::now();
     for i in 0..50 {
         let k = key(1, i);
-        match t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap() {
+        match t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap() {
             Admit::Stored => stored.push(k),
             Admit::Rejected => rejected += 1,
         }

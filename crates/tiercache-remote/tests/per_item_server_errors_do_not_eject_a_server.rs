@@ -25,7 +25,7 @@ fn items_too_large_for_a_restarted_server_fail_without_ejecting_it() {
         for b in 0..10 {
             let k = key(round, b);
             assert_eq!(
-                t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap(),
+                t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap(),
                 Admit::Stored
             );
         }
@@ -41,7 +41,7 @@ fn items_too_large_for_a_restarted_server_fail_without_ejecting_it() {
     // Back to normal items: stores land on the same (never ejected) server.
     m.restart_with_args::<&str>(&[]).unwrap();
     let k = key(9, 0);
-    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(10)));
     let mut buf = vec![0u8; BS];
     assert_eq!(

@@ -23,7 +23,7 @@ fn a_full_queue_rejects_without_replacing_or_evicting() {
     let (a, b, c, d) = (key(1, 0), key(1, 1), key(1, 2), key(1, 3));
     for k in [a, b] {
         assert_eq!(
-            t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap(),
+            t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap(),
             Admit::Stored
         );
         assert!(t.flush(Duration::from_secs(5)));
@@ -31,16 +31,16 @@ fn a_full_queue_rejects_without_replacing_or_evicting() {
     // The worker is now slow: C occupies the only place in the queue for a while.
     proxy.set_delay(Duration::from_millis(400));
     assert_eq!(
-        t.fill(&c, 1, Class::Normal, &block(&c, 1), &yes).unwrap(),
+        t.fill(&c, 1, Class::NORMAL, &block(&c, 1), &yes).unwrap(),
         Admit::Stored
     );
     // D would evict A (the index is full); B v2 would replace B v1. Both are rejected.
     assert_eq!(
-        t.fill(&d, 1, Class::Normal, &block(&d, 1), &yes).unwrap(),
+        t.fill(&d, 1, Class::NORMAL, &block(&d, 1), &yes).unwrap(),
         Admit::Rejected
     );
     assert_eq!(
-        t.demote(&b, 2, Class::Normal, &block(&b, 2), &yes).unwrap(),
+        t.demote(&b, 2, Class::NORMAL, &block(&b, 2), &yes).unwrap(),
         Admit::Rejected
     );
     assert!(t.contains(&a), "a rejected store evicted A");

@@ -19,7 +19,7 @@ fn killing_a_server_turns_its_blocks_into_misses_and_restarting_it_brings_it_bac
     for i in 0..n {
         let k = key(1, i);
         assert_eq!(
-            t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap(),
+            t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap(),
             Admit::Stored
         );
     }
@@ -68,7 +68,7 @@ fn killing_a_server_turns_its_blocks_into_misses_and_restarting_it_brings_it_bac
     // New stores go to B only while A is down.
     for i in 0..50 {
         let k = key(2, i);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
         assert_eq!(t.server_of(&k).as_deref(), Some(addr_b.as_str()));
     }
     assert!(t.flush(Duration::from_secs(5)));
@@ -83,7 +83,7 @@ fn killing_a_server_turns_its_blocks_into_misses_and_restarting_it_brings_it_bac
     let mut to_a = 0;
     for i in 0..100 {
         let k = key(3, i);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
         if t.server_of(&k).as_deref() == Some(addr_a.as_str()) {
             to_a += 1;
         }
@@ -114,7 +114,7 @@ fn all_servers_down_at_connect_is_not_an_error() {
     assert_eq!(t.remote_stats().servers_up, 0);
     let k = key(1, 0);
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap(),
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap(),
         Admit::Rejected,
         "no server up: the store is declined"
     );
@@ -124,7 +124,7 @@ fn all_servers_down_at_connect_is_not_an_error() {
         .servers_up
         == 1));
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap(),
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap(),
         Admit::Stored
     );
     assert!(t.flush(Duration::from_secs(5)));
@@ -153,7 +153,7 @@ fn a_quick_restart_between_requests_is_not_a_failure() {
     let mut buf = vec![0u8; BS];
     for i in 0..8 {
         let k = key(9, i);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     }
     assert!(t.flush(Duration::from_secs(5)));
     for i in 0..8 {
@@ -171,7 +171,7 @@ fn a_quick_restart_between_requests_is_not_a_failure() {
         assert_eq!(t.read(&key(9, i), 1, &mut buf).unwrap(), Lookup::Miss);
     }
     let k = key(9, 100);
-    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
     assert_eq!(
         t.read(&k, 1, &mut buf).unwrap(),

@@ -22,7 +22,7 @@ fn reads_from_a_slow_server_return_within_the_timeout() {
     let t = tiercache_remote::RemoteTier::connect(cfg).unwrap();
     for i in 0..20 {
         let k = key(1, i);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     }
     assert!(t.flush(Duration::from_secs(5)));
     let mut buf = vec![0u8; BS];
@@ -55,7 +55,7 @@ fn reads_from_a_slow_server_return_within_the_timeout() {
         .servers_up
         == 1));
     let k = key(2, 0);
-    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
     assert_eq!(
         t.read(&k, 1, &mut buf).unwrap(),

@@ -14,14 +14,14 @@ fn version_mismatch_is_a_miss_and_drops_the_old_copy() {
     let m = Memcached::start();
     let t = tier(vec![m.addr()]);
     let k = key(1, 0);
-    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
     let mut buf = vec![0u8; BS];
     assert_eq!(t.read(&k, 2, &mut buf).unwrap(), Lookup::Miss);
     assert!(!t.contains(&k), "the stale clean copy is dropped");
     assert_eq!(t.read(&k, 1, &mut buf).unwrap(), Lookup::Miss);
     // A new version stores and reads back.
-    t.fill(&k, 2, Class::Normal, &block(&k, 2), &yes).unwrap();
+    t.fill(&k, 2, Class::NORMAL, &block(&k, 2), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
     assert_eq!(
         t.read(&k, 2, &mut buf).unwrap(),
@@ -36,9 +36,9 @@ fn invalidate_discard_and_invalidate_file_make_misses() {
     let t = tier(vec![m.addr()]);
     for b in 0..10 {
         let k = key(1, b);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
         let k2 = key(2, b);
-        t.fill(&k2, 1, Class::Normal, &block(&k2, 1), &yes).unwrap();
+        t.fill(&k2, 1, Class::NORMAL, &block(&k2, 1), &yes).unwrap();
     }
     assert!(t.flush(Duration::from_secs(5)));
     let mut buf = vec![0u8; BS];
@@ -70,7 +70,7 @@ fn invalidate_before_the_store_lands_keeps_it_invisible() {
     let mut buf = vec![0u8; BS];
     for b in 0..200 {
         let k = key(3, b);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
         // Usually still queued here; either way the invalidation wins.
         t.invalidate(&k);
     }
@@ -88,11 +88,11 @@ fn current_false_makes_nothing_visible() {
     let k = key(4, 0);
     let no = || false;
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &no).unwrap(),
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &no).unwrap(),
         Admit::Rejected
     );
     assert_eq!(
-        t.demote(&k, 1, Class::Normal, &block(&k, 1), &no).unwrap(),
+        t.demote(&k, 1, Class::NORMAL, &block(&k, 1), &no).unwrap(),
         Admit::Rejected
     );
     assert!(t.flush(Duration::from_secs(5)));
@@ -119,7 +119,7 @@ fn a_full_index_evicts_oldest_first() {
     let t = tiercache_remote::RemoteTier::connect(cfg).unwrap();
     for b in 0..20 {
         let k = key(5, b);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     }
     assert!(t.flush(Duration::from_secs(5)));
     assert_eq!(t.remote_stats().used_blocks, 8);

@@ -20,9 +20,9 @@ fn fill_then_read_returns_the_exact_bytes() {
     for b in 0..64 {
         let k = key(1, b);
         let a = if b % 2 == 0 {
-            t.fill(&k, 3, Class::Normal, &block(&k, 3), &yes).unwrap()
+            t.fill(&k, 3, Class::NORMAL, &block(&k, 3), &yes).unwrap()
         } else {
-            t.demote(&k, 3, Class::Normal, &block(&k, 3), &yes).unwrap()
+            t.demote(&k, 3, Class::NORMAL, &block(&k, 3), &yes).unwrap()
         };
         assert_eq!(a, Admit::Stored);
         assert!(t.contains(&k));
@@ -73,7 +73,7 @@ fn take_removes_the_block_and_dirty_data_is_refused() {
     let k = key(2, 5);
     let mut buf = vec![0u8; BS];
     assert_eq!(
-        t.write_dirty(&k, 1, Class::Normal, &block(&k, 1)).unwrap(),
+        t.write_dirty(&k, 1, Class::NORMAL, &block(&k, 1)).unwrap(),
         Admit::Rejected
     );
     assert!(
@@ -81,7 +81,7 @@ fn take_removes_the_block_and_dirty_data_is_refused() {
         "holds no dirty block: nothing to clean"
     );
     t.sync().unwrap();
-    t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+    t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     assert!(t.flush(Duration::from_secs(5)));
     assert_eq!(
         t.take(&k, 1, &mut buf).unwrap(),
@@ -109,7 +109,7 @@ fn two_thousand_stored_blocks_all_read_back_as_hits() {
     let n = 2000u64;
     for b in 0..n {
         let k = key(3, b);
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap();
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap();
     }
     assert!(t.flush(Duration::from_secs(10)));
     let mut buf = vec![0u8; BS];

@@ -29,15 +29,15 @@ fn a_store_overtaken_by_a_newer_version_is_deleted_after_it_lands() {
     // Keep the worker busy so that what follows is taken in one round: the delete of
     // version 1 (queued when version 2 replaces it) runs before version 1's store lands.
     let busy = key(3, 0);
-    t.fill(&busy, 1, Class::Normal, &block(&busy, 1), &yes)
+    t.fill(&busy, 1, Class::NORMAL, &block(&busy, 1), &yes)
         .unwrap();
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(
-        t.fill(&k, 1, Class::Normal, &block(&k, 1), &yes).unwrap(),
+        t.fill(&k, 1, Class::NORMAL, &block(&k, 1), &yes).unwrap(),
         Admit::Stored
     );
     assert_eq!(
-        t.fill(&k, 2, Class::Normal, &block(&k, 2), &yes).unwrap(),
+        t.fill(&k, 2, Class::NORMAL, &block(&k, 2), &yes).unwrap(),
         Admit::Stored
     );
     assert!(t.flush(Duration::from_secs(10)));

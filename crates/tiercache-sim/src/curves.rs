@@ -33,7 +33,7 @@ fn key(a: &Access) -> u64 {
 /// Curves of every class that has accesses in `requests`, with buckets of `bucket` blocks;
 /// errors measured up to `max_blocks`.
 pub fn class_curves(requests: &[Access], bucket: u64, max_blocks: u64) -> Vec<ClassCurves> {
-    Class::ALL
+    Class::BUILT_IN
         .iter()
         .filter_map(|&class| {
             let mut exact = ExactMrc::new(bucket);

@@ -145,7 +145,7 @@ impl Setup {
             .map(|(i, t)| {
                 let mut tier = TierConfig::new(t.name.clone(), t.blocks, t.policy);
                 if i == 0 {
-                    tier.partition = self.partition;
+                    tier.partition = self.partition.clone();
                 }
                 LevelConfig {
                     tier,
@@ -299,7 +299,7 @@ const AHEAD: usize = 16;
 /// Counters at a window boundary.
 struct Snapshot {
     requests: u64,
-    top_classes: [HitCounts; Class::COUNT],
+    top_classes: [HitCounts; tiercache_core::class::MAX_CLASSES],
     tiers: Vec<(u64, u64)>,
 }
 
@@ -325,8 +325,8 @@ impl Snapshot {
         let top = &h.tiers()[0];
         WindowRow {
             request: self.requests,
-            h_p: class(Class::Priority),
-            h_n: class(Class::Normal),
+            h_p: class(Class::PRIORITY),
+            h_n: class(Class::NORMAL),
             s_target: top.s_target(),
             s_cur: top.s_cur(),
             tier_hit_ratio: self
@@ -378,7 +378,7 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>)
             }
         })
         .collect();
-    let classes: BTreeMap<String, ClassReport> = Class::ALL
+    let classes: BTreeMap<String, ClassReport> = Class::BUILT_IN
         .iter()
         .map(|&c| {
             let hc = h.class(c);

@@ -83,7 +83,7 @@ impl FromStr for StreamSpec {
         };
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
         let mut blocks = 10_000u64;
-        let mut class = Class::Normal;
+        let mut class = Class::NORMAL;
         let mut weight = 1.0f64;
         let mut file = None;
         let mut alpha = None;
@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(z.pattern, Pattern::Zipf { alpha: 0.8 });
         assert_eq!(
             (z.blocks, z.class, z.weight, z.file),
-            (500, Class::Priority, 2.0, Some(7))
+            (500, Class::PRIORITY, 2.0, Some(7))
         );
         let e: StreamSpec = "exponential:blocks=1000".parse().unwrap();
         assert_eq!(e.pattern, Pattern::Exponential { mean: 200.0 });
@@ -348,7 +348,7 @@ mod tests {
         .map(|s| s.parse().unwrap())
         .collect();
         let reqs = generate(&specs, 40_000, 1).unwrap();
-        let prio = reqs.iter().filter(|a| a.class == Class::Priority).count();
+        let prio = reqs.iter().filter(|a| a.class == Class::PRIORITY).count();
         assert!(
             (9_000..11_000).contains(&prio),
             "weight 1 of 4 → ~10000, got {prio}"

@@ -9,7 +9,7 @@ use tiercache_sim::replay::{replay, ReplayOptions, Setup, TierSpec};
 use tiercache_sim::report::TierReport;
 
 fn read(file: u64, block: u64) -> Access {
-    Access::read(BlockKey::new(file, block), Class::Normal)
+    Access::read(BlockKey::new(file, block), Class::NORMAL)
 }
 
 /// Tiers from specs; flash tiers get sets of `set_blocks`.

@@ -9,7 +9,7 @@ use tiercache_sim::replay::{replay, ReplayOptions, Setup};
 use tiercache_sim::report::TierReport;
 
 fn read(file: u64, block: u64) -> Access {
-    Access::read(BlockKey::new(file, block), Class::Normal)
+    Access::read(BlockKey::new(file, block), Class::NORMAL)
 }
 
 fn setup(tiers: &[&str], n: u64) -> Setup {

@@ -49,11 +49,11 @@ fn access(file: u64, block: u64, class: Class, write: bool) -> Access {
 }
 
 fn rd(file: u64, block: u64) -> Access {
-    access(file, block, Class::Normal, false)
+    access(file, block, Class::NORMAL, false)
 }
 
 fn wr(file: u64, block: u64) -> Access {
-    access(file, block, Class::Normal, true)
+    access(file, block, Class::NORMAL, true)
 }
 
 fn oracle_record(time: u32, id: u64, size: u32, next: i64) -> Vec<u8> {
@@ -102,10 +102,10 @@ fn csv_columns_by_name() {
     assert_eq!(
         got,
         vec![
-            access(3, 10, Class::Priority, true),
+            access(3, 10, Class::PRIORITY, true),
             rd(0, 11),
             wr(1, 12),
-            access(2, 13, Class::Priority, false),
+            access(2, 13, Class::PRIORITY, false),
             rd(2, 14),
             wr(2, 15),
             wr(2, 16),
@@ -401,7 +401,7 @@ fn cloudphysics_samples_agree() {
     for trace in [&csv, &bin] {
         assert!(trace
             .iter()
-            .all(|a| a.key.file.0 == 0 && a.class == Class::Normal));
+            .all(|a| a.key.file.0 == 0 && a.class == Class::NORMAL));
         let got: Vec<u64> = trace.iter().map(|a| a.key.block.0).collect();
         assert!(got == ids, "id sequence differs from cloudPhysicsIO.txt");
     }

@@ -164,7 +164,7 @@ pub struct TierSnapshot {
 pub struct Spilled<'a> {
     pub key: TierKey,
     pub version: u64,
-    /// The class it was stored with (a tier that keeps none says [`Class::Normal`]).
+    /// The class it was stored with (a tier that keeps none says [`Class::NORMAL`]).
     pub class: Class,
     pub data: &'a [u8],
 }

@@ -26,7 +26,7 @@ fn check_reports_a_cache_and_refuses_what_is_not_one() {
         };
         for b in 0..10u64 {
             let data = vec![b as u8; 4096];
-            tier.write_dirty(&TierKey::new(file, b), 7, Class::Normal, &data)
+            tier.write_dirty(&TierKey::new(file, b), 7, Class::NORMAL, &data)
                 .unwrap();
         }
         tier.sync().unwrap();

@@ -28,7 +28,7 @@ fn check_reports_a_block_that_fails_its_checksum_and_exits_1() {
         };
         for b in 0..6u64 {
             let data = vec![b as u8 + 1; 4096];
-            tier.write_dirty(&TierKey::new(file, b), 7, Class::Normal, &data)
+            tier.write_dirty(&TierKey::new(file, b), 7, Class::NORMAL, &data)
                 .unwrap();
         }
         tier.close().unwrap();

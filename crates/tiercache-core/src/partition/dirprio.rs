@@ -1,4 +1,5 @@
-//! Paper 000's hit-ratio controller ("dirprio"): equations (1)–(3) and the release rule.
+//! Paper 000's hit-ratio controller ("dirprio"): equations (1)–(3) and the release rule,
+//! applied per class in target order when there are more than two.
 //!
 //! Every ω recorded accesses it computes the window hit ratios H_p and H_n (a pool with no
 //! accesses in the window counts as 100 %) and moves the protected target:
@@ -8,9 +9,10 @@
 //! (T − H)·A equals T·A − hits, the number of extra hits the window lacked; it is rounded up to
 //! whole blocks ("at least 4 more buffers", Fig. 3), with a tolerance for float error.
 
-use super::target::Target;
+use super::classes::{ClassParams, ClassTable, Resolved};
+use super::target::Targets;
 use super::{Access, PartitionKind, Partitioner, PoolSizes};
-use crate::class::{Class, PoolId};
+use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::{CoreError, ParseError};
 
 /// A block count given absolutely or as a share of the tier.
@@ -21,7 +23,8 @@ pub enum Amount {
 }
 
 impl Amount {
-    fn of(self, capacity: u64) -> u64 {
+    /// The blocks this amount is of a tier of `capacity` blocks.
+    pub fn of(self, capacity: u64) -> u64 {
         match self {
             Amount::Blocks(n) => n,
             Amount::Percent(p) => ((capacity as f64) * p / 100.0).round() as u64,
@@ -89,80 +92,52 @@ impl DirprioParams {
     /// B_pmin (or the default B_nmin) shrinks to fit a small tier; absolute values that cannot
     /// both hold are an error.
     pub fn resolved(&self, capacity: u64) -> Result<Resolved, CoreError> {
-        for (name, t) in [
-            ("t-protected", self.t_protected),
-            ("t-normal", self.t_normal),
-        ] {
-            if !(0.0..=1.0).contains(&t) || t.is_nan() {
-                return Err(CoreError::config(name, format!("{t} is outside 0..1")));
-            }
-        }
-        let omega = self.omega.unwrap_or(capacity).max(1);
-        if self.omega == Some(0) {
-            return Err(CoreError::config("omega", "must be at least 1"));
-        }
-        let b_nmin = self.b_nmin.min(capacity);
-        let b_pmin = self.b_pmin.of(capacity);
-        let b_pmin = match self.b_pmin {
-            Amount::Blocks(n) if n + b_nmin > capacity => {
-                return Err(CoreError::config(
-                    "b-pmin",
-                    format!("{n} + b-nmin {b_nmin} exceeds the tier's {capacity} blocks"),
-                ))
-            }
-            _ => b_pmin.min(capacity - b_nmin),
-        };
-        Ok(Resolved {
-            omega,
-            t_protected: self.t_protected,
-            t_normal: self.t_normal,
-            b_pmin,
-            b_nmin,
-            capacity,
-        })
+        ClassParams::from(*self).resolved(capacity)
     }
 }
 
-/// Parameters resolved against a tier's capacity B.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Resolved {
-    pub omega: u64,
-    pub t_protected: f64,
-    pub t_normal: f64,
-    pub b_pmin: u64,
-    pub b_nmin: u64,
-    pub capacity: u64,
-}
-
-/// The controller state (the target and its bounds are kept by `partition::target`).
+/// The controller state (the targets and their bounds are kept by `partition::target`).
 #[derive(Debug, Clone)]
 pub struct Dirprio {
-    target: Target,
+    targets: Targets,
     /// Window counters, indexed by `PoolId::index`.
-    accesses: [u64; 2],
-    hits: [u64; 2],
+    accesses: [u64; MAX_CLASSES],
+    hits: [u64; MAX_CLASSES],
     seen: u64,
 }
 
 impl Dirprio {
-    /// Starts with S_target = B_pmin (the paper gives no initial value; the floor is the
+    /// Starts every pool at its floor (the paper gives no initial value; the floor is the
     /// smallest target the user accepted).
-    pub fn new(params: DirprioParams, capacity: u64) -> Result<Self, CoreError> {
+    pub fn new(params: ClassParams, capacity: u64) -> Result<Self, CoreError> {
         Ok(Self {
-            target: Target::new(params, capacity)?,
-            accesses: [0; 2],
-            hits: [0; 2],
+            targets: Targets::new(params, capacity)?,
+            accesses: [0; MAX_CLASSES],
+            hits: [0; MAX_CLASSES],
             seen: 0,
         })
     }
 
     pub fn params(&self) -> &Resolved {
-        self.target.resolved()
+        self.targets.resolved()
     }
 
-    /// Equations (1)–(3) over the window that just ended.
+    /// Pools of their own with a hit-ratio target, strictest target first (ties: lower index).
+    fn ranked(&self) -> Vec<(PoolId, f64)> {
+        let mut r: Vec<(PoolId, f64)> = self
+            .params()
+            .own_pools()
+            .filter_map(|(p, c)| c.target.map(|t| (p, t)))
+            .collect();
+        r.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        r
+    }
+
+    /// Equations (1)–(3) over the window that just ended, per class in target order: the first
+    /// class short of its target grows by the hits it lacked (taking from less strict classes
+    /// when the rest pool is at its floor); if none is short and the rest pool is short of
+    /// `normal`'s target, the classes give back, least strict first, down to their floors.
     fn end_window(&mut self) {
-        let (pi, ni) = (PoolId::Protected.index(), PoolId::Normal.index());
         let ratio = |i: usize| -> f64 {
             if self.accesses[i] == 0 {
                 1.0
@@ -170,18 +145,51 @@ impl Dirprio {
                 self.hits[i] as f64 / self.accesses[i] as f64
             }
         };
-        let (h_p, h_n) = (ratio(pi), ratio(ni));
-        let (p, now) = (*self.target.resolved(), self.target.get());
-        if h_p < p.t_protected {
-            let grow = missing_hits(p.t_protected, self.accesses[pi], self.hits[pi]);
-            self.target.set(now.saturating_add(grow));
-        } else if h_n < p.t_normal {
-            let shrink = missing_hits(p.t_normal, self.accesses[ni], self.hits[ni]);
-            self.target.set(now.saturating_sub(shrink));
+        let ranked = self.ranked();
+        let short = ranked.iter().position(|&(p, t)| ratio(p.index()) < t);
+        if let Some(at) = short {
+            let (p, t) = ranked[at];
+            let grow = missing_hits(t, self.accesses[p.index()], self.hits[p.index()]);
+            self.grow(p, grow, &ranked[at + 1..]);
+        } else {
+            let ni = PoolId::NORMAL.index();
+            let t_n = self.params().classes[ni].target;
+            if let Some(t_n) = t_n.filter(|&t| ratio(ni) < t) {
+                let mut shrink = missing_hits(t_n, self.accesses[ni], self.hits[ni]);
+                for &(p, _) in ranked.iter().rev() {
+                    let now = self.targets.get(p).unwrap_or(0);
+                    self.targets.set(p, now.saturating_sub(shrink));
+                    shrink -= now - self.targets.get(p).unwrap_or(0);
+                    if shrink == 0 {
+                        break;
+                    }
+                }
+            }
         }
-        self.accesses = [0; 2];
-        self.hits = [0; 2];
+        self.accesses = [0; MAX_CLASSES];
+        self.hits = [0; MAX_CLASSES];
         self.seen = 0;
+    }
+
+    /// Grows `pool` by `by` blocks; what the ceiling refuses comes from `weaker` (less strict
+    /// classes, the least strict first) down to their floors.
+    fn grow(&mut self, pool: PoolId, by: u64, weaker: &[(PoolId, f64)]) {
+        let now = self.targets.get(pool).unwrap_or(0);
+        self.targets.set(pool, now.saturating_add(by));
+        let mut lacking = now.saturating_add(by) - self.targets.get(pool).unwrap_or(0);
+        let cap = self.params().classes[pool.index()].max;
+        lacking = lacking.min(cap.saturating_sub(self.targets.get(pool).unwrap_or(0)));
+        for &(w, _) in weaker.iter().rev() {
+            if lacking == 0 {
+                break;
+            }
+            let had = self.targets.get(w).unwrap_or(0);
+            self.targets.set(w, had.saturating_sub(lacking));
+            let freed = had - self.targets.get(w).unwrap_or(0);
+            let before = self.targets.get(pool).unwrap_or(0);
+            self.targets.set(pool, before + freed);
+            lacking -= freed;
+        }
     }
 }
 
@@ -201,10 +209,7 @@ impl Partitioner for Dirprio {
         PartitionKind::Dirprio
     }
     fn pool_of(&self, class: Class) -> PoolId {
-        match class {
-            Class::Priority => PoolId::Protected,
-            _ => PoolId::Normal,
-        }
+        self.targets.params().classes.pool_of(class)
     }
     #[inline]
     fn record(&mut self, access: Access) -> bool {
@@ -212,35 +217,41 @@ impl Partitioner for Dirprio {
         self.accesses[i] += 1;
         self.hits[i] += u64::from(access.hit);
         self.seen += 1;
-        if self.seen >= self.target.resolved().omega {
-            let before = self.target.get();
+        if self.seen >= self.params().omega {
+            let before = self.targets.all();
             self.end_window();
-            return self.target.get() != before;
+            return self.targets.all() != before;
         }
         false
     }
-    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
-        self.target.victim_pool(incoming, sizes)
+    fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId {
+        self.targets.victim_pool(incoming, sizes)
     }
-    fn s_target(&self) -> Option<u64> {
-        Some(self.target.get())
+    fn target(&self, pool: PoolId) -> Option<u64> {
+        self.targets.get(pool)
     }
     fn set_capacity(&mut self, blocks: u64) {
-        self.target.set_capacity(blocks);
+        self.targets.set_capacity(blocks);
     }
-    /// The target keeps its value, clamped into the new bounds; the window under way goes on
-    /// (a new ω applies from its next access).
-    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
-        self.target.set_params(params, capacity)
+    /// The targets keep their values, clamped into the new bounds; the window under way goes
+    /// on (a new ω applies from its next access).
+    fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
+        self.targets.set_params(params.clone(), capacity)
+    }
+    fn classes(&self) -> &ClassTable {
+        &self.targets.params().classes
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::release_rule;
 
-    fn params(omega: u64, t_p: f64, t_n: f64, b_pmin: u64, b_nmin: u64) -> DirprioParams {
+    fn params(omega: u64, t_p: f64, t_n: f64, b_pmin: u64, b_nmin: u64) -> ClassParams {
+        two(omega, t_p, t_n, b_pmin, b_nmin).into()
+    }
+
+    fn two(omega: u64, t_p: f64, t_n: f64, b_pmin: u64, b_nmin: u64) -> DirprioParams {
         DirprioParams {
             omega: Some(omega),
             t_protected: t_p,
@@ -252,8 +263,8 @@ mod tests {
 
     fn feed(d: &mut Dirprio, pool: PoolId, hits: u64, misses: u64) {
         let class = match pool {
-            PoolId::Protected => Class::Priority,
-            _ => Class::Normal,
+            PoolId::PROTECTED => Class::PRIORITY,
+            _ => Class::NORMAL,
         };
         let access = |hit| Access {
             key: crate::ids::BlockKey {
@@ -277,24 +288,24 @@ mod tests {
     fn fig3_target_grows_by_four() {
         let mut d = Dirprio::new(params(10, 0.7, 0.5, 10, 0), 100).unwrap();
         assert_eq!(d.s_target(), Some(10));
-        feed(&mut d, PoolId::Protected, 3, 7);
+        feed(&mut d, PoolId::PROTECTED, 3, 7);
         assert_eq!(d.s_target(), Some(14));
     }
 
     #[test]
     fn normal_shortfall_shrinks_target_when_protected_is_fine() {
         let mut d = Dirprio::new(params(20, 0.5, 0.8, 5, 0), 100).unwrap();
-        d.target.set(50);
-        feed(&mut d, PoolId::Protected, 10, 0); // H_p = 100 %
-        feed(&mut d, PoolId::Normal, 4, 6); // H_n = 40 %, T_n·A_n − hits = 8 − 4
+        d.targets.set(PoolId::PROTECTED, 50);
+        feed(&mut d, PoolId::PROTECTED, 10, 0); // H_p = 100 %
+        feed(&mut d, PoolId::NORMAL, 4, 6); // H_n = 40 %, T_n·A_n − hits = 8 − 4
         assert_eq!(d.s_target(), Some(46));
     }
 
     #[test]
     fn protected_shortfall_takes_precedence_over_normal() {
         let mut d = Dirprio::new(params(20, 0.9, 0.9, 0, 0), 100).unwrap();
-        feed(&mut d, PoolId::Protected, 5, 5);
-        feed(&mut d, PoolId::Normal, 0, 10);
+        feed(&mut d, PoolId::PROTECTED, 5, 5);
+        feed(&mut d, PoolId::NORMAL, 0, 10);
         assert_eq!(d.s_target(), Some(4)); // 0.9·10 − 5, no decrease
     }
 
@@ -302,63 +313,32 @@ mod tests {
     fn empty_window_pool_counts_as_full_hit_ratio() {
         // Only normal accesses, all misses: H_p counts as 100 %, so the target shrinks.
         let mut d = Dirprio::new(params(10, 1.0, 0.5, 0, 0), 100).unwrap();
-        d.target.set(30);
-        feed(&mut d, PoolId::Normal, 0, 10);
+        d.targets.set(PoolId::PROTECTED, 30);
+        feed(&mut d, PoolId::NORMAL, 0, 10);
         assert_eq!(d.s_target(), Some(25));
         // Only protected accesses, all hits: H_n counts as 100 %, nothing moves.
-        feed(&mut d, PoolId::Protected, 10, 0);
+        feed(&mut d, PoolId::PROTECTED, 10, 0);
         assert_eq!(d.s_target(), Some(25));
     }
 
     #[test]
     fn bounds_b_nmin_caps_growth_and_b_pmin_floors_shrink() {
         let mut d = Dirprio::new(params(100, 1.0, 1.0, 20, 30), 100).unwrap();
-        feed(&mut d, PoolId::Protected, 0, 100); // wants +100
+        feed(&mut d, PoolId::PROTECTED, 0, 100); // wants +100
         assert_eq!(d.s_target(), Some(70)); // B − B_nmin
-        feed(&mut d, PoolId::Normal, 0, 100); // wants −100
+        feed(&mut d, PoolId::NORMAL, 0, 100); // wants −100
         assert_eq!(d.s_target(), Some(20)); // B_pmin
     }
 
     #[test]
     fn window_resets_after_omega_accesses() {
         let mut d = Dirprio::new(params(4, 1.0, 0.0, 0, 0), 100).unwrap();
-        feed(&mut d, PoolId::Protected, 0, 3);
+        feed(&mut d, PoolId::PROTECTED, 0, 3);
         assert_eq!(d.s_target(), Some(0)); // window not complete
-        feed(&mut d, PoolId::Protected, 1, 0); // A_p = 4, hits 1 → +3
+        feed(&mut d, PoolId::PROTECTED, 1, 0); // A_p = 4, hits 1 → +3
         assert_eq!(d.s_target(), Some(3));
-        feed(&mut d, PoolId::Protected, 4, 0); // a perfect window changes nothing
+        feed(&mut d, PoolId::PROTECTED, 4, 0); // a perfect window changes nothing
         assert_eq!(d.s_target(), Some(3));
-    }
-
-    #[test]
-    fn release_rule_cases() {
-        let sizes = |p, n| PoolSizes {
-            protected: p,
-            normal: n,
-        };
-        // S_cur < S_target → normal; = → incoming's pool; > → protected.
-        assert_eq!(
-            release_rule(10, PoolId::Protected, sizes(5, 5)),
-            PoolId::Normal
-        );
-        assert_eq!(
-            release_rule(5, PoolId::Protected, sizes(5, 5)),
-            PoolId::Protected
-        );
-        assert_eq!(release_rule(5, PoolId::Normal, sizes(5, 5)), PoolId::Normal);
-        assert_eq!(
-            release_rule(2, PoolId::Normal, sizes(5, 5)),
-            PoolId::Protected
-        );
-        // The chosen pool is empty → the other one.
-        assert_eq!(
-            release_rule(10, PoolId::Normal, sizes(5, 0)),
-            PoolId::Protected
-        );
-        assert_eq!(
-            release_rule(0, PoolId::Protected, sizes(0, 5)),
-            PoolId::Normal
-        );
     }
 
     #[test]
@@ -374,8 +354,8 @@ mod tests {
     #[test]
     fn guidance_fits_small_tiers() {
         let p = DirprioParams::guidance(40, false).resolved(40).unwrap();
-        assert_eq!(p.b_nmin, 32);
-        assert_eq!(p.b_pmin, 8); // 75 % of 40 = 30, shrunk to B − B_nmin
+        assert_eq!(p.rest_min(), 32);
+        assert_eq!(p.classes[0].min, 8); // 75 % of 40 = 30, shrunk to B − B_nmin
         assert_eq!(p.omega, 40);
     }
 
@@ -383,10 +363,10 @@ mod tests {
     fn set_params_clamps_the_target_and_refuses_bad_values_whole() {
         let mut d = Dirprio::new(params(10, 1.0, 0.5, 10, 10), 100).unwrap();
         assert_eq!(d.s_target(), Some(10));
-        d.set_params(params(10, 1.0, 0.5, 40, 10), 100).unwrap();
+        d.set_params(&params(10, 1.0, 0.5, 40, 10), 100).unwrap();
         assert_eq!(d.s_target(), Some(40), "raised to the new floor");
-        assert!(d.set_params(params(10, 2.0, 0.5, 50, 10), 100).is_err());
-        assert_eq!(d.params().b_pmin, 40, "nothing changed");
-        assert_eq!(d.params().t_protected, 1.0);
+        assert!(d.set_params(&params(10, 2.0, 0.5, 50, 10), 100).is_err());
+        assert_eq!(d.params().classes[0].min, 40, "nothing changed");
+        assert_eq!(d.params().classes[0].target, Some(1.0));
     }
 }

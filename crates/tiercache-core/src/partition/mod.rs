@@ -1,23 +1,30 @@
-//! Partitioners: how a tier splits its blocks between the protected and the normal pool.
+//! Partitioners: how a tier splits its blocks among its classes' pools.
 //!
 //! A partitioner only decides: which pool holds a class ([`Partitioner::pool_of`]), which pool
 //! gives up a block when a free one is needed ([`Partitioner::victim_pool`]), and — for
-//! `dirprio` — how the protected pool's target size moves with the hit ratios it is told about
+//! `dirprio` and `mrc` — how the pools' target sizes move with what it is told about accesses
 //! ([`Partitioner::record`]). The tier applies the decisions.
+//!
+//! The classes come from a [`ClassTable`]: a class with a target, a floor or a cap has a pool
+//! of its own, the others share the rest pool ([`PoolId::NORMAL`]). Paper 000's two classes
+//! are the table [`ClassTable::two`].
 
+mod classes;
 mod dirprio;
 mod mrc;
 mod target;
 
-pub use dirprio::{Amount, Dirprio, DirprioParams, Resolved};
+pub use classes::{ClassParams, ClassSpec, ClassTable, Resolved, ResolvedClass};
+pub use dirprio::{Amount, Dirprio, DirprioParams};
 pub use mrc::MrcPartitioner;
 
-use crate::class::{Class, PoolId};
+use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::{CoreError, ParseError};
 use crate::ids::BlockKey;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+use target::Targets;
 
 /// Which partitioner a tier runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -29,11 +36,12 @@ pub enum PartitionKind {
     None,
     /// Paper 000's baseline: evict from the normal pool while it has blocks.
     Basic,
-    /// Paper 000's controller: protected-pool target sized from windowed hit ratios.
+    /// Paper 000's controller: pool targets sized from windowed hit ratios, per class in
+    /// target order.
     Dirprio,
-    /// Fixed protected-pool target (`b_pmin` blocks), with 000's release rule.
+    /// Fixed pool targets (each class's floor; 000's `b_pmin`), with 000's release rule.
     Static,
-    /// Protected-pool target sized from each class's miss-ratio curve (SHARDS sampling).
+    /// Pool targets sized from each class's miss-ratio curve (SHARDS sampling).
     Mrc,
 }
 
@@ -72,29 +80,42 @@ impl FromStr for PartitionKind {
     }
 }
 
-/// Current pool sizes of a tier, in blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolSizes {
-    pub protected: usize,
-    pub normal: usize,
-}
+/// Current pool sizes of a tier, in blocks, indexed by [`PoolId::index`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolSizes([usize; MAX_CLASSES]);
 
 impl PoolSizes {
-    pub const fn of(self, pool: PoolId) -> usize {
-        match pool {
-            PoolId::Protected => self.protected,
-            PoolId::Normal => self.normal,
+    /// Sizes from a list in pool order (missing pools are empty).
+    pub fn from_slice(sizes: &[usize]) -> Self {
+        let mut s = [0; MAX_CLASSES];
+        for (d, v) in s.iter_mut().zip(sizes) {
+            *d = *v;
         }
+        Self(s)
+    }
+    #[inline]
+    pub const fn of(&self, pool: PoolId) -> usize {
+        self.0[pool.index()]
+    }
+    pub fn total(&self) -> usize {
+        self.0.iter().sum()
+    }
+    /// Paper 000's S_cur and the rest.
+    pub const fn protected(&self) -> usize {
+        self.of(PoolId::PROTECTED)
+    }
+    pub const fn normal(&self) -> usize {
+        self.of(PoolId::NORMAL)
     }
 }
 
-/// Decides pool membership, victims and (for `dirprio`) the protected target.
+/// Decides pool membership, victims and (for `dirprio`, `static`, `mrc`) the pools' targets.
 pub trait Partitioner: Send + fmt::Debug {
     fn kind(&self) -> PartitionKind;
     /// The pool holding blocks of `class`.
     fn pool_of(&self, class: Class) -> PoolId;
     /// One access finished (a hit or a miss, after any fill). `dirprio` and `mrc` recompute
-    /// their target every ω calls. Returns true when the target moved.
+    /// their targets every ω calls. Returns true when a target moved.
     fn record(&mut self, access: Access) -> bool;
     /// Whether the hit-ratio target of `class` can be met (`mrc`: from its curve, with the
     /// memory stricter targets leave); `None` when the partitioner cannot tell.
@@ -103,17 +124,21 @@ pub trait Partitioner: Send + fmt::Debug {
         None
     }
     /// The pool that gives up a block so one of `incoming` can come in. Never names an empty
-    /// pool while the other has blocks.
-    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId;
-    /// Target size of the protected pool, when the partitioner has one.
-    fn s_target(&self) -> Option<u64>;
+    /// pool while another has blocks.
+    fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId;
+    /// Target size of `pool`, when the partitioner has one.
+    fn target(&self, pool: PoolId) -> Option<u64>;
+    /// Paper 000's S_target: the protected pool's target.
+    fn s_target(&self) -> Option<u64> {
+        self.target(PoolId::PROTECTED)
+    }
     /// The tier's capacity changed (live resize); targets are clamped to the new bounds.
     fn set_capacity(&mut self, blocks: u64);
     /// New parameters for a tier of `capacity` blocks (a reload): checked first, nothing
-    /// changes on an error. Partitioners without parameters ignore them.
-    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
-        params.resolved(capacity).map(|_| ())
-    }
+    /// changes on an error. Afterwards [`Partitioner::pool_of`] follows the new table.
+    fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError>;
+    /// The class table in force.
+    fn classes(&self) -> &ClassTable;
 }
 
 /// One access as a partitioner sees it.
@@ -127,17 +152,24 @@ pub struct Access {
 }
 
 /// Settings for building a partitioner; `capacity` is the tier's B.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PartitionConfig {
     pub kind: PartitionKind,
-    pub params: DirprioParams,
+    pub params: ClassParams,
 }
 
 impl PartitionConfig {
     pub fn none() -> Self {
         Self {
             kind: PartitionKind::None,
-            params: DirprioParams::guidance(0, false),
+            params: DirprioParams::guidance(0, false).into(),
+        }
+    }
+    /// Paper 000's two classes with `params`.
+    pub fn two(kind: PartitionKind, params: DirprioParams) -> Self {
+        Self {
+            kind,
+            params: params.into(),
         }
     }
 }
@@ -147,43 +179,90 @@ pub fn new_partitioner(
     cfg: &PartitionConfig,
     capacity: u64,
 ) -> Result<Box<dyn Partitioner>, CoreError> {
+    let params = cfg.params.clone();
     Ok(match cfg.kind {
-        PartitionKind::None => Box::new(NoPartition),
-        PartitionKind::Basic => Box::new(Basic),
-        PartitionKind::Dirprio => Box::new(Dirprio::new(cfg.params, capacity)?),
-        PartitionKind::Static => {
-            let p = cfg.params.resolved(capacity)?;
-            Box::new(Static { target: p.b_pmin })
-        }
-        PartitionKind::Mrc => Box::new(MrcPartitioner::new(cfg.params, capacity)?),
+        // Neither sizes pools: their parameters are not checked against the capacity.
+        PartitionKind::None => Box::new(NoPartition {
+            classes: params.classes,
+        }),
+        PartitionKind::Basic => Box::new(Basic {
+            classes: params.classes,
+        }),
+        PartitionKind::Dirprio => Box::new(Dirprio::new(params, capacity)?),
+        PartitionKind::Static => Box::new(Static {
+            targets: Targets::new(params, capacity)?,
+        }),
+        PartitionKind::Mrc => Box::new(MrcPartitioner::new(params, capacity)?),
     })
 }
 
-/// Release rule of paper 000 §3.3.4 for a target `s_target`: shrink whichever side is above its
-/// share; at equality, evict from the incoming block's own pool; never from an empty pool.
-pub fn release_rule(s_target: u64, incoming: PoolId, sizes: PoolSizes) -> PoolId {
-    let s_cur = sizes.protected as u64;
-    let chosen = match s_cur.cmp(&s_target) {
-        std::cmp::Ordering::Less => PoolId::Normal,
-        std::cmp::Ordering::Equal => incoming,
-        std::cmp::Ordering::Greater => PoolId::Protected,
+/// Paper 000's release rule (§3.3.4) over any number of pools, for targets `targets` (`None`:
+/// a pool no class uses):
+/// 1. a pool above its target gives up a block (the one furthest above; ties: the higher
+///    index);
+/// 2. else, when a pool is below its target, the rest pool gives;
+/// 3. else the incoming block's own pool.
+///
+/// Never an empty pool while another has blocks (then the largest other one). With two pools
+/// this is 000's rule: shrink whichever side is above its share; at equality, evict from the
+/// incoming block's own pool.
+pub fn release_rule(
+    targets: &[Option<u64>; MAX_CLASSES],
+    incoming: PoolId,
+    sizes: &PoolSizes,
+) -> PoolId {
+    let mut over: Option<(PoolId, u64)> = None;
+    let mut under = false;
+    for (i, t) in targets.iter().enumerate() {
+        let (Some(t), Some(p)) = (*t, PoolId::new(i)) else {
+            continue;
+        };
+        let size = sizes.of(p) as u64;
+        if size > t && over.is_none_or(|(_, e)| size - t >= e) {
+            over = Some((p, size - t));
+        }
+        under |= size < t && p != PoolId::NORMAL;
+    }
+    let chosen = match over {
+        Some((p, _)) => p,
+        None if under => PoolId::NORMAL,
+        None => incoming,
     };
     non_empty(chosen, sizes)
 }
 
-/// `chosen`, unless it is empty, then the other pool.
+/// `chosen`, unless it is empty, then the largest other pool (ties: the lowest index).
 #[inline]
-fn non_empty(chosen: PoolId, sizes: PoolSizes) -> PoolId {
-    if sizes.of(chosen) == 0 {
-        chosen.other()
-    } else {
-        chosen
+fn non_empty(chosen: PoolId, sizes: &PoolSizes) -> PoolId {
+    if sizes.of(chosen) != 0 {
+        return chosen;
     }
+    let mut best = chosen;
+    let mut best_size = None;
+    for i in 0..MAX_CLASSES {
+        if let Some(p) = PoolId::new(i).filter(|&p| p != chosen) {
+            if best_size.is_none_or(|b| sizes.of(p) > b) {
+                best = p;
+                best_size = Some(sizes.of(p));
+            }
+        }
+    }
+    best
 }
 
 /// One shared pool: classes are counted but not separated.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoPartition;
+#[derive(Debug, Clone)]
+pub struct NoPartition {
+    classes: ClassTable,
+}
+
+impl Default for NoPartition {
+    fn default() -> Self {
+        Self {
+            classes: ClassTable::built_in(),
+        }
+    }
+}
 
 impl Partitioner for NoPartition {
     fn kind(&self) -> PartitionKind {
@@ -191,49 +270,68 @@ impl Partitioner for NoPartition {
     }
     #[inline]
     fn pool_of(&self, _class: Class) -> PoolId {
-        PoolId::Normal
+        PoolId::NORMAL
     }
     #[inline]
     fn record(&mut self, _access: Access) -> bool {
         false
     }
     #[inline]
-    fn victim_pool(&self, _incoming: PoolId, _sizes: PoolSizes) -> PoolId {
-        PoolId::Normal
+    fn victim_pool(&self, _incoming: PoolId, _sizes: &PoolSizes) -> PoolId {
+        PoolId::NORMAL
     }
-    fn s_target(&self) -> Option<u64> {
+    fn target(&self, _pool: PoolId) -> Option<u64> {
         None
     }
     fn set_capacity(&mut self, _blocks: u64) {}
+    fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
+        params.resolved(capacity)?;
+        self.classes = params.classes.clone();
+        Ok(())
+    }
+    fn classes(&self) -> &ClassTable {
+        &self.classes
+    }
 }
 
-/// Paper 000's baseline "basic" scheme: the protected pool only grows.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Basic;
+/// Paper 000's baseline "basic" scheme: the classes' own pools only grow; the rest pool gives
+/// while it has blocks.
+#[derive(Debug, Clone)]
+pub struct Basic {
+    classes: ClassTable,
+}
 
 impl Partitioner for Basic {
     fn kind(&self) -> PartitionKind {
         PartitionKind::Basic
     }
     fn pool_of(&self, class: Class) -> PoolId {
-        protected_if_priority(class)
+        self.classes.pool_of(class)
     }
     fn record(&mut self, _access: Access) -> bool {
         false
     }
-    fn victim_pool(&self, _incoming: PoolId, sizes: PoolSizes) -> PoolId {
-        non_empty(PoolId::Normal, sizes)
+    fn victim_pool(&self, _incoming: PoolId, sizes: &PoolSizes) -> PoolId {
+        non_empty(PoolId::NORMAL, sizes)
     }
-    fn s_target(&self) -> Option<u64> {
+    fn target(&self, _pool: PoolId) -> Option<u64> {
         None
     }
     fn set_capacity(&mut self, _blocks: u64) {}
+    fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
+        params.resolved(capacity)?;
+        self.classes = params.classes.clone();
+        Ok(())
+    }
+    fn classes(&self) -> &ClassTable {
+        &self.classes
+    }
 }
 
-/// A fixed protected target with the release rule.
-#[derive(Debug, Clone, Copy)]
+/// Fixed targets (each class's floor) with the release rule.
+#[derive(Debug, Clone)]
 pub struct Static {
-    target: u64,
+    targets: Targets,
 }
 
 impl Partitioner for Static {
@@ -241,30 +339,31 @@ impl Partitioner for Static {
         PartitionKind::Static
     }
     fn pool_of(&self, class: Class) -> PoolId {
-        protected_if_priority(class)
+        self.targets.params().classes.pool_of(class)
     }
     fn record(&mut self, _access: Access) -> bool {
         false
     }
-    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
-        release_rule(self.target, incoming, sizes)
+    fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId {
+        self.targets.victim_pool(incoming, sizes)
     }
-    fn s_target(&self) -> Option<u64> {
-        Some(self.target)
+    fn target(&self, pool: PoolId) -> Option<u64> {
+        self.targets.get(pool)
     }
     fn set_capacity(&mut self, blocks: u64) {
-        self.target = self.target.min(blocks);
+        self.targets.set_capacity(blocks);
     }
-    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
-        self.target = params.resolved(capacity)?.b_pmin;
+    fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
+        let mut t = Targets::new(params.clone(), capacity)?;
+        // Static targets are the floors: a reload moves them there.
+        std::mem::swap(&mut self.targets, &mut t);
         Ok(())
+    }
+    fn classes(&self) -> &ClassTable {
+        &self.targets.params().classes
     }
 }
 
-#[inline]
-fn protected_if_priority(class: Class) -> PoolId {
-    match class {
-        Class::Priority => PoolId::Protected,
-        _ => PoolId::Normal,
-    }
-}
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,27 +1,26 @@
-//! The `mrc` partitioner: the protected pool's target sized from miss-ratio curves instead of
-//! by trial.
+//! The `mrc` partitioner: pool targets sized from miss-ratio curves instead of by trial.
 //!
-//! Each class's accesses feed its own fixed-size SHARDS sampler (spatially hashed: a block is
-//! sampled on every access or never; at most [`MAX_SAMPLES`] blocks tracked per class, so
-//! memory is fixed). Every ω accesses the partitioner reads each class's estimated LRU curve
-//! and [`allocate`]s the tier: each reachable hit-ratio target (T_p for the priority class,
-//! T_n for the normal one) gets the fewest blocks its curve says meet it, strictest first;
-//! an unreachable one is reported ([`Partitioner::target_reachable`]) and not chased; what is
-//! left goes where the curves say it buys the most hits. The priority class's share is the
-//! protected target, bounded by B_pmin and B − B_nmin; the tier applies it with 000's release
-//! rule, as for `dirprio`. Then the counts age by half, so a phase change shows within a few
+//! Each pool's accesses feed its own fixed-size SHARDS sampler (spatially hashed: a block is
+//! sampled on every access or never; at most [`MAX_SAMPLES`] blocks tracked per pool, so
+//! memory is fixed). Every ω accesses the partitioner reads each pool's estimated LRU curve
+//! and [`allocate`]s the tier: each reachable hit-ratio target gets the fewest blocks its curve
+//! says meet it, strictest first; an unreachable one is reported
+//! ([`Partitioner::target_reachable`]) and not chased; what is left goes where the curves say
+//! it buys the most hits, within each class's cap. The tier applies the shares with 000's
+//! release rule, as for `dirprio`. Then the counts age, so a phase change shows within a few
 //! windows.
 //!
-//! A pool holds blocks of one class, so a class's curve over the accesses the tier sees is
-//! the curve of its pool. A target of 1.0 is never reachable (first touches always miss): give
-//! `mrc` the hit ratio that is wanted, e.g. 0.95.
+//! A pool of its own holds blocks of one class, so its curve over the accesses the tier sees
+//! is that class's curve; classes without one share the rest pool and its curve, and
+//! `normal`'s target is the rest pool's. A target of 1.0 is never reachable (first touches
+//! always miss): give `mrc` the hit ratio that is wanted, e.g. 0.95.
 //!
-//! The target stays within B_pmin ≤ S_target ≤ B − B_nmin (`Target`), as for `dirprio`.
+//! The targets stay within their bounds (`Targets`), as for `dirprio`.
 
-use super::dirprio::DirprioParams;
-use super::target::Target;
+use super::classes::{ClassParams, ClassTable};
+use super::target::Targets;
 use super::{Access, PartitionKind, Partitioner, PoolSizes};
-use crate::class::{Class, PoolId};
+use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::CoreError;
 use crate::ids::BlockKey;
 use crate::mrc::Shards;
@@ -41,11 +40,12 @@ const KEEP: f64 = 0.75;
 /// The partitioner's state.
 #[derive(Debug)]
 pub struct MrcPartitioner {
-    target: Target,
-    /// One sampler per class, indexed by `Class::index`.
+    targets: Targets,
+    /// One sampler per pool, indexed by `PoolId::index` (a pool of its own holds one class, so
+    /// its curve is that class's; the rest pool's is the curve of the classes sharing it).
     shards: Vec<Shards>,
     seen: u64,
-    reachable: [Option<bool>; Class::COUNT],
+    reachable: [Option<bool>; MAX_CLASSES],
 }
 
 /// A 64-bit identity of a block for the samplers' hash.
@@ -54,52 +54,73 @@ fn block_id(key: &BlockKey) -> u64 {
 }
 
 impl MrcPartitioner {
-    /// Starts at S_target = B_pmin, as `dirprio` does, until the first window's curves.
-    pub fn new(params: DirprioParams, capacity: u64) -> Result<Self, CoreError> {
+    /// Starts every pool at its floor, as `dirprio` does, until the first window's curves.
+    pub fn new(params: ClassParams, capacity: u64) -> Result<Self, CoreError> {
+        let targets = Targets::new(params, capacity)?;
+        let pools = targets.resolved().pool_count();
         Ok(Self {
-            target: Target::new(params, capacity)?,
-            shards: Self::samplers(capacity),
+            targets,
+            shards: Self::samplers(capacity, pools),
             seen: 0,
-            reachable: [None; Class::COUNT],
+            reachable: [None; MAX_CLASSES],
         })
     }
 
-    fn samplers(capacity: u64) -> Vec<Shards> {
+    fn samplers(capacity: u64, pools: usize) -> Vec<Shards> {
         let bucket = (capacity / (4 * STEPS)).max(1);
-        Class::ALL
-            .iter()
+        (0..pools)
             .map(|_| Shards::new(MAX_SAMPLES, INITIAL_RATE, bucket))
             .collect()
     }
 
-    /// Sizes the classes from their curves; ages the counts.
+    /// The pools sized: each of its own, and the rest pool, in index order.
+    fn sized_pools(&self) -> Vec<PoolId> {
+        (0..self.targets.resolved().pool_count())
+            .filter_map(PoolId::new)
+            .filter(|&p| p == PoolId::NORMAL || self.targets.is_own(p))
+            .collect()
+    }
+
+    /// Sizes the pools from their curves; ages the counts.
     fn end_window(&mut self) {
-        let curves: Vec<_> = self.shards.iter().map(Shards::curve).collect();
-        let (pi, ni) = (Class::Priority.index(), Class::Normal.index());
-        let p = *self.target.resolved();
+        let pools = self.sized_pools();
+        let curves: Vec<_> = pools
+            .iter()
+            .map(|p| self.shards[p.index()].curve())
+            .collect();
+        let p = self.targets.resolved().clone();
         let cap = p.capacity;
-        let demand = |i: usize, target: f64, min: u64, max: u64| ClassDemand {
-            curve: &curves[i],
-            accesses: curves[i].accesses(),
-            target: Some(target),
-            min,
-            max: Some(max),
-            sampling_rate: self.shards[i].rate(),
-        };
-        let demands = [
-            demand(pi, p.t_protected, p.b_pmin, cap - p.b_nmin),
-            demand(ni, p.t_normal, p.b_nmin, cap - p.b_pmin),
-        ];
+        let own_min: u64 = p.own_pools().map(|(_, c)| c.min).sum();
+        let demands: Vec<ClassDemand<'_>> = pools
+            .iter()
+            .zip(&curves)
+            .map(|(&pool, curve)| {
+                let c = &p.classes[pool.index()];
+                let max = if pool == PoolId::NORMAL {
+                    cap - own_min
+                } else {
+                    c.max.min(cap - p.rest_min() - (own_min - c.min))
+                };
+                ClassDemand {
+                    curve,
+                    accesses: curve.accesses(),
+                    target: c.target,
+                    min: c.min,
+                    max: Some(max),
+                    sampling_rate: self.shards[pool.index()].rate(),
+                }
+            })
+            .collect();
         let a = allocate(&demands, cap, (cap / STEPS).max(1));
-        // A class with no accesses in sight meets any target with what it has.
-        for (k, &i) in [pi, ni].iter().enumerate() {
-            self.reachable[i] = if curves[i].accesses() > 0.0 {
-                a.target_reachable[k]
-            } else {
-                Some(true)
+        self.reachable = [None; MAX_CLASSES];
+        for (k, &pool) in pools.iter().enumerate() {
+            // A class with no accesses in sight meets any target with what it has.
+            self.reachable[pool.index()] = match a.target_reachable[k] {
+                Some(_) if curves[k].accesses() <= 0.0 => Some(true),
+                r => r,
             };
+            self.targets.set(pool, a.blocks[k]);
         }
-        self.target.set(a.blocks[0]);
         self.shards.iter_mut().for_each(|s| s.decay(KEEP));
         self.seen = 0;
     }
@@ -110,37 +131,50 @@ impl Partitioner for MrcPartitioner {
         PartitionKind::Mrc
     }
     fn pool_of(&self, class: Class) -> PoolId {
-        match class {
-            Class::Priority => PoolId::Protected,
-            _ => PoolId::Normal,
-        }
+        self.targets.params().classes.pool_of(class)
     }
     #[inline]
     fn record(&mut self, access: Access) -> bool {
-        self.shards[access.class.index()].access(block_id(&access.key));
+        self.shards[access.pool.index()].access(block_id(&access.key));
         self.seen += 1;
-        if self.seen >= self.target.resolved().omega {
-            let before = self.target.get();
+        if self.seen >= self.targets.resolved().omega {
+            let before = self.targets.all();
             self.end_window();
-            return self.target.get() != before;
+            return self.targets.all() != before;
         }
         false
     }
+    /// A class sharing the rest pool without being `normal` has no target of its own.
     fn target_reachable(&self, class: Class) -> Option<bool> {
-        self.reachable[class.index()]
+        let pool = self.pool_of(class);
+        if pool.class() != class {
+            return None;
+        }
+        self.reachable[pool.index()]
     }
-    fn victim_pool(&self, incoming: PoolId, sizes: PoolSizes) -> PoolId {
-        self.target.victim_pool(incoming, sizes)
+    fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId {
+        self.targets.victim_pool(incoming, sizes)
     }
-    fn s_target(&self) -> Option<u64> {
-        Some(self.target.get())
+    fn target(&self, pool: PoolId) -> Option<u64> {
+        self.targets.get(pool)
     }
     /// New bounds; the curves are in blocks and stay valid, the bucket width stays.
     fn set_capacity(&mut self, blocks: u64) {
-        self.target.set_capacity(blocks);
+        self.targets.set_capacity(blocks);
     }
-    fn set_params(&mut self, params: DirprioParams, capacity: u64) -> Result<(), CoreError> {
-        self.target.set_params(params, capacity)
+    /// A pool new to the table gets a fresh sampler (a renumbered one keeps its old counts
+    /// until they age out).
+    fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
+        self.targets.set_params(params.clone(), capacity)?;
+        let pools = self.targets.resolved().pool_count();
+        if pools > self.shards.len() {
+            let more = Self::samplers(capacity, pools - self.shards.len());
+            self.shards.extend(more);
+        }
+        Ok(())
+    }
+    fn classes(&self) -> &ClassTable {
+        &self.targets.params().classes
     }
 }
 
@@ -149,9 +183,9 @@ impl Partitioner for MrcPartitioner {
 mod tests {
     use super::*;
     use crate::ids::{BlockIndex, FileId};
-    use crate::partition::Amount;
+    use crate::partition::{Amount, DirprioParams};
 
-    fn params(omega: u64, t_p: f64, t_n: f64) -> DirprioParams {
+    fn params(omega: u64, t_p: f64, t_n: f64) -> ClassParams {
         DirprioParams {
             omega: Some(omega),
             t_protected: t_p,
@@ -159,6 +193,7 @@ mod tests {
             b_pmin: Amount::Blocks(0),
             b_nmin: 0,
         }
+        .into()
     }
 
     fn access(class: Class, file: u64, block: u64) -> Access {
@@ -168,10 +203,10 @@ mod tests {
                 block: BlockIndex(block),
             },
             class,
-            pool: if class == Class::Priority {
-                PoolId::Protected
+            pool: if class == Class::PRIORITY {
+                PoolId::PROTECTED
             } else {
-                PoolId::Normal
+                PoolId::NORMAL
             },
             hit: false,
         }
@@ -187,14 +222,14 @@ mod tests {
         let mut scan = 0;
         for _ in 0..20 {
             for b in 0..3000 {
-                m.record(access(Class::Priority, 1, b));
-                m.record(access(Class::Normal, 2, scan));
+                m.record(access(Class::PRIORITY, 1, b));
+                m.record(access(Class::NORMAL, 2, scan));
                 scan += 1;
             }
         }
         let t = m.s_target().unwrap();
         assert!((2700..=3450).contains(&t), "protected target {t}");
-        assert_eq!(m.target_reachable(Class::Priority), Some(true));
+        assert_eq!(m.target_reachable(Class::PRIORITY), Some(true));
     }
 
     /// A priority working set larger than the tier: its target is reported unreachable.
@@ -204,9 +239,9 @@ mod tests {
         let mut m = MrcPartitioner::new(params(20_000, 0.9, 0.0), cap).unwrap();
         for _ in 0..40 {
             for b in 0..10_000 {
-                m.record(access(Class::Priority, 1, b));
+                m.record(access(Class::PRIORITY, 1, b));
             }
         }
-        assert_eq!(m.target_reachable(Class::Priority), Some(false));
+        assert_eq!(m.target_reachable(Class::PRIORITY), Some(false));
     }
 }

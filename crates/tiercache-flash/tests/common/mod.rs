@@ -62,13 +62,13 @@ pub fn faulty(len: u64, seed: u64) -> Arc<FaultyDevice> {
 
 pub fn fill(t: &FlashTier, k: &TierKey, seed: u64) -> Admit {
     let bs = t.info().block_size;
-    t.fill(k, V, Class::Normal, &data(k, seed, bs), &yes)
+    t.fill(k, V, Class::NORMAL, &data(k, seed, bs), &yes)
         .unwrap()
 }
 
 pub fn write(t: &FlashTier, k: &TierKey, seed: u64) -> Admit {
     let bs = t.info().block_size;
-    t.write_dirty(k, V, Class::Normal, &data(k, seed, bs))
+    t.write_dirty(k, V, Class::NORMAL, &data(k, seed, bs))
         .unwrap()
 }
 

@@ -106,7 +106,7 @@ pub(super) fn read(path: &Path, opts: &TraceOptions) -> Result<Vec<Access>, Trac
         let mut id = 0;
         let mut file = 0;
         let mut write = false;
-        let mut class = Class::Normal;
+        let mut class = Class::NORMAL;
         for (i, (field, role)) in line.split(|&b| b == b',').zip(&header.roles).enumerate() {
             let field = trim(field);
             let column_err = |msg: String| {
@@ -126,9 +126,9 @@ pub(super) fn read(path: &Path, opts: &TraceOptions) -> Result<Vec<Access>, Trac
                 }
                 Role::Class => {
                     class = if field.eq_ignore_ascii_case(b"priority") {
-                        Class::Priority
+                        Class::PRIORITY
                     } else if field.eq_ignore_ascii_case(b"normal") {
-                        Class::Normal
+                        Class::NORMAL
                     } else {
                         return Err(column_err(format!(
                             "expected priority or normal, got {}",

@@ -111,7 +111,7 @@ pub(super) fn read(path: &Path, opts: &TraceOptions) -> Result<Vec<Access>, Trac
             }
             out.push(Access {
                 key: BlockKey::new(file, block),
-                class: Class::Normal,
+                class: Class::NORMAL,
                 write,
             });
         }

@@ -64,7 +64,7 @@ fn read_records<R: Read>(
             let obj_id = u64::from_le_bytes(id);
             Access {
                 key: BlockKey::new(0, obj_id),
-                class: Class::Normal,
+                class: Class::NORMAL,
                 write: false,
             }
         }));

@@ -22,7 +22,7 @@ pub fn dirty_blocks_stay_until_mark_clean(make: Make<'_>) {
             let b = bytes(&k, V, 0, bs(&s));
             let _ = s
                 .tier
-                .fill(&k, V, Class::Normal, &b, &yes)
+                .fill(&k, V, Class::NORMAL, &b, &yes)
                 .expect(TIER_FAILED);
         }
     }
@@ -75,14 +75,14 @@ pub fn mark_clean_with_an_old_seq_after_a_rewrite_fails(make: Make<'_>) {
     let d2 = bytes(&k, V, 2, bs(&s));
     assert_eq!(
         s.tier
-            .write_dirty(&k, V, Class::Normal, &d1)
+            .write_dirty(&k, V, Class::NORMAL, &d1)
             .expect(TIER_FAILED),
         Admit::Stored
     );
     let (seq1, _) = read_dirty(&s, &k, V).expect(NO_DIRTY_COPY);
     assert_eq!(
         s.tier
-            .write_dirty(&k, V, Class::Normal, &d2)
+            .write_dirty(&k, V, Class::NORMAL, &d2)
             .expect(TIER_FAILED),
         Admit::Stored
     );
@@ -110,7 +110,7 @@ pub fn a_dirty_rewrite_of_the_same_version_is_never_rejected(make: Make<'_>) {
     let d = bytes(&k, V, 1, bs(&s));
     assert_eq!(
         s.tier
-            .write_dirty(&k, V, Class::Normal, &d)
+            .write_dirty(&k, V, Class::NORMAL, &d)
             .expect(TIER_FAILED),
         Admit::Stored
     );
@@ -120,7 +120,7 @@ pub fn a_dirty_rewrite_of_the_same_version_is_never_rejected(make: Make<'_>) {
         let o = key(300 + i / 64, i % 64);
         let b = bytes(&o, V, 0, bs(&s));
         if s.tier
-            .write_dirty(&o, V, Class::Normal, &b)
+            .write_dirty(&o, V, Class::NORMAL, &b)
             .expect(TIER_FAILED)
             == Admit::Rejected
         {
@@ -137,7 +137,7 @@ pub fn a_dirty_rewrite_of_the_same_version_is_never_rejected(make: Make<'_>) {
         let d = bytes(&k, V, seed, bs(&s));
         let a = s
             .tier
-            .write_dirty(&k, V, Class::Normal, &d)
+            .write_dirty(&k, V, Class::NORMAL, &d)
             .expect(TIER_FAILED);
         assert_eq!(
             a,
@@ -218,7 +218,7 @@ pub fn roles_are_offered_as_info_says(make: Make<'_>) {
         if s.takes_stores {
             let k = key(60, 0);
             let d = bytes(&k, V, 1, bs(&s));
-            let a = s.tier.write_dirty(&k, V, Class::Normal, &d);
+            let a = s.tier.write_dirty(&k, V, Class::NORMAL, &d);
             assert_eq!(
                 a.expect(TIER_FAILED),
                 Admit::Rejected,

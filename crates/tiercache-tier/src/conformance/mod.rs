@@ -38,7 +38,7 @@ pub struct Subject {
     /// version, bytes.
     pub held_dirty: Vec<(TierKey, u64, Vec<u8>)>,
     /// Whether it keeps each block's class (`false`: it spills every block as
-    /// [`Class::Normal`], as [`crate::Spilled`] allows).
+    /// [`Class::NORMAL`], as [`crate::Spilled`] allows).
     pub keeps_class: bool,
     /// Waits until every store made so far is visible to reads (a tier that stores in the
     /// background); default: nothing to wait for.
@@ -171,7 +171,7 @@ fn fill(s: &Subject, k: &TierKey, v: u64) -> Vec<u8> {
     let d = bytes(k, v, 0, bs(s));
     let a = s
         .tier
-        .fill(k, v, Class::Normal, &d, &yes)
+        .fill(k, v, Class::NORMAL, &d, &yes)
         .expect(TIER_FAILED);
     assert_eq!(
         a,
@@ -215,7 +215,7 @@ fn dirty(s: &Subject, n: usize) -> Option<Vec<(TierKey, u64, Vec<u8>)>> {
                 let d = bytes(&k, V, 1, bs(s));
                 let a = s
                     .tier
-                    .write_dirty(&k, V, Class::Normal, &d)
+                    .write_dirty(&k, V, Class::NORMAL, &d)
                     .expect(TIER_FAILED);
                 assert_eq!(a, Admit::Stored, "{}: write_dirty of {k:?}", s.info().name);
                 (k, V, d)
@@ -290,13 +290,13 @@ pub fn a_store_no_longer_current_is_rejected_and_invisible(make: Make<'_>) {
     let db = bytes(&b, V, 0, bs(&s));
     assert_eq!(
         s.tier
-            .fill(&a, V, Class::Normal, &da, &no)
+            .fill(&a, V, Class::NORMAL, &da, &no)
             .expect(TIER_FAILED),
         Admit::Rejected
     );
     assert_eq!(
         s.tier
-            .demote(&b, V, Class::Normal, &db, &no)
+            .demote(&b, V, Class::NORMAL, &db, &no)
             .expect(TIER_FAILED),
         Admit::Rejected
     );
@@ -326,17 +326,17 @@ pub fn a_tier_taking_no_store_rejects_every_store(make: Make<'_>) {
     let d = bytes(&k, V, 0, bs(&s));
     assert_eq!(
         s.tier
-            .fill(&k, V, Class::Normal, &d, &yes)
+            .fill(&k, V, Class::NORMAL, &d, &yes)
             .expect(TIER_FAILED),
         Admit::Rejected
     );
     assert_eq!(
         s.tier
-            .demote(&k, V, Class::Normal, &d, &yes)
+            .demote(&k, V, Class::NORMAL, &d, &yes)
             .expect(TIER_FAILED),
         Admit::Rejected
     );
-    let w = s.tier.write_dirty(&k, V, Class::Normal, &d);
+    let w = s.tier.write_dirty(&k, V, Class::NORMAL, &d);
     assert!(
         !matches!(w, Ok(Admit::Stored)),
         "write_dirty into a draining tier"
@@ -544,7 +544,7 @@ pub fn spills_hand_over_clean_victims_exactly(make: Make<'_>) {
     for i in 0..n {
         let k = key(200 + i / 32, i % 32);
         let v = V + (i / 32) % 3;
-        let class = Class::ALL[(i % 2) as usize];
+        let class = Class::BUILT_IN[(i % 2) as usize];
         let d = bytes(&k, v, 0, bs(&s));
         let a = if i % 2 == 0 {
             s.tier.fill_spilling(&k, v, class, &d, &yes)
@@ -573,7 +573,7 @@ pub fn spills_hand_over_clean_victims_exactly(make: Make<'_>) {
         let (sv, sc, sd) = stored
             .get(k)
             .unwrap_or_else(|| panic!("{name}: spilled {k:?} never stored"));
-        let sc = if s.keeps_class { *sc } else { Class::Normal };
+        let sc = if s.keeps_class { *sc } else { Class::NORMAL };
         assert_eq!(
             (v, class),
             (sv, &sc),
@@ -624,14 +624,14 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
     let db = bytes(&b, V, 0, bs(&s));
     assert_eq!(
         s.tier
-            .demote(&b, V, Class::Normal, &db, &yes)
+            .demote(&b, V, Class::NORMAL, &db, &yes)
             .expect(TIER_FAILED),
         Admit::Stored
     );
     let dc = bytes(&c, V, 0, bs(&s));
     assert_eq!(
         s.tier
-            .fill(&c, V, Class::Normal, &dc, &no)
+            .fill(&c, V, Class::NORMAL, &dc, &no)
             .expect(TIER_FAILED),
         Admit::Rejected
     );
@@ -671,7 +671,7 @@ pub fn stats_counters_move_as_documented(make: Make<'_>) {
         let d = bytes(&k, V, 0, bs(&s));
         assert_eq!(
             s.tier
-                .write_dirty(&k, V, Class::Normal, &d)
+                .write_dirty(&k, V, Class::NORMAL, &d)
                 .expect(TIER_FAILED),
             Admit::Stored
         );

@@ -125,13 +125,13 @@ fn sim_setups(cache_blocks: usize) -> Result<[Setup; 3], String> {
     let none = PartitionConfig::none();
     let dirprio = PartitionConfig {
         kind: PartitionKind::Dirprio,
-        params: DirprioParams::guidance(cache_blocks as u64, true),
+        params: DirprioParams::guidance(cache_blocks as u64, true).into(),
     };
     Ok([
         Setup {
             label: "lru".into(),
             tiers: vec![tier("mem", cache_blocks, "inclusive")?],
-            partition: none,
+            partition: none.clone(),
             remote_threshold: Threshold::DEFAULT,
         },
         Setup {

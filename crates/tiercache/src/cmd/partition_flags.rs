@@ -55,7 +55,7 @@ impl PartitionFlags {
         params.resolved(capacity).map_err(|e| format!("--{e}"))?;
         Ok(PartitionConfig {
             kind: self.partition.or(base.partition).unwrap_or(default_kind),
-            params,
+            params: params.into(),
         })
     }
 }

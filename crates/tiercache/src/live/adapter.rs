@@ -168,7 +168,7 @@ fn stamp_of<'a, 'b>(
 /// The I/O workers' class of a file's class.
 fn io_class(class: Class) -> IoClass {
     match class {
-        Class::Priority => IoClass::Priority,
+        Class::PRIORITY => IoClass::Priority,
         _ => IoClass::Normal,
     }
 }
@@ -209,7 +209,7 @@ impl DataPath for CacheDataPath {
         k.evicted = false;
         // Priority files are hot: the kernel caches them in front of the protected pool.
         Ok(OpenAdvice {
-            kernel_cache: class == Class::Priority,
+            kernel_cache: class == Class::PRIORITY,
             content: Some(out.content_version),
         })
     }
@@ -240,7 +240,7 @@ impl DataPath for CacheDataPath {
     }
 
     fn io_class(&self, fh: &FileHandleInfo) -> IoClass {
-        io_class(self.mem.class_of(FileId(fh.ino)).unwrap_or(Class::Normal))
+        io_class(self.mem.class_of(FileId(fh.ino)).unwrap_or(Class::NORMAL))
     }
 
     fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {

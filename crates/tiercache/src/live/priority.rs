@@ -87,9 +87,9 @@ impl PriorityDirs {
             }
         });
         if hit {
-            Class::Priority
+            Class::PRIORITY
         } else {
-            Class::Normal
+            Class::NORMAL
         }
     }
 }
@@ -105,23 +105,23 @@ mod tests {
             dir: "www/top".into(),
             recursive: false,
         });
-        assert_eq!(p.class_of(Path::new("www/top/index.html")), Class::Priority);
-        assert_eq!(p.class_of(Path::new("www/top/img/a.png")), Class::Normal);
-        assert_eq!(p.class_of(Path::new("www/other.html")), Class::Normal);
+        assert_eq!(p.class_of(Path::new("www/top/index.html")), Class::PRIORITY);
+        assert_eq!(p.class_of(Path::new("www/top/img/a.png")), Class::NORMAL);
+        assert_eq!(p.class_of(Path::new("www/other.html")), Class::NORMAL);
         p.add(PriorityRule {
             dir: "www/top".into(),
             recursive: true,
         });
         assert_eq!(p.rules().len(), 1);
-        assert_eq!(p.class_of(Path::new("www/top/img/a.png")), Class::Priority);
+        assert_eq!(p.class_of(Path::new("www/top/img/a.png")), Class::PRIORITY);
         assert!(p.remove(Path::new("www/top")));
-        assert_eq!(p.class_of(Path::new("www/top/index.html")), Class::Normal);
+        assert_eq!(p.class_of(Path::new("www/top/index.html")), Class::NORMAL);
         let mut root = PriorityDirs::default();
         root.add(PriorityRule {
             dir: "".into(),
             recursive: false,
         });
-        assert_eq!(root.class_of(Path::new("a.txt")), Class::Priority);
+        assert_eq!(root.class_of(Path::new("a.txt")), Class::PRIORITY);
     }
 
     #[test]

@@ -126,14 +126,14 @@ impl Reloader {
         if params_changed {
             self.data
                 .mem()
-                .set_partition_params(new.mem.partition.params)
+                .set_partition_params(&new.mem.partition.params)
                 .map_err(ReloadError::Partition)?;
             params_diff(
-                &cur.mem.partition.params,
-                &new.mem.partition.params,
+                &cur.mem.partition.params.dirprio(),
+                &new.mem.partition.params.dirprio(),
                 &mut out,
             );
-            cur.mem.partition = new.mem.partition;
+            cur.mem.partition = new.mem.partition.clone();
         }
         let (fi, de) = (new.mem.flush_interval, new.mem.dirty_expire);
         if (fi, de) != (cur.mem.flush_interval, cur.mem.dirty_expire) {
@@ -269,7 +269,7 @@ impl Reloader {
     pub fn settings_json(&self) -> Value {
         let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let (fi, de) = self.data.mem().flush_timings();
-        let p = cur.mem.partition.params;
+        let p = cur.mem.partition.params.dirprio();
         let remotes: Vec<Value> = self
             .remotes
             .iter()

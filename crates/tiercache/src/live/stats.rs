@@ -61,11 +61,11 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
             "partition": s.partition,
             "s_target": s.s_target,
             "s_cur": s.s_cur,
-            "pools": { "protected": pool_json(PoolId::Protected), "normal": pool_json(PoolId::Normal) },
+            "pools": { "protected": pool_json(PoolId::PROTECTED), "normal": pool_json(PoolId::NORMAL) },
             "writeback_blocks_per_sec": s.writeback_blocks_per_sec,
         },
         "window_secs": s.window.secs,
-        "classes": { "priority": class(Class::Priority), "normal": class(Class::Normal) },
+        "classes": { "priority": class(Class::PRIORITY), "normal": class(Class::NORMAL) },
         "backing": {
             "reads": s.backing.reads,
             "writes": s.backing.writes,
@@ -293,7 +293,7 @@ fn pool_and_class_metrics(o: &mut String, s: &MemStats) {
     let hits: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.1)).collect();
     let misses: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.2)).collect();
     metric(o, "class_hits_total", "counter", "Hits per class.", &hits);
-    let reachable: Vec<(String, f64)> = Class::ALL
+    let reachable: Vec<(String, f64)> = Class::BUILT_IN
         .iter()
         .filter_map(|&c| {
             let r = s.target_reachable[c.index()]?;
