@@ -19,6 +19,7 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 echo "== benchmark smoke runs"
 cargo bench -p tiercache-core --bench replay -- --test
 ./target/release/tiercache bench sim --requests 1000000
+./target/release/tiercache bench classes --requests 400000 --cache-blocks 4000 --repeat 1
 ./target/release/tiercache bench fuse --file-size 32M --runtime 1
 ./target/release/tiercache bench meta --files 2000 --dirs 20 --write-files 2000 --write-dirs 20 --hdd-files 200
 ./target/release/tiercache bench remote --memory 256K --seq-size 4M --servers 1,2

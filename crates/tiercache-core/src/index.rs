@@ -66,6 +66,12 @@ pub trait TierIndex: Send + fmt::Debug {
     }
     /// Blocks in the protected pool.
     fn s_cur(&self) -> u64;
+    /// Resident blocks of `class` (by default counted over every resident block).
+    fn class_blocks(&self, class: Class) -> usize {
+        self.resident()
+            .filter(|&(_, s)| self.meta(s).class == class)
+            .count()
+    }
     /// Whether replay should send [`TierIndex::prefetch`] hints (an index too small to gain
     /// from them says no).
     fn wants_prefetch(&self) -> bool {
@@ -156,6 +162,9 @@ impl TierIndex for Tier {
     }
     fn s_cur(&self) -> u64 {
         Tier::s_cur(self)
+    }
+    fn class_blocks(&self, class: Class) -> usize {
+        Tier::class_blocks(self, class)
     }
     fn wants_prefetch(&self) -> bool {
         Tier::wants_prefetch(self)

@@ -223,7 +223,10 @@ impl Tier {
         self.partitioner.target(pool)
     }
     pub fn pool_sizes(&self) -> PoolSizes {
-        let lens: Vec<usize> = self.pools.iter().map(|p| p.len()).collect();
+        let mut lens = [0; MAX_CLASSES];
+        for (l, p) in lens.iter_mut().zip(&self.pools) {
+            *l = p.len();
+        }
         PoolSizes::from_slice(&lens)
     }
     /// Resident blocks of `class`.
@@ -489,51 +492,62 @@ impl Tier {
         incoming: PoolId,
         mut may_take: impl FnMut(SlotId) -> bool,
     ) -> Result<(SlotId, Evicted), CoreError> {
-        let sizes = self.pool_sizes();
         let first = if self.shared {
             PoolId::NORMAL
         } else {
-            self.partitioner.victim_pool(incoming, &sizes)
-        };
-        // The partitioner's pool first, then the others, largest first.
+            self.partitioner.victim_pool(incoming, &self.pool_sizes())
+        }
+        .index();
+        if let Some(v) = self.evict_from(first, key, &mut may_take) {
+            return Ok(v);
+        }
+        // Then the others, largest first.
+        let n = self.pools.len();
         let mut order: [usize; MAX_CLASSES] = std::array::from_fn(|i| i);
-        order[..self.pools.len()].sort_by_key(|&i| {
-            (
-                i != first.index(),
-                std::cmp::Reverse(self.pools[i].len()),
-                i,
-            )
-        });
-        for &p in &order[..self.pools.len()] {
-            let tries = MAX_SKIPS.min(self.pools[p].len());
-            for _ in 0..tries {
-                let Some(slot) = self.pools[p].victim(Some(key)) else {
-                    break;
-                };
-                let m = self.slots[slot.index()].meta;
-                if m.evictable() && may_take(slot) {
-                    let vkey = self.slots[slot.index()].key;
-                    self.pools[p].remove(slot, vkey, true);
-                    self.map.remove(KeyMap::fp(&vkey), slot.0);
-                    self.class_blocks[m.class.index()] -= 1;
-                    self.stats.evictions += 1;
-                    if self.prefetching {
-                        self.prefetch_victims(p);
-                    }
-                    return Ok((
-                        slot,
-                        Evicted {
-                            key: vkey,
-                            class: m.class,
-                        },
-                    ));
-                }
-                self.pools[p].touch(slot);
+        order[..n].sort_by_key(|&i| (std::cmp::Reverse(self.pools[i].len()), i));
+        for &p in order[..n].iter().filter(|&&p| p != first) {
+            if let Some(v) = self.evict_from(p, key, &mut may_take) {
+                return Ok(v);
             }
         }
         Err(CoreError::Retry {
             tier: self.name.clone(),
         })
+    }
+
+    /// Removes pool `p`'s victim, skipping (requeueing) up to [`MAX_SKIPS`] pinned, dirty or
+    /// refused ones.
+    #[inline]
+    fn evict_from(
+        &mut self,
+        p: usize,
+        key: BlockKey,
+        may_take: &mut impl FnMut(SlotId) -> bool,
+    ) -> Option<(SlotId, Evicted)> {
+        let tries = MAX_SKIPS.min(self.pools[p].len());
+        for _ in 0..tries {
+            let slot = self.pools[p].victim(Some(key))?;
+            let m = self.slots[slot.index()].meta;
+            if m.evictable() && may_take(slot) {
+                let vkey = self.slots[slot.index()].key;
+                self.pools[p].remove(slot, vkey, true);
+                self.map.remove(KeyMap::fp(&vkey), slot.0);
+                self.class_blocks[m.class.index()] -= 1;
+                self.stats.evictions += 1;
+                if self.prefetching {
+                    self.prefetch_victims(p);
+                }
+                return Some((
+                    slot,
+                    Evicted {
+                        key: vkey,
+                        class: m.class,
+                    },
+                ));
+            }
+            self.pools[p].touch(slot);
+        }
+        None
     }
 
     /// Starts fetching what the pool's next evictions will read, a pipeline over the victims

@@ -1,7 +1,7 @@
 //! Each class's LRU miss-ratio curve over a request stream: exact (every access's reuse
 //! distance) and SHARDS' fixed-memory estimate side by side, with the estimate's error — what
 //! `tiercache sim --curves` writes, to choose a class's size or hit-ratio target from its own
-//! workload (issue 20's curves; the partitioner that uses them is not built yet).
+//! workload (the `mrc` partitioner keeps the same estimate online, per pool).
 
 use std::io::{self, Write};
 use tiercache_core::mrc::{ExactMrc, MissRatioCurve, Shards};
@@ -33,9 +33,8 @@ fn key(a: &Access) -> u64 {
 /// Curves of every class that has accesses in `requests`, with buckets of `bucket` blocks;
 /// errors measured up to `max_blocks`.
 pub fn class_curves(requests: &[Access], bucket: u64, max_blocks: u64) -> Vec<ClassCurves> {
-    Class::BUILT_IN
-        .iter()
-        .filter_map(|&class| {
+    Class::all()
+        .filter_map(|class| {
             let mut exact = ExactMrc::new(bucket);
             let mut est = Shards::new(MAX_SAMPLES, INITIAL_RATE, bucket);
             let mut n = 0u64;

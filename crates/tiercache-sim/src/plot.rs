@@ -132,6 +132,7 @@ pub fn plot_png(
     path: &Path,
     title: &str,
     tier_names: &[String],
+    class_names: &[String],
     rows: &[WindowRow],
 ) -> Result<(), PlotError> {
     ensure_font();
@@ -143,7 +144,7 @@ pub fn plot_png(
     }
     // A partitioned top tier has a target in every window; an unpartitioned one (`none`) has
     // no protected pool to show.
-    let partitioned = rows.iter().any(|r| r.s_target.is_some());
+    let partitioned = rows.iter().any(|r| r.s_target.is_some()) || !class_names.is_empty();
     let height = if partitioned { 800 } else { 480 };
     let root = BitMapBackend::new(path, (1100 + LEGEND_WIDTH, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -156,9 +157,13 @@ pub fn plot_png(
     } else {
         (root.clone(), None)
     };
-    hit_ratio_panel(&upper, rows, tier_names, partitioned, &err)?;
+    hit_ratio_panel(&upper, rows, tier_names, class_names, partitioned, &err)?;
     if let Some(lower) = lower {
-        pool_panel(&lower, rows, &err)?;
+        if class_names.is_empty() {
+            pool_panel(&lower, rows, &err)?;
+        } else {
+            class_blocks_panel(&lower, rows, class_names, &err)?;
+        }
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
@@ -169,6 +174,7 @@ fn hit_ratio_panel(
     area: &Area<'_>,
     rows: &[WindowRow],
     tier_names: &[String],
+    class_names: &[String],
     partitioned: bool,
     err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
 ) -> Result<(), PlotError> {
@@ -194,16 +200,31 @@ fn hit_ratio_panel(
         .y_desc("hit ratio")
         .draw()
         .map_err(|e| err(&e))?;
-    let mut series: Vec<(String, Points)> = vec![
-        (
-            "H_p (priority, top tier)".into(),
-            rows.iter().map(|r| (r.request, r.h_p)).collect(),
-        ),
-        (
-            "H_n (normal, top tier)".into(),
-            rows.iter().map(|r| (r.request, r.h_n)).collect(),
-        ),
-    ];
+    let mut series: Vec<(String, Points)> = if class_names.is_empty() {
+        vec![
+            (
+                "H_p (priority, top tier)".into(),
+                rows.iter().map(|r| (r.request, r.h_p)).collect(),
+            ),
+            (
+                "H_n (normal, top tier)".into(),
+                rows.iter().map(|r| (r.request, r.h_n)).collect(),
+            ),
+        ]
+    } else {
+        // One line per class (Fig. 5 with N classes).
+        class_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let pts = rows
+                    .iter()
+                    .map(|r| (r.request, r.classes.get(i).and_then(|c| c.0)))
+                    .collect();
+                (format!("{n} (top tier)"), pts)
+            })
+            .collect()
+    };
     for (i, n) in tier_names.iter().enumerate() {
         let pts = rows
             .iter()
@@ -261,6 +282,47 @@ fn pool_panel(
         &[("S_target".to_string(), red), ("S_cur".to_string(), blue)],
     )
     .map_err(|e| err(&e))
+}
+
+/// The lower panel with N classes: each class's blocks in the top tier per window.
+fn class_blocks_panel(
+    area: &Area<'_>,
+    rows: &[WindowRow],
+    class_names: &[String],
+    err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
+) -> Result<(), PlotError> {
+    let x_max = rows.last().map_or(1, |r| r.request).max(1);
+    let (lower, lower_legend) = area.split_horizontally(1100);
+    let y_max = rows
+        .iter()
+        .flat_map(|r| r.classes.iter().map(|c| c.1))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut c = ChartBuilder::on(&lower)
+        .margin(12)
+        .margin_right(24)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .caption("blocks per class (top tier)", ("sans-serif", 16))
+        .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
+        .map_err(|e| err(&e))?;
+    c.configure_mesh()
+        .x_desc("requests")
+        .y_desc("blocks")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let mut entries = Vec::new();
+    for (i, n) in class_names.iter().enumerate() {
+        let pts: Vec<(u64, Option<u64>)> = rows
+            .iter()
+            .map(|r| (r.request, r.classes.get(i).map(|c| c.1)))
+            .collect();
+        let color = Palette99::pick(i).to_rgba();
+        draw_gapped(&mut c, &pts, color).map_err(|e| err(&e))?;
+        entries.push((n.clone(), color));
+    }
+    legend(&lower_legend, &entries).map_err(|e| err(&e))
 }
 
 #[cfg(test)]

@@ -170,6 +170,8 @@ pub struct ReplayOptions {
 pub struct Outcome {
     pub report: Report,
     pub series: Vec<WindowRow>,
+    /// The classes of `WindowRow::classes`, by name (empty with paper 000's two classes).
+    pub series_classes: Vec<String>,
 }
 
 /// Replays `requests` through a fresh hierarchy built from `setup`.
@@ -211,6 +213,7 @@ pub fn replay(
     // Chunks bound the cost of windows and progress to once per chunk, not per request.
     let chunk = window.min(1 << 16);
     let mut series = Vec::new();
+    let classes = series_classes(&h);
     let mut last = Snapshot::of(&h);
     let mut in_window = 0usize;
     let start = Instant::now();
@@ -227,7 +230,7 @@ pub fn replay(
         if in_window >= window {
             in_window = 0;
             let now = Snapshot::of(&h);
-            series.push(now.row_since(&last, &h));
+            series.push(now.row_since(&last, &h, &classes));
             last = now;
         }
         if let Some(b) = &bar {
@@ -241,7 +244,25 @@ pub fn replay(
     Ok(Outcome {
         report: report(setup, &h, secs, seq.map(|s| s.counts)),
         series,
+        series_classes: classes.into_iter().map(|(_, n)| n).collect(),
     })
+}
+
+/// The classes a time series follows: with more than paper 000's two, every class of the
+/// top tier's table but an unused `priority`.
+fn series_classes(h: &Hierarchy) -> Vec<(Class, String)> {
+    let Some(top) = h.tiers().first() else {
+        return Vec::new();
+    };
+    let table = top.partitioner().classes();
+    if table.len() <= 2 {
+        return Vec::new();
+    }
+    table
+        .iter()
+        .filter(|(c, s)| *c != Class::PRIORITY || s.target.is_some())
+        .map(|(c, s)| (c, s.name.clone()))
+        .collect()
 }
 
 /// How one request goes through the hierarchy.
@@ -316,7 +337,12 @@ impl Snapshot {
                 .collect(),
         }
     }
-    fn row_since(&self, earlier: &Snapshot, h: &Hierarchy) -> WindowRow {
+    fn row_since(
+        &self,
+        earlier: &Snapshot,
+        h: &Hierarchy,
+        classes: &[(Class, String)],
+    ) -> WindowRow {
         let class = |c: Class| {
             self.top_classes[c.index()]
                 .since(&earlier.top_classes[c.index()])
@@ -335,8 +361,39 @@ impl Snapshot {
                 .zip(&earlier.tiers)
                 .map(|(&(r, hi), &(r0, h0))| (r > r0).then(|| (hi - h0) as f64 / (r - r0) as f64))
                 .collect(),
+            classes: classes
+                .iter()
+                .map(|&(c, _)| (class(c), top.class_blocks(c) as u64))
+                .collect(),
         }
     }
+}
+
+/// Every class of the top tier's table that had requests or has a target.
+fn class_reports(h: &Hierarchy) -> BTreeMap<String, ClassReport> {
+    let Some(top) = h.tiers().first() else {
+        return BTreeMap::new();
+    };
+    let part = top.partitioner();
+    part.classes()
+        .iter()
+        .filter(|(c, spec)| spec.target.is_some() || h.class(*c).requests() > 0)
+        .map(|(c, spec)| {
+            let hc = h.class(c);
+            let pool = part.pool_of(c);
+            let report = ClassReport {
+                requests: hc.requests(),
+                hits: hc.hits,
+                hit_ratio: hc.ratio(),
+                target_reachable: part.target_reachable(c),
+                target: spec.target,
+                target_blocks: part.target_blocks(c),
+                blocks: top.class_blocks(c) as u64,
+                pool_target: (pool.class() == c).then(|| part.target(pool)).flatten(),
+            };
+            (spec.name.clone(), report)
+        })
+        .collect()
 }
 
 fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>) -> Report {
@@ -378,24 +435,7 @@ fn report(setup: &Setup, h: &Hierarchy, secs: f64, remote: Option<RemoteCounts>)
             }
         })
         .collect();
-    let classes: BTreeMap<String, ClassReport> = Class::BUILT_IN
-        .iter()
-        .map(|&c| {
-            let hc = h.class(c);
-            (
-                c.to_string(),
-                ClassReport {
-                    requests: hc.requests(),
-                    hits: hc.hits,
-                    hit_ratio: hc.ratio(),
-                    target_reachable: h
-                        .tiers()
-                        .first()
-                        .and_then(|t| t.partitioner().target_reachable(c)),
-                },
-            )
-        })
-        .collect();
+    let classes = class_reports(h);
     Report {
         label: setup.label.clone(),
         requests: h.requests(),

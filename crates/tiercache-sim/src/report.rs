@@ -15,7 +15,8 @@ pub struct Report {
     pub requests_per_second: f64,
     /// Top first.
     pub tiers: Vec<TierReport>,
-    /// Keyed by class (`priority`, `normal`); a hit in any tier counts.
+    /// Keyed by class name (`priority`, `normal`, and the table's); a hit in any tier counts.
+    /// A class with no requests and no target (an unused `priority`) is left out.
     pub classes: BTreeMap<String, ClassReport>,
 }
 
@@ -70,6 +71,16 @@ pub struct ClassReport {
     /// Whether the class's hit-ratio target can be met, as the top tier's partitioner judges
     /// it (`mrc`: from the class's miss-ratio curve); `null` when it cannot tell.
     pub target_reachable: Option<bool>,
+    /// The class's hit-ratio target, `null` for best effort.
+    pub target: Option<f64>,
+    /// Its blocks in the top tier at the end.
+    pub blocks: u64,
+    /// The blocks the top tier's partitioner set aside to meet the class's target (`mrc`: from
+    /// its curve, before leftovers); `null` when it does not tell.
+    pub target_blocks: Option<u64>,
+    /// The top tier's target for the class's own pool, in blocks (`null`: none, or the class
+    /// shares the rest pool).
+    pub pool_target: Option<u64>,
 }
 
 fn class_ratio(r: &Report, class: &str) -> String {
@@ -142,11 +153,18 @@ pub fn single_table(r: &Report) -> String {
     }
     for (name, c) in &r.classes {
         if let Some(ratio) = c.hit_ratio {
-            let _ = writeln!(
+            let _ = write!(
                 s,
-                "class {name:<8} {:>10} requests, hit ratio {ratio:.4}",
-                c.requests
+                "class {name:<8} {:>10} requests, hit ratio {ratio:.4}, {} blocks",
+                c.requests, c.blocks
             );
+            if let Some(t) = c.target {
+                let _ = write!(s, ", target {t}");
+            }
+            if c.target_reachable == Some(false) {
+                let _ = write!(s, " (unreachable)");
+            }
+            let _ = writeln!(s);
         }
     }
     s
@@ -159,24 +177,23 @@ pub fn compare_table(runs: &[Report]) -> String {
         .first()
         .map(|r| r.tiers.iter().map(|t| t.name.clone()).collect())
         .unwrap_or_default();
-    let _ = write!(
-        s,
-        "{:<12} {:>9} {:>9} {:>9}",
-        "setup", "overall", "priority", "normal"
-    );
+    let class_names: Vec<String> = runs
+        .first()
+        .map(|r| r.classes.keys().cloned().collect())
+        .unwrap_or_default();
+    let _ = write!(s, "{:<12} {:>9}", "setup", "overall");
+    for n in &class_names {
+        let _ = write!(s, " {:>9}", n);
+    }
     for n in &tier_names {
         let _ = write!(s, " {:>9}", format!("{n}.hit"));
     }
     let _ = writeln!(s, " {:>9} {:>9} {:>10}", "s_target", "s_cur", "Mreq/s");
     for r in runs {
-        let _ = write!(
-            s,
-            "{:<12} {:>9.4} {:>9} {:>9}",
-            r.label,
-            r.overall_hit_ratio,
-            class_ratio(r, "priority"),
-            class_ratio(r, "normal")
-        );
+        let _ = write!(s, "{:<12} {:>9.4}", r.label, r.overall_hit_ratio);
+        for n in &class_names {
+            let _ = write!(s, " {:>9}", class_ratio(r, n));
+        }
         for t in &r.tiers {
             let _ = write!(s, " {:>9.4}", t.hit_ratio);
         }

@@ -4,7 +4,7 @@
 //! `exponential` (`mean` in blocks, default blocks/5 as in paper 004; samples ≥ blocks are drawn
 //! again), `loop` (0, 1, …, blocks − 1, 0, 1, …), `scan` (0, 1, 2, … never repeating: a backup
 //! or batch job streaming through; `blocks` is ignored). Keys common to all: `blocks` (default
-//! 10000), `class=priority|normal` (default normal), `weight` (default 1), `file` (default: the
+//! 10000), `class=NAME` (`priority`, `normal` (the default) or a class of the table), `weight` (default 1), `file` (default: the
 //! stream's own number).
 
 use rand::rngs::SmallRng;
@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, Zipf};
 use std::fmt;
 use std::str::FromStr;
+use tiercache_core::partition::ClassTable;
 use tiercache_core::{Access, BlockKey, Class};
 
 /// The access pattern of one stream.
@@ -30,6 +31,9 @@ pub enum Pattern {
 pub struct StreamSpec {
     pub pattern: Pattern,
     pub blocks: u64,
+    /// The class as named (`class=NAME`); [`resolve_classes`] maps it to `class`.
+    pub class_name: String,
+    /// Built-in names map at once; others once resolved against the class table.
     pub class: Class,
     pub weight: f64,
     pub file: Option<u64>,
@@ -51,7 +55,7 @@ impl fmt::Display for StreamSpec {
         write!(
             f,
             "{kind} blocks={} class={} weight={}",
-            self.blocks, self.class, self.weight
+            self.blocks, self.class_name, self.weight
         )?;
         if self.from > 0.0 || self.until < 1.0 {
             write!(f, " from={} until={}", self.from, self.until)?;
@@ -69,6 +73,9 @@ pub enum WorkloadError {
     Spec { spec: String, why: String },
     #[error("no --workload or --trace given")]
     NoStreams,
+    /// A stream's class is not in the class table.
+    #[error("workload `{spec}`: class {class} is not defined (add --class {class}::TARGET)")]
+    UnknownClass { spec: String, class: String },
     /// A distribution its parameters do not define.
     #[error("{kind} stream: {why}")]
     Distribution { kind: &'static str, why: String },
@@ -83,7 +90,7 @@ impl FromStr for StreamSpec {
         };
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
         let mut blocks = 10_000u64;
-        let mut class = Class::NORMAL;
+        let mut class_name = Class::NORMAL.to_string();
         let mut weight = 1.0f64;
         let mut file = None;
         let mut alpha = None;
@@ -106,7 +113,16 @@ impl FromStr for StreamSpec {
                             bad(format!("blocks `{v}` must be a positive integer"))
                         })?
                 }
-                "class" => class = v.parse::<Class>().map_err(|e| bad(e.to_string()))?,
+                "class" => {
+                    if v.is_empty()
+                        || !v
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                    {
+                        return Err(bad(format!("class `{v}` is not a class name")));
+                    }
+                    class_name = v.to_string();
+                }
                 "weight" => weight = num("weight")?,
                 "file" => {
                     file = Some(
@@ -161,13 +177,27 @@ impl FromStr for StreamSpec {
         Ok(StreamSpec {
             pattern,
             blocks,
-            class,
+            class: class_name.parse().unwrap_or_default(),
+            class_name,
             weight,
             file,
             from,
             until,
         })
     }
+}
+
+/// Maps every stream's class name to its class in `table`; an unknown name is an error.
+pub fn resolve_classes(specs: &mut [StreamSpec], table: &ClassTable) -> Result<(), WorkloadError> {
+    for s in specs {
+        s.class = table
+            .by_name(&s.class_name)
+            .ok_or_else(|| WorkloadError::UnknownClass {
+                spec: s.to_string(),
+                class: s.class_name.clone(),
+            })?;
+    }
+    Ok(())
 }
 
 fn dist(kind: &'static str, e: impl std::fmt::Display) -> WorkloadError {

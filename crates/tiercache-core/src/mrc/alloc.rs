@@ -32,6 +32,9 @@ pub struct ClassDemand<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
     pub blocks: Vec<u64>,
+    /// What each reachable target was given to meet it (its floor included), before what was
+    /// left was shared out; `None` without a target or when unreachable.
+    pub for_target: Vec<Option<u64>>,
     /// `Some(false)`: the target cannot be met within the class's cap and the memory left once
     /// stricter targets are met; `None`: no target.
     pub target_reachable: Vec<Option<bool>>,
@@ -45,6 +48,7 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
     let mut left = total.saturating_sub(blocks.iter().sum());
     let mut reachable: Vec<Option<bool>> =
         classes.iter().map(|c| c.target.map(|_| false)).collect();
+    let mut for_target: Vec<Option<u64>> = vec![None; classes.len()];
     // Each curve once as a table: the search below asks O((total / step)²) sizes.
     let tables: Vec<CurveTable> = classes.iter().map(|c| c.curve.table(total)).collect();
 
@@ -66,14 +70,42 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
             blocks[i] += extra;
             left -= extra;
             reachable[i] = Some(true);
+            for_target[i] = Some(blocks[i]);
         }
     }
 
     // What is left: repeatedly the class with the best average gain per block over any
-    // extension it can take (lookahead), by whole extensions.
+    // extension it can take (lookahead), by whole extensions. Best-effort classes (no target)
+    // first: a met target stays met, not exceeded, and an unreachable one is not chased; what
+    // they cannot use goes to every class.
+    let best_effort: Vec<bool> = classes.iter().map(|c| c.target.is_none()).collect();
+    for pass_all in [false, true] {
+        left = share_left(classes, &tables, &mut blocks, left, step, |i| {
+            pass_all || best_effort[i]
+        });
+    }
+    Allocation {
+        blocks,
+        for_target,
+        target_reachable: reachable,
+    }
+}
+
+/// Shares `left` blocks among the classes `eligible` admits, by best lookahead gain per block;
+/// returns what nobody could use.
+fn share_left(
+    classes: &[ClassDemand<'_>],
+    tables: &[CurveTable],
+    blocks: &mut [u64],
+    mut left: u64,
+    step: u64,
+    eligible: impl Fn(usize) -> bool,
+) -> u64 {
+    let total = left + blocks.iter().sum::<u64>();
+    let cap = |c: &ClassDemand<'_>| c.max.unwrap_or(total).min(total);
     while left >= step {
         let mut best: Option<(usize, u64, f64)> = None;
-        for (i, c) in classes.iter().enumerate() {
+        for (i, c) in classes.iter().enumerate().filter(|&(i, _)| eligible(i)) {
             let room = cap(c).saturating_sub(blocks[i]).min(left);
             if let Some((k, per_block)) = best_extension(c, &tables[i], blocks[i], room, step) {
                 if best.is_none_or(|(_, _, g)| per_block > g) {
@@ -85,10 +117,7 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
         blocks[i] += k;
         left -= k;
     }
-    Allocation {
-        blocks,
-        target_reachable: reachable,
-    }
+    left
 }
 
 /// How far past `need` a target's share goes: two standard deviations of a size read off a

@@ -161,6 +161,19 @@ impl MissRatioCurve {
         }
     }
 
+    /// The curve of the accesses recorded after `earlier`, an earlier state of the same
+    /// exact curve: each access's distance depends only on what came before it, so the
+    /// difference of the histograms is the later accesses' own (a curve with a warm-up).
+    pub fn since(&self, earlier: &MissRatioCurve) -> MissRatioCurve {
+        let mut c = self.clone();
+        for (h, e) in c.hist.iter_mut().zip(&earlier.hist) {
+            *h = (*h - e).max(0.0);
+        }
+        c.cold = (c.cold - earlier.cold).max(0.0);
+        c.total = (c.total - earlier.total).max(0.0);
+        c
+    }
+
     /// Accesses (weighted) the curve was built from.
     pub fn accesses(&self) -> f64 {
         self.total

@@ -123,6 +123,13 @@ pub trait Partitioner: Send + fmt::Debug {
         let _ = class;
         None
     }
+    /// The blocks the partitioner set aside for `class` to meet its target (`mrc`: what its
+    /// curve says the target needs, before what is left is shared out); `None` when it does
+    /// not tell.
+    fn target_blocks(&self, class: Class) -> Option<u64> {
+        let _ = class;
+        None
+    }
     /// The pool that gives up a block so one of `incoming` can come in. Never names an empty
     /// pool while another has blocks.
     fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId;
@@ -206,11 +213,8 @@ pub fn new_partitioner(
 /// Never an empty pool while another has blocks (then the largest other one). With two pools
 /// this is 000's rule: shrink whichever side is above its share; at equality, evict from the
 /// incoming block's own pool.
-pub fn release_rule(
-    targets: &[Option<u64>; MAX_CLASSES],
-    incoming: PoolId,
-    sizes: &PoolSizes,
-) -> PoolId {
+#[inline]
+pub fn release_rule(targets: &[Option<u64>], incoming: PoolId, sizes: &PoolSizes) -> PoolId {
     let mut over: Option<(PoolId, u64)> = None;
     let mut under = false;
     for (i, t) in targets.iter().enumerate() {

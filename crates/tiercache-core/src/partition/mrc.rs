@@ -46,6 +46,8 @@ pub struct MrcPartitioner {
     shards: Vec<Shards>,
     seen: u64,
     reachable: [Option<bool>; MAX_CLASSES],
+    /// Per pool: the blocks the last allocation gave its target (see `Allocation::for_target`).
+    for_target: [Option<u64>; MAX_CLASSES],
 }
 
 /// A 64-bit identity of a block for the samplers' hash.
@@ -63,6 +65,7 @@ impl MrcPartitioner {
             shards: Self::samplers(capacity, pools),
             seen: 0,
             reachable: [None; MAX_CLASSES],
+            for_target: [None; MAX_CLASSES],
         })
     }
 
@@ -120,6 +123,7 @@ impl MrcPartitioner {
                 r => r,
             };
             self.targets.set(pool, a.blocks[k]);
+            self.for_target[pool.index()] = a.for_target[k];
         }
         self.shards.iter_mut().for_each(|s| s.decay(KEEP));
         self.seen = 0;
@@ -151,6 +155,12 @@ impl Partitioner for MrcPartitioner {
             return None;
         }
         self.reachable[pool.index()]
+    }
+    fn target_blocks(&self, class: Class) -> Option<u64> {
+        let pool = self.pool_of(class);
+        (pool.class() == class)
+            .then(|| self.for_target[pool.index()])
+            .flatten()
     }
     fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId {
         self.targets.victim_pool(incoming, sizes)

@@ -17,6 +17,9 @@ pub(super) struct Targets {
     params: ClassParams,
     /// Indexed by `PoolId::index`; meaningful for pools of their own only.
     values: [u64; MAX_CLASSES],
+    /// Every pool's target as [`Targets::get`] gives it, kept current by every change (the
+    /// release rule reads it on each eviction).
+    all: [Option<u64>; MAX_CLASSES],
 }
 
 impl Targets {
@@ -28,7 +31,19 @@ impl Targets {
         for (pool, c) in p.own_pools() {
             values[pool.index()] = c.min;
         }
-        Ok(Self { p, params, values })
+        let mut t = Self {
+            p,
+            params,
+            values,
+            all: [None; MAX_CLASSES],
+        };
+        t.refresh();
+        Ok(t)
+    }
+
+    /// Recomputes `all` from the values.
+    fn refresh(&mut self) {
+        self.all = std::array::from_fn(|i| PoolId::new(i).and_then(|p| self.compute(p)));
     }
 
     /// The parameters in force, resolved against the capacity.
@@ -47,7 +62,12 @@ impl Targets {
 
     /// The target of `pool`: its own, or what the others leave for the rest pool; `None` for a
     /// pool no class uses.
+    #[inline]
     pub(super) fn get(&self, pool: PoolId) -> Option<u64> {
+        self.all[pool.index()]
+    }
+
+    fn compute(&self, pool: PoolId) -> Option<u64> {
         if self.is_own(pool) {
             Some(self.values[pool.index()])
         } else if pool == PoolId::NORMAL {
@@ -87,17 +107,23 @@ impl Targets {
         let before = self.values[pool.index()];
         let hi = self.ceiling(pool).max(self.floor(pool));
         self.values[pool.index()] = value.clamp(self.floor(pool), hi);
+        self.refresh();
         self.values[pool.index()] != before
     }
 
     /// The pool that gives up a block ([`release_rule`] for these targets).
+    #[inline]
     pub(super) fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId {
-        release_rule(&self.all(), incoming, sizes)
+        release_rule(
+            &self.all[..self.p.pool_count().min(MAX_CLASSES)],
+            incoming,
+            sizes,
+        )
     }
 
     /// Every pool's target (`None`: unused).
     pub(super) fn all(&self) -> [Option<u64>; MAX_CLASSES] {
-        std::array::from_fn(|i| PoolId::new(i).and_then(|p| self.get(p)))
+        self.all
     }
 
     /// The tier's capacity changed: the parameters resolve again and the targets keep their
@@ -145,5 +171,6 @@ impl Targets {
             *v -= take;
             excess -= take;
         }
+        self.refresh();
     }
 }

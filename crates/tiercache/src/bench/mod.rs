@@ -1,7 +1,10 @@
 //! The benchmark scenarios behind `tiercache bench …` (the flags and the dispatch are in
-//! `cmd::bench`): each starts its own mounts, servers and device models, runs the workloads
-//! side by side in one run and returns or prints the ratios README quotes.
+//! `cmd::bench`): each starts its own mounts, servers and device models (or, for `classes`,
+//! replays in the simulator), runs the cases side by side in one run and returns or prints
+//! the ratios README quotes.
 
+pub mod classes;
+mod classes_eval;
 mod error;
 pub mod flash;
 pub mod fuse;

@@ -27,6 +27,9 @@ pub enum BenchCommand {
     Flash(crate::bench::flash::FlashBenchArgs),
     /// Paper 003: the zero-copy client vs pread on the mount vs native, Figs. 2–5.
     Zerocopy(crate::bench::zerocopy::ZeroCopyBenchArgs),
+    /// Issue 20: N classes sized by `mrc` (miss-ratio curves) vs N-class `dirprio`, in the
+    /// simulator: targets met, blocks vs the offline optimum, best-effort hits, sampling cost.
+    Classes(crate::bench::classes::ClassesBenchArgs),
     /// Paper 000's web scenario: nginx serving priority pages while tar backups stream, behind
     /// the HDD model; tiercache vs one LRU vs the kernel page cache (needs nginx, wrk, root).
     Web(crate::bench::web::WebBenchArgs),
@@ -70,6 +73,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Flash(a) => crate::bench::flash::run(a).map_err(line),
         BenchCommand::Zerocopy(a) => crate::bench::zerocopy::run(a).map_err(line),
         BenchCommand::Web(a) => crate::bench::web::run(a).map_err(line),
+        BenchCommand::Classes(a) => crate::bench::classes::run(a).map_err(line),
     }
 }
 

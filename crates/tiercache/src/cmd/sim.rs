@@ -1,11 +1,12 @@
 //! `tiercache sim`: replay workloads or traces, print a table or JSON, write series and plots.
 
-use super::partition_flags::PartitionFlags;
+use super::partition_flags::{ClassFlag, PartitionFlags};
 use clap::Args;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use tiercache_core::partition::PartitionKind;
+use tiercache_core::partition::{Amount, ClassSpec, ClassTable};
 use tiercache_core::policy::PolicyKind;
 use tiercache_core::seqrun::Threshold;
 use tiercache_core::setindex::{DEFAULT_SET_BLOCKS, MAX_SET_BLOCKS};
@@ -15,7 +16,7 @@ use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
 use tiercache_sim::report::{compare_table, single_table};
 use tiercache_sim::timeseries::write_csv;
 use tiercache_sim::trace::{read_trace, TraceFormat, TraceOptions};
-use tiercache_sim::workload::{generate, StreamSpec};
+use tiercache_sim::workload::{generate, resolve_classes, StreamSpec};
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -64,6 +65,11 @@ pub struct SimArgs {
     /// Partitioner of the top tier and its parameters.
     #[command(flatten)]
     pub part: PartitionFlags,
+    /// A class of the top tier, NAME::TARGET[:min=N][:max=N] (TARGET a hit-ratio fraction,
+    /// empty for best effort; N blocks or P% of the top tier). Repeatable; workloads name
+    /// classes with `class=NAME`. Without any: paper 000's `priority` and `normal`.
+    #[arg(long = "class", value_name = "NAME::TARGET")]
+    pub classes: Vec<ClassFlag>,
     /// Replay the same requests under several partitioners or policies, e.g. none,basic,dirprio
     /// or lru,arc,s3fifo (a policy applies to every tier but flash tiers, which stay lru).
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
@@ -93,7 +99,7 @@ const DEFAULT_REQUESTS: usize = 1_000_000;
 pub fn run(args: SimArgs) -> Result<(), String> {
     // Setups first: a bad --tier fails before a big trace is read.
     let setups = setups(&args)?;
-    let requests = load_requests(&args)?;
+    let requests = load_requests(&args, &setups[0].partition.params.classes)?;
     let top_capacity = setups[0].tiers[0].blocks as u64;
     let want_series = args.timeseries.is_some() || args.plot.is_some();
     let window = args
@@ -142,7 +148,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         .map_err(|e| format!("stdout: {e}"))
 }
 
-fn load_requests(args: &SimArgs) -> Result<Vec<Access>, String> {
+fn load_requests(args: &SimArgs, classes: &ClassTable) -> Result<Vec<Access>, String> {
     if let Some(path) = &args.trace {
         let format = args.format.unwrap_or_else(|| {
             let name = path.to_string_lossy();
@@ -173,7 +179,9 @@ fn load_requests(args: &SimArgs) -> Result<Vec<Access>, String> {
         }
         let n = args.requests.unwrap_or(DEFAULT_REQUESTS);
         fits_in_memory(n)?;
-        generate(&args.workloads, n, args.seed).map_err(|e| format!("--workload: {e}"))
+        let mut streams = args.workloads.clone();
+        resolve_classes(&mut streams, classes).map_err(|e| format!("--workload: {e}"))?;
+        generate(&streams, n, args.seed).map_err(|e| format!("--workload: {e}"))
     }
 }
 
@@ -226,10 +234,12 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
         return Err("--tier: tier names must be distinct".into());
     }
     let remote_threshold = remote_threshold(args, &tiers)?;
-    let partition = args.part.resolve(
+    let partition = args.part.resolve_classes(
         &PartitionFlags::default(),
         PartitionKind::None,
         tiers[0].blocks as u64,
+        &class_specs(&args.classes)?,
+        args.workloads.iter().any(|w| w.class_name == "priority"),
     )?;
     let base = Setup {
         label: partition.kind.to_string(),
@@ -258,6 +268,24 @@ fn setups(args: &SimArgs) -> Result<Vec<Setup>, String> {
                 ));
             }
             Ok(s)
+        })
+        .collect()
+}
+
+/// The `--class` flags as class specs: no directories in a simulation, bounds in blocks or
+/// percentages of the top tier.
+pub fn class_specs(flags: &[ClassFlag]) -> Result<Vec<ClassSpec>, String> {
+    flags
+        .iter()
+        .map(|f| {
+            if !f.dirs.is_empty() {
+                return Err(format!(
+                    "--class {}: a simulation has no directories; write {}::TARGET",
+                    f.name, f.name
+                ));
+            }
+            f.spec(|v| v.parse::<Amount>().map_err(|e| e.to_string()))
+                .map_err(|e| format!("--class {}: {e}", f.name))
         })
         .collect()
 }
@@ -372,7 +400,7 @@ fn write_series(args: &SimArgs, o: &Outcome, many: bool) -> Result<(), String> {
         let p = per_setup(p, &o.report.label, many);
         let f = File::create(&p).map_err(|e| format!("--timeseries {}: {e}", p.display()))?;
         let mut w = BufWriter::new(f);
-        write_csv(&mut w, &names, &o.series)
+        write_csv(&mut w, &names, &o.series_classes, &o.series)
             .and_then(|_| w.flush())
             .map_err(|e| format!("--timeseries {}: {e}", p.display()))?;
     }
@@ -382,7 +410,7 @@ fn write_series(args: &SimArgs, o: &Outcome, many: bool) -> Result<(), String> {
             "tiercache sim: {} ({} requests)",
             o.report.label, o.report.requests
         );
-        tiercache_sim::plot::plot_png(&p, &title, &names, &o.series)
+        tiercache_sim::plot::plot_png(&p, &title, &names, &o.series_classes, &o.series)
             .map_err(|e| format!("--plot {e}"))?;
         // On stderr: stdout may be the JSON document.
         eprintln!("tiercache: wrote {}", p.display());

@@ -1,0 +1,408 @@
+//! `tiercache bench classes`: issue 20's evidence in the simulator. The same requests replay
+//! under `mrc` and N-class `dirprio` with the same class table and memory:
+//! - `synthetic`: four classes (two with targets, a best-effort batch, a capped backup) and a
+//!   phase change half way (the web class's hot set moves, the backup scan starts);
+//! - `cloudphysics`: the repository's CloudPhysics sample split into three classes by a hash
+//!   of the block, the two targets read off the classes' exact curves at a quarter of the tier
+//!   each (so both are reachable together).
+//!
+//! Per scenario: each class's target, hit ratio, blocks and windows to settle; `mrc`'s blocks
+//! against the offline optimum (the class's exact LRU curve over the last phase); best-effort
+//! hits under `mrc` over `dirprio`; the replay-speed cost of sampling (`mrc` against `dirprio`,
+//! median of alternating runs); and SHARDS' curve error against the exact curves.
+
+use super::classes_eval::{class_result, ClassResult};
+use super::BenchError;
+use clap::Args;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use tiercache_core::mrc::{ExactMrc, MissRatioCurve};
+use tiercache_core::partition::PartitionKind;
+use tiercache_core::partition::{Amount, ClassParams, ClassSpec, ClassTable, PartitionConfig};
+use tiercache_core::seqrun::Threshold;
+use tiercache_core::{Access, BlockSize, Class};
+use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
+use tiercache_sim::trace::{read_trace, TraceFormat, TraceOptions};
+use tiercache_sim::workload::{generate, resolve_classes, StreamSpec};
+
+#[derive(Args, Debug)]
+pub struct ClassesBenchArgs {
+    /// Requests of the synthetic scenario.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub requests: usize,
+    /// Blocks in the tier of the synthetic scenario (its window ω too).
+    #[arg(long, default_value_t = 20_000)]
+    pub cache_blocks: usize,
+    /// Alternating replays for the speed comparison; the median cost is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// The CloudPhysics sample (oracleGeneral) [default: the repository's
+    /// testdata/traces/cloudPhysicsIO.oracleGeneral.bin.zst].
+    #[arg(long, value_name = "PATH")]
+    pub trace: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One partitioner's results (the keys are a contract).
+#[derive(Debug, Clone, Serialize)]
+pub struct PartResult {
+    pub classes: BTreeMap<String, ClassResult>,
+    pub best_effort_hit_ratio: Option<f64>,
+    pub requests_per_second: f64,
+}
+
+/// One scenario (the keys are a contract).
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    pub requests: usize,
+    pub capacity_blocks: usize,
+    pub omega: u64,
+    pub mrc: PartResult,
+    pub dirprio: PartResult,
+    /// The blocks `mrc` set aside for a target at the end over the offline optimum (the least
+    /// a class needs for its target by its exact LRU curve over the second half of the last
+    /// phase), the class furthest from 1.
+    pub mrc_blocks_vs_optimal: Option<f64>,
+    /// Per targeted class: the offline optimum in blocks.
+    pub optimal_blocks: BTreeMap<String, Option<u64>>,
+    pub best_effort_hits_mrc_vs_dirprio: Option<f64>,
+    /// 1 − mrc's replay speed / dirprio's (median of alternating runs).
+    pub sampling_speed_cost: f64,
+    /// SHARDS' mean absolute curve error against the exact curve, the worst class.
+    pub curve_error: f64,
+}
+
+/// Everything (`synthetic`'s keys also at the top level).
+#[derive(Debug, Serialize)]
+struct ClassesBench {
+    #[serde(flatten)]
+    synthetic: ScenarioResult,
+    scenarios: BTreeMap<String, ScenarioResult>,
+}
+
+/// A scenario: its requests, classes and phase starts.
+struct Scenario {
+    requests: Vec<Access>,
+    table: ClassTable,
+    capacity: usize,
+    omega: u64,
+    phases: Vec<u64>,
+}
+
+pub fn run(a: ClassesBenchArgs) -> Result<(), BenchError> {
+    let synthetic = evaluate(&synthetic(&a)?, a.repeat)?;
+    let cloud = evaluate(&cloudphysics(&a)?, a.repeat)?;
+    let out = ClassesBench {
+        synthetic: synthetic.clone(),
+        scenarios: BTreeMap::from([
+            ("synthetic".to_string(), synthetic),
+            ("cloudphysics".to_string(), cloud),
+        ]),
+    };
+    if a.json {
+        let text = serde_json::to_string_pretty(&out)
+            .map_err(|e| BenchError::scenario(format!("JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        for (name, s) in &out.scenarios {
+            print!("{}", table(name, s));
+        }
+    }
+    Ok(())
+}
+
+fn spec(name: &str, target: Option<f64>, max: Option<u64>) -> ClassSpec {
+    ClassSpec {
+        name: name.into(),
+        target,
+        min: None,
+        max: max.map(Amount::Blocks),
+    }
+}
+
+/// The exact LRU curve of `class` over the second half of `requests` (the first half warms
+/// it up: no first-touch misses of a cold start).
+fn steady_curve(requests: &[Access], class: Class) -> MissRatioCurve {
+    let mut e = ExactMrc::new(1);
+    let half = requests.len() / 2;
+    let mut first = None;
+    for (i, r) in requests.iter().enumerate() {
+        if i == half {
+            first = Some(e.curve().clone());
+        }
+        if r.class == class {
+            e.access(key(r));
+        }
+    }
+    match first {
+        Some(f) => e.curve().since(&f),
+        None => e.curve().clone(),
+    }
+}
+
+/// A target a class reaches with `blocks` blocks in steady state: its steady curve's hit
+/// ratio there, two decimals, rounded down.
+fn reachable_target(requests: &[Access], class: Class, blocks: u64) -> f64 {
+    let h = 1.0 - steady_curve(requests, class).miss_ratio(blocks);
+    (h * 100.0).floor() / 100.0
+}
+
+/// Four classes and a phase change at half time; the two targets are what each class's
+/// steady curve reaches at a quarter and at a third of the tier, so both can be met together
+/// with 5/12 of the tier left to the others.
+fn synthetic(a: &ClassesBenchArgs) -> Result<Scenario, BenchError> {
+    let b = a.cache_blocks as u64;
+    let mut table = ClassTable::new(vec![
+        spec("normal", None, None),
+        spec("web", None, None),
+        spec("db", None, None),
+        spec("batch", None, None),
+        spec("backup", None, Some(b / 50)),
+    ])
+    .map_err(|e| BenchError::scenario(e.to_string()))?;
+    let streams = [
+        format!(
+            "zipf:alpha=0.9,blocks={},class=web,weight=3,file=1,until=0.5",
+            b / 2
+        ),
+        format!(
+            "zipf:alpha=0.9,blocks={},class=web,weight=3,file=11,from=0.5",
+            b / 2
+        ),
+        format!("zipf:alpha=0.7,blocks={},class=db,weight=3,file=2", 3 * b),
+        format!("uniform:blocks={},class=batch,weight=2,file=3", 4 * b),
+        "scan:class=backup,weight=2,file=4,from=0.5".to_string(),
+    ];
+    let mut specs: Vec<StreamSpec> = streams
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e: tiercache_sim::workload::WorkloadError| BenchError::scenario(e.to_string()))?;
+    resolve_classes(&mut specs, &table).map_err(|e| BenchError::scenario(e.to_string()))?;
+    let requests =
+        generate(&specs, a.requests, 42).map_err(|e| BenchError::scenario(e.to_string()))?;
+    let phase1 = &requests[..requests.len() / 2];
+    for (name, blocks) in [("web", b / 4), ("db", b / 3)] {
+        let c = table.by_name(name).unwrap_or(Class::NORMAL);
+        let t = reachable_target(phase1, c, blocks);
+        table
+            .set(spec(name, Some(t), None))
+            .map_err(|e| BenchError::scenario(e.to_string()))?;
+    }
+    Ok(Scenario {
+        requests,
+        table,
+        capacity: a.cache_blocks,
+        omega: b,
+        phases: vec![0, a.requests as u64 / 2],
+    })
+}
+
+/// The CloudPhysics sample, three classes by a hash of the block.
+fn cloudphysics(a: &ClassesBenchArgs) -> Result<Scenario, BenchError> {
+    let path = a
+        .trace
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("testdata/traces/cloudPhysicsIO.oracleGeneral.bin.zst"));
+    let opts = TraceOptions {
+        block_size: BlockSize::DEFAULT,
+        limit: None,
+    };
+    let mut requests = read_trace(&path, TraceFormat::OracleGeneral, &opts)
+        .map_err(|e| BenchError::flag("trace", e))?;
+    let classes = [Class::new(2), Class::new(3), Class::new(4)];
+    for r in &mut requests {
+        let h = (r.key.block.0 ^ r.key.file.0.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        r.class = classes[((h >> 61) % 3) as usize].unwrap_or(Class::NORMAL);
+    }
+    let capacity = 4000usize;
+    let quarter = capacity as u64 / 4;
+    let target = |c: Option<Class>| c.map(|c| reachable_target(&requests, c, quarter));
+    // One phase: the steady curves (and the optimum) are over the trace's second half.
+    let table = ClassTable::new(vec![
+        spec("normal", None, None),
+        spec("a", target(classes[0]), None),
+        spec("b", target(classes[1]), None),
+        spec("c", None, None),
+    ])
+    .map_err(|e| BenchError::scenario(e.to_string()))?;
+    Ok(Scenario {
+        requests,
+        table,
+        capacity,
+        omega: 2000,
+        phases: vec![0],
+    })
+}
+
+fn key(a: &Access) -> u64 {
+    (a.key.file.0 << 40) ^ a.key.block.0
+}
+
+fn setup(s: &Scenario, kind: PartitionKind) -> Result<Setup, BenchError> {
+    let tier: TierSpec = format!("mem:{}:lru", s.capacity)
+        .parse()
+        .map_err(|e: tiercache_core::ParseError| BenchError::scenario(e.to_string()))?;
+    Ok(Setup {
+        label: kind.to_string(),
+        tiers: vec![tier],
+        partition: PartitionConfig {
+            kind,
+            params: ClassParams {
+                omega: Some(s.omega),
+                classes: s.table.clone(),
+            },
+        },
+        remote_threshold: Threshold::DEFAULT,
+    })
+}
+
+fn run_one(s: &Scenario, kind: PartitionKind) -> Result<Outcome, BenchError> {
+    let opts = ReplayOptions {
+        window: Some(s.omega),
+        progress: false,
+    };
+    replay(&setup(s, kind)?, &s.requests, opts).map_err(|e| BenchError::scenario(e.to_string()))
+}
+
+/// Both partitioners on `s`, and the comparisons.
+fn evaluate(s: &Scenario, repeat: usize) -> Result<ScenarioResult, BenchError> {
+    let mrc = run_one(s, PartitionKind::Mrc)?;
+    let dirprio = run_one(s, PartitionKind::Dirprio)?;
+    let (m, d) = (part_result(s, &mrc), part_result(s, &dirprio));
+    let last_phase = &s.requests[*s.phases.last().unwrap_or(&0) as usize..];
+    let mut optimal_blocks = BTreeMap::new();
+    let mut worst: Option<f64> = None;
+    for (c, spec) in s.table.iter() {
+        let Some(t) = spec.target else { continue };
+        let opt = steady_curve(last_phase, c).blocks_for_hit_ratio(t, s.capacity as u64);
+        optimal_blocks.insert(spec.name.clone(), opt);
+        let given = mrc
+            .report
+            .classes
+            .get(&spec.name)
+            .and_then(|r| r.target_blocks);
+        if let (Some(opt), Some(given)) = (opt, given) {
+            let ratio = given as f64 / opt.max(1) as f64;
+            if worst.is_none_or(|w| (ratio - 1.0).abs() > (w - 1.0).abs()) {
+                worst = Some(ratio);
+            }
+        }
+    }
+    let be_hits = |o: &Outcome| -> u64 {
+        s.table
+            .iter()
+            .filter(|(_, spec)| spec.target.is_none())
+            .filter_map(|(_, spec)| o.report.classes.get(&spec.name).map(|c| c.hits))
+            .sum()
+    };
+    let (bm, bd) = (be_hits(&mrc), be_hits(&dirprio));
+    Ok(ScenarioResult {
+        requests: s.requests.len(),
+        capacity_blocks: s.capacity,
+        omega: s.omega,
+        mrc: m,
+        dirprio: d,
+        mrc_blocks_vs_optimal: worst,
+        optimal_blocks,
+        best_effort_hits_mrc_vs_dirprio: (bd > 0).then(|| bm as f64 / bd as f64),
+        sampling_speed_cost: speed_cost(s, repeat)?,
+        curve_error: curve_error(last_phase, s.capacity as u64),
+    })
+}
+
+fn part_result(s: &Scenario, o: &Outcome) -> PartResult {
+    let mut classes = BTreeMap::new();
+    let (mut hits, mut reqs) = (0u64, 0u64);
+    // Classes without a request (and so without a report) are left out.
+    for (_, spec) in s.table.iter() {
+        if !o.report.classes.contains_key(&spec.name) {
+            continue;
+        }
+        if let Some(r) = class_result(o, &spec.name, spec.target, &s.phases) {
+            classes.insert(spec.name.clone(), r);
+        }
+        if spec.target.is_none() {
+            if let Some(c) = o.report.classes.get(&spec.name) {
+                hits += c.hits;
+                reqs += c.requests;
+            }
+        }
+    }
+    PartResult {
+        classes,
+        best_effort_hit_ratio: (reqs > 0).then(|| hits as f64 / reqs as f64),
+        requests_per_second: o.report.requests_per_second,
+    }
+}
+
+/// 1 − mrc's speed / dirprio's, the median over `repeat` alternating pairs of runs.
+fn speed_cost(s: &Scenario, repeat: usize) -> Result<f64, BenchError> {
+    let mut costs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let d = run_one(s, PartitionKind::Dirprio)?
+            .report
+            .requests_per_second;
+        let m = run_one(s, PartitionKind::Mrc)?.report.requests_per_second;
+        costs.push(1.0 - m / d.max(1.0));
+    }
+    costs.sort_by(f64::total_cmp);
+    Ok(costs[costs.len() / 2])
+}
+
+/// SHARDS' estimate (the `mrc` partitioner's sampler settings) against the exact curve, per
+/// class over `requests`, the worst mean absolute error up to `max_blocks`.
+fn curve_error(requests: &[Access], max_blocks: u64) -> f64 {
+    tiercache_sim::curves::class_curves(requests, (max_blocks / 256).max(1), max_blocks)
+        .iter()
+        .map(|c| c.error)
+        .fold(0.0, f64::max)
+}
+
+/// A scenario as text.
+fn table(name: &str, s: &ScenarioResult) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{name}: {} requests, {} blocks, window {}",
+        s.requests, s.capacity_blocks, s.omega
+    );
+    let _ = writeln!(
+        t,
+        "{:<8} {:<8} {:>6} {:>8} {:>8} {:>8} {:>8}",
+        "setup", "class", "target", "hit", "steady", "blocks", "windows"
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+    for (label, p) in [("mrc", &s.mrc), ("dirprio", &s.dirprio)] {
+        for (c, r) in &p.classes {
+            let _ = writeln!(
+                t,
+                "{label:<8} {c:<8} {:>6} {:>8} {:>8} {:>8} {:>8}",
+                r.target.map_or("-".to_string(), |x| x.to_string()),
+                f(r.hit_ratio),
+                f(r.steady_hit_ratio),
+                r.blocks,
+                r.windows_to_target
+                    .map_or("-".to_string(), |w| w.to_string()),
+            );
+        }
+        let _ = writeln!(
+            t,
+            "{label:<8} best-effort hit ratio {}",
+            f(p.best_effort_hit_ratio)
+        );
+    }
+    let _ = writeln!(
+        t,
+        "mrc blocks / optimal (worst class) {}, best-effort hits mrc/dirprio {}, sampling cost {:.1} %, curve error {:.4}\n",
+        f(s.mrc_blocks_vs_optimal),
+        f(s.best_effort_hits_mrc_vs_dirprio),
+        100.0 * s.sampling_speed_cost,
+        s.curve_error
+    );
+    t
+}
