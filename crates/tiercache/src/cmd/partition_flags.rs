@@ -233,7 +233,13 @@ mod tests {
         };
         let f = PartitionFlags::default();
         let p = f
-            .resolve_classes(&f, PartitionKind::Dirprio, 1000, &[web.clone()], false)
+            .resolve_classes(
+                &f,
+                PartitionKind::Dirprio,
+                1000,
+                std::slice::from_ref(&web),
+                false,
+            )
             .unwrap();
         let t = &p.params.classes;
         assert_eq!(t.by_name("web").map(|c| c.index()), Some(2));
