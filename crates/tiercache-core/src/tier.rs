@@ -436,7 +436,7 @@ impl Tier {
         &mut self,
         key: BlockKey,
         class: Class,
-        may_take: impl FnMut(SlotId) -> bool,
+        mut may_take: impl FnMut(SlotId) -> bool,
     ) -> Result<Inserted, CoreError> {
         let fp = match self.absent {
             // Missed since the last block came in: still absent.
@@ -452,16 +452,71 @@ impl Tier {
                 fp
             }
         };
-        let (slot, evicted) = match self.free.pop() {
+        let incoming = self.pool_of(class);
+        // A class at its cap replaces one of its own blocks, even while slots are free (a scan
+        // never owns the cache); when none of them can go (pinned or dirty, or a cap of 0),
+        // the block is not cached (`Retry`: callers bypass the tier).
+        let capped = self.at_cap(incoming);
+        let free = if capped { None } else { self.free.pop() };
+        let (slot, evicted) = match free {
+            None if capped => match self.evict_from(key, incoming, &mut may_take) {
+                Some((slot, ev)) => (slot, Some(ev)),
+                None => {
+                    return Err(CoreError::Retry {
+                        tier: self.name.clone(),
+                    })
+                }
+            },
             Some(s) => (SlotId(s), None),
             None => {
-                let incoming = self.pool_of(class);
                 let (slot, ev) = self.evict_for(key, incoming, may_take)?;
                 (slot, Some(ev))
             }
         };
         self.occupy(slot, key, fp, class);
         Ok(Inserted { slot, evicted })
+    }
+
+    /// Whether `pool` is a class's own pool holding at least that class's `max` blocks.
+    #[inline]
+    fn at_cap(&self, pool: PoolId) -> bool {
+        if self.shared || pool == PoolId::NORMAL {
+            return false;
+        }
+        let cap = self
+            .partitioner
+            .classes()
+            .get(pool.class())
+            .and_then(|s| s.max);
+        cap.is_some_and(|m| self.pools[pool.index()].len() as u64 >= m.of(self.capacity as u64))
+    }
+
+    /// A victim from `pool` only (see `evict_for`), if one can go.
+    fn evict_from(
+        &mut self,
+        key: BlockKey,
+        pool: PoolId,
+        may_take: &mut impl FnMut(SlotId) -> bool,
+    ) -> Option<(SlotId, Evicted)> {
+        let p = pool.index();
+        for _ in 0..MAX_SKIPS.min(self.pools[p].len()) {
+            let slot = self.pools[p].victim(Some(key))?;
+            let m = self.slots[slot.index()].meta;
+            if m.evictable() && may_take(slot) {
+                let vkey = self.slots[slot.index()].key;
+                self.pools[p].remove(slot, vkey, true);
+                self.map.remove(KeyMap::fp(&vkey), slot.0);
+                self.class_blocks[m.class.index()] -= 1;
+                self.stats.evictions += 1;
+                let ev = Evicted {
+                    key: vkey,
+                    class: m.class,
+                };
+                return Some((slot, ev));
+            }
+            self.pools[p].touch(slot);
+        }
+        None
     }
 
     #[inline]
