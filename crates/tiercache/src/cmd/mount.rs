@@ -45,11 +45,14 @@ pub struct MountArgs {
     /// A priority directory whose whole subtree is priority. Repeatable.
     #[arg(long = "priority-recursive", value_name = "DIR")]
     pub priority_recursive: Vec<PathBuf>,
-    /// A class of files, NAME:DIR[,DIR]:TARGET[:min=SIZE][:max=SIZE]: files directly under
-    /// each DIR (inside the mount) are in class NAME, whose hit-ratio target is TARGET (empty:
-    /// best effort) with an optional floor and cap; files in no class are `normal`. Repeatable;
-    /// given, these replace the config file's `[[class]]` tables.
-    #[arg(long = "class", value_name = "SPEC")]
+    /// A class of files: files directly under each DIR (comma-separated, inside the mount) are
+    /// in class NAME, whose hit-ratio target is TARGET (empty: best effort), with an optional
+    /// floor (min=SIZE) and cap (max=SIZE); files in no class are `normal`. Repeatable; given,
+    /// these replace the config file's class tables.
+    #[arg(
+        long = "class",
+        value_name = "NAME:DIR[,DIR]:TARGET[:min=SIZE][:max=SIZE]"
+    )]
     pub class: Vec<String>,
     /// Partitioner of the memory tier and its parameters.
     #[command(flatten)]
@@ -435,7 +438,7 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, ConfigErr
     let classes = super::mount_classes::mount_classes(
         &o,
         flags.classes.is_some(),
-        &priority_whence(args, &flags),
+        &super::mount_classes::priority_whence(args.config.as_deref(), &flags),
         args.config.as_deref(),
         &mountpoint,
         block_size.bytes(),
@@ -610,19 +613,6 @@ fn validate(mem: &MemConfig, config: Option<&Path>) -> Result<(), ConfigError> {
         }
         _ => ConfigError::invalid(format!("--{e}")),
     })
-}
-
-/// Where priority directories came from, for errors: `--priority`, or `FILE: priority`.
-fn priority_whence(args: &MountArgs, flags: &MountOptions) -> String {
-    if flags.priority.is_some() || args.config.is_none() {
-        "--priority".to_string()
-    } else {
-        let cfg = args
-            .config
-            .as_ref()
-            .map_or(String::new(), |p| p.display().to_string());
-        format!("{cfg}: priority")
-    }
 }
 
 /// The device model in front of BACKING, whether BACKING's pages stay in the page cache, and

@@ -50,6 +50,14 @@ pub(super) fn class_flags(args: &[String]) -> Result<Option<Vec<ClassToml>>, Con
     Ok(Some(out))
 }
 
+/// Where priority directories came from, for errors: `--priority`, or `FILE: priority`.
+pub(super) fn priority_whence(config: Option<&Path>, flags: &MountOptions) -> String {
+    match config {
+        Some(cfg) if flags.priority.is_none() => format!("{}: priority", cfg.display()),
+        _ => "--priority".to_string(),
+    }
+}
+
 /// The classes of `o` (flags over the file); `from_flags`: they came from `--class`; `config`:
 /// the file. Directories are made relative to `mountpoint`, sizes blocks of `block_size`.
 pub(super) fn mount_classes(
