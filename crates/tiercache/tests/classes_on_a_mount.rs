@@ -6,9 +6,10 @@
 
 mod support;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use support::{fails_naming, json_of, s, tc, Mount};
+use tiercache_remote::local::free_port;
 
 /// Reads every file of `dir` whole, `rounds` times.
 fn read_all(dir: &Path, rounds: usize) {
@@ -45,7 +46,10 @@ fn u(v: &serde_json::Value) -> u64 {
 #[test]
 fn three_classes_are_counted_by_name_and_the_backup_keeps_to_its_max() {
     // 4 MiB: 1,024 blocks of 4 KiB; the backup is capped at 256 KiB = 64 blocks.
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
     let m = Mount::new(&[
+        "--metrics",
+        &addr,
         "--memory",
         "4M",
         "--kernel-cache",
@@ -100,6 +104,25 @@ fn three_classes_are_counted_by_name_and_the_backup_keeps_to_its_max() {
             "{text}"
         );
     }
+    // Prometheus: one series per class, labelled by its name.
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    for series in [
+        "tiercache_class_hits_total{class=\"web\"}",
+        "tiercache_class_misses_total{class=\"backup\"}",
+        "tiercache_class_blocks{class=\"db\"} 64",
+        "tiercache_class_target{class=\"web\"} 0.99",
+        "tiercache_class_hits_total{class=\"normal\"}",
+    ] {
+        assert!(body.contains(series), "{series} missing: {body}");
+    }
+    assert!(
+        !body.contains("tiercache_class_target{class=\"backup\"}"),
+        "{body}"
+    );
 }
 
 #[test]
