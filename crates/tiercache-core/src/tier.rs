@@ -114,6 +114,8 @@ pub struct Tier {
     partitioner: Box<dyn Partitioner>,
     /// Resident blocks per class (`Class::index`).
     class_blocks: [usize; MAX_CLASSES],
+    /// Per pool: its class's `max` in blocks, for a class's own pool (kept by `size_pools`).
+    caps: [Option<usize>; MAX_CLASSES],
     stats: TierStats,
     /// Whether prefetch hints are worth their instructions (see [`PREFETCH_MIN_BLOCKS`]).
     prefetching: bool,
@@ -154,6 +156,7 @@ impl Tier {
             pools,
             partitioner,
             class_blocks: [0; MAX_CLASSES],
+            caps: [None; MAX_CLASSES],
             stats: TierStats::default(),
             prefetching: c >= PREFETCH_MIN_BLOCKS,
             shared: cfg.partition.kind == PartitionKind::None,
@@ -251,6 +254,17 @@ impl Tier {
     /// Tells adaptive policies how large each pool may grow: its target (at least one block),
     /// or the whole tier without one.
     fn size_pools(&mut self) {
+        let cap = self.capacity as u64;
+        let shared = self.shared;
+        let classes = self.partitioner.classes();
+        self.caps = std::array::from_fn(|i| {
+            let pool = PoolId::new(i)?;
+            if shared || pool == PoolId::NORMAL || classes.pool_of(pool.class()) != pool {
+                return None;
+            }
+            let max = classes.get(pool.class())?.max?;
+            Some(max.of(cap).min(cap) as usize)
+        });
         for (i, pool) in self.pools.iter_mut().enumerate() {
             let target = PoolId::new(i).and_then(|p| self.partitioner.target(p));
             let size = match target {
@@ -439,7 +453,7 @@ impl Tier {
         &mut self,
         key: BlockKey,
         class: Class,
-        may_take: impl FnMut(SlotId) -> bool,
+        mut may_take: impl FnMut(SlotId) -> bool,
     ) -> Result<Inserted, CoreError> {
         let fp = match self.absent {
             // Missed since the last block came in: still absent.
@@ -455,16 +469,35 @@ impl Tier {
                 fp
             }
         };
-        let (slot, evicted) = match self.free.pop() {
+        let incoming = self.pool_of(class);
+        // A class at its cap replaces one of its own blocks, even while slots are free (a scan
+        // never owns the cache); when none of them can go (pinned or dirty, or a cap of 0),
+        // the block is not cached (`Retry`: callers bypass the tier).
+        let capped = self.at_cap(incoming);
+        let free = if capped { None } else { self.free.pop() };
+        let (slot, evicted) = match free {
+            None if capped => match self.evict_from(incoming.index(), key, &mut may_take) {
+                Some((slot, ev)) => (slot, Some(ev)),
+                None => {
+                    return Err(CoreError::Retry {
+                        tier: self.name.clone(),
+                    })
+                }
+            },
             Some(s) => (SlotId(s), None),
             None => {
-                let incoming = self.pool_of(class);
                 let (slot, ev) = self.evict_for(key, incoming, may_take)?;
                 (slot, Some(ev))
             }
         };
         self.occupy(slot, key, fp, class);
         Ok(Inserted { slot, evicted })
+    }
+
+    /// Whether `pool` is a class's own pool holding at least that class's `max` blocks.
+    #[inline]
+    fn at_cap(&self, pool: PoolId) -> bool {
+        self.caps[pool.index()].is_some_and(|m| self.pools[pool.index()].len() >= m)
     }
 
     #[inline]

@@ -17,7 +17,8 @@ use crate::lower::{Lower, LowerTier};
 use crate::nowait::NoWait;
 use crate::stamp::FileStamp;
 use crate::stats::{
-    classes_of, pools_of, BackingStats, Counters, MemStats, PathStats, WindowStats, Windows,
+    classes_of, pools_of, BackingStats, ClassInfo, Counters, MemStats, PathStats, WindowStats,
+    Windows,
 };
 use crate::sync_state::SyncState;
 use crate::times::LogicalTimes;
@@ -198,6 +199,12 @@ impl Inner {
         let (wsecs, complete, wstats) = windows.view(now, &current);
         let sizes = eng.tier().pool_sizes();
         let sizes = [sizes.protected() as u64, sizes.normal() as u64];
+        let class_blocks: Vec<u64> = eng
+            .tier()
+            .classes()
+            .iter()
+            .map(|(c, _)| eng.tier().class_blocks(c) as u64)
+            .collect();
         let tiers = vec![TierSnapshot {
             name: "memory".into(),
             kind: TierKind::Memory.to_string(),
@@ -223,14 +230,14 @@ impl Inner {
             policy: self.cfg.policy.to_string(),
             partition: self.cfg.partition.kind.to_string(),
             s_target: eng.tier().s_target(),
-            target_reachable: Class::BUILT_IN.map(|c| eng.tier().partitioner().target_reachable(c)),
+            class_table: class_table(eng.tier()),
             s_cur: eng.tier().s_cur(),
             pools: pools_of(&current, sizes),
-            classes: classes_of(&current),
+            classes: classes_of(&current, &class_blocks),
             window: WindowStats {
                 secs: wsecs.as_secs_f64(),
                 complete,
-                classes: classes_of(&wstats),
+                classes: classes_of(&wstats, &class_blocks),
                 pools: pools_of(&wstats, sizes),
             },
             backing: BackingStats {
@@ -716,4 +723,17 @@ fn region_epoch() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     t ^ (u64::from(std::process::id()) << 32)
+}
+
+/// The class table of `tier` as the statistics show it.
+fn class_table(tier: &tiercache_core::tier::Tier) -> Vec<ClassInfo> {
+    tier.classes()
+        .iter()
+        .map(|(class, spec)| ClassInfo {
+            class,
+            name: spec.name.clone(),
+            target: spec.target,
+            target_reachable: tier.partitioner().target_reachable(class),
+        })
+        .collect()
 }

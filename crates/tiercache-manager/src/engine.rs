@@ -181,6 +181,31 @@ impl Engine {
         self.tier.set_partition_params(params)
     }
 
+    /// Applies a class table whose indices differ from the one in force: `remap[i]` is the new
+    /// class of old class `i` (classes past its end keep their index). Every file state, every
+    /// resident block and the hit counters (since start and the window snapshots) move along,
+    /// so no block or count is left under an index that now names another class. Nothing
+    /// changes on an error.
+    pub fn set_classes(&mut self, params: &ClassParams, remap: &[Class]) -> Result<(), CoreError> {
+        self.tier.set_partition_params(params)?;
+        let new = |c: Class| remap.get(c.index()).copied().unwrap_or(c);
+        let ids: Vec<FileId> = self.files.iter().map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(f) = self.files.get_mut(&id) {
+                f.set_class(new(f.class()));
+            }
+        }
+        // After the table changed: `set_class` places each block by the new table.
+        let slots: Vec<_> = self.tier.resident().map(|(_, s)| s).collect();
+        for slot in slots {
+            let c = self.tier.meta(slot).class;
+            self.tier.set_class(slot, new(c));
+        }
+        crate::stats::remap_classes(self.tier.stats_mut(), &new);
+        self.windows.remap_classes(&new);
+        Ok(())
+    }
+
     pub fn new(tier: Tier, windows: Windows, start: Instant, lower: Option<Arc<Lower>>) -> Self {
         Self {
             tier,

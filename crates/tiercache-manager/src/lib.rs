@@ -97,7 +97,7 @@ pub use lower::{LowerStats, LowerTier, SeqBypassStats};
 pub use lower_bypass::MeasuredCosts;
 pub use nowait::NoWait;
 pub use recover::{clean_recovered, FileError as RecoverFileError, RecoverError, RecoveryReport};
-pub use stats::{BackingStats, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
+pub use stats::{BackingStats, ClassInfo, ClassStats, MemStats, PathStats, PoolStats, WindowStats};
 pub use times::LogicalTimes;
 pub use trace::TRACE_HEADER;
 

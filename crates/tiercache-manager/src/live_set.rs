@@ -38,6 +38,18 @@ impl MemCache {
         Ok(())
     }
 
+    /// A new class table whose indices differ from the one in force (a class removed or
+    /// renumbered): `remap[i]` is the new class of old class `i`. Cached blocks, file states and
+    /// hit counters keep their class under its new index (see `Engine::set_classes`).
+    pub fn set_classes(
+        &self,
+        params: &ClassParams,
+        remap: &[tiercache_core::Class],
+    ) -> Result<(), MemError> {
+        self.inner().lock().set_classes(params, remap)?;
+        Ok(())
+    }
+
     /// A new sequential-run threshold for lower tier `k` (top first), which must have one.
     pub fn set_seq_threshold(&self, k: usize, t: Threshold) -> Result<(), MemError> {
         let lower = self.inner().lower();

@@ -55,12 +55,24 @@ pub struct PoolStats {
     pub misses: u64,
 }
 
-/// Hits and misses of one class.
+/// Hits and misses of one class, with its resident blocks now.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ClassStats {
     pub class: Class,
     pub hits: u64,
     pub misses: u64,
+    /// Blocks of the class the tier holds now (the same in a window's view).
+    pub blocks: u64,
+}
+
+/// One class of the table in force: its name and hit-ratio target, and whether the
+/// partitioner judges the target reachable (`mrc`; `None` when it cannot tell).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassInfo {
+    pub class: Class,
+    pub name: String,
+    pub target: Option<f64>,
+    pub target_reachable: Option<bool>,
 }
 
 impl ClassStats {
@@ -133,9 +145,8 @@ pub struct MemStats {
     pub partition: String,
     /// The partitioner's protected-pool target, when it has one.
     pub s_target: Option<u64>,
-    /// Per class (`Class::index`): whether its hit-ratio target can be met, as the
-    /// partitioner judges it (`mrc`); `None` when it cannot tell.
-    pub target_reachable: [Option<bool>; 2],
+    /// The class table in force, in index order (names, targets, reachability).
+    pub class_table: Vec<ClassInfo>,
     /// Blocks in the protected pool.
     pub s_cur: u64,
     /// Since start.
@@ -168,7 +179,16 @@ impl MemStats {
                 class,
                 hits: 0,
                 misses: 0,
+                blocks: 0,
             })
+    }
+
+    /// The class named `name` in the table in force.
+    pub fn class_named(&self, name: &str) -> Option<Class> {
+        self.class_table
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.class)
     }
 }
 
@@ -205,6 +225,15 @@ impl Windows {
             self.last = Some((age, diff(current, &self.at_start)));
             self.start = now;
             self.at_start = *current;
+        }
+    }
+
+    /// Moves the snapshots' class counts as `Engine::set_classes` moves the live ones, so that
+    /// a window's difference stays per class.
+    pub fn remap_classes(&mut self, new: &dyn Fn(Class) -> Class) {
+        remap_classes(&mut self.at_start, new);
+        if let Some((_, s)) = &mut self.last {
+            remap_classes(s, new);
         }
     }
 
@@ -252,16 +281,29 @@ fn sub(a: &HitCounts, b: &HitCounts) -> HitCounts {
     }
 }
 
-/// Per-class counts of `s`.
-pub(crate) fn classes_of(s: &TierStats) -> Vec<ClassStats> {
-    Class::BUILT_IN
-        .iter()
-        .map(|&class| {
+/// Moves the class counts of `s` from each class `c` to `new(c)` (counts landing on one class
+/// add up).
+pub(crate) fn remap_classes(s: &mut TierStats, new: &dyn Fn(Class) -> Class) {
+    let old = s.classes;
+    s.classes = Default::default();
+    for c in Class::all() {
+        let (from, to) = (old[c.index()], &mut s.classes[new(c).index()]);
+        to.hits += from.hits;
+        to.misses += from.misses;
+    }
+}
+
+/// Per-class counts of `s` for the first `blocks.len()` classes, with their resident blocks.
+pub(crate) fn classes_of(s: &TierStats, blocks: &[u64]) -> Vec<ClassStats> {
+    Class::all()
+        .zip(blocks)
+        .map(|(class, &blocks)| {
             let c = s.class(class);
             ClassStats {
                 class,
                 hits: c.hits,
                 misses: c.misses,
+                blocks,
             }
         })
         .collect()

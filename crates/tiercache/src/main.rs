@@ -1,6 +1,6 @@
 //! The `tiercache` command: `mount` serves a slow directory through the cache (also as
 //! `tiercache BACKING MOUNTPOINT -o OPTIONS`, for fstab), `list` shows every mount, `stats`,
-//! `priority`, `flush`, `reload` and `unmount` control a running mount, `keygen` makes a
+//! `priority`, `class`, `flush`, `reload` and `unmount` control a running mount, `keygen` makes a
 //! remote-tier key, `sim` replays workloads and traces
 //! against the same engine, `bench` measures. Errors are one line on stderr naming the flag,
 //! file or line at fault; argument errors keep clap's message (usage and tips).
@@ -36,6 +36,9 @@ enum Command {
     /// Manage priority directories of a running mount.
     #[command(subcommand)]
     Priority(cmd::ctl::PriorityCommand),
+    /// Manage the classes of a running mount (names, hit-ratio targets, bounds, directories).
+    #[command(subcommand)]
+    Class(cmd::ctl::ClassCommand),
     /// Re-read the mount's config file and apply what can change without a remount.
     Reload(cmd::reload::ReloadArgs),
     /// Write back every dirty block of a mount.
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => cmd::ctl::stats_cmd(a),
         Command::List(a) => cmd::list::list_cmd(a),
         Command::Priority(c) => cmd::ctl::priority_cmd(c),
+        Command::Class(c) => cmd::ctl::class_cmd(c),
         Command::Flush { mountpoint } => cmd::ctl::flush_cmd(&mountpoint),
         Command::Reload(a) => cmd::reload::run(a),
         Command::GenerateAssets { dir } => {

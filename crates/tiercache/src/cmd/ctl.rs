@@ -1,7 +1,8 @@
-//! Control commands on a running mount: `stats`, `priority`, `flush`, `unmount`.
+//! Control commands on a running mount: `stats`, `priority`, `class`, `flush`, `unmount`.
 
 use super::detach::{self, AtPath};
 use super::mounts::{self, is_mounted};
+use crate::live::classes::ClassBounds;
 use crate::live::control::{self, canonical_mountpoint, CallError, MountFiles, Request};
 use crate::live::stats;
 use clap::{Args, Subcommand};
@@ -37,6 +38,63 @@ pub enum PriorityCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClassCommand {
+    /// Create class NAME (or change it) and put files directly under each DIR (inside the
+    /// mount; need not exist yet) in it.
+    Add {
+        mountpoint: PathBuf,
+        name: String,
+        /// Comma-separated directories.
+        #[arg(value_delimiter = ',')]
+        dirs: Vec<PathBuf>,
+        /// The whole subtree of each DIR, not only files directly under it.
+        #[arg(long)]
+        recursive: bool,
+        #[command(flatten)]
+        bounds: BoundArgs,
+    },
+    /// Change class NAME's hit-ratio target, floor or cap.
+    Set {
+        mountpoint: PathBuf,
+        name: String,
+        #[command(flatten)]
+        bounds: BoundArgs,
+    },
+    /// Remove class NAME: its files go back to `normal`.
+    Remove { mountpoint: PathBuf, name: String },
+    /// List the classes, their targets, bounds and directories.
+    List {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A class's target and bounds as `tiercache class add|set` take them.
+#[derive(Args, Debug)]
+pub struct BoundArgs {
+    /// Hit-ratio target, a fraction in 0..1 (`none`: best effort).
+    #[arg(long, value_name = "F")]
+    pub target: Option<String>,
+    /// Floor of the class's pool, e.g. 64M (`none`: no floor).
+    #[arg(long, value_name = "SIZE")]
+    pub min: Option<String>,
+    /// Cap of the class's pool, e.g. 16M (`none`: no cap).
+    #[arg(long, value_name = "SIZE")]
+    pub max: Option<String>,
+}
+
+impl From<BoundArgs> for ClassBounds {
+    fn from(b: BoundArgs) -> Self {
+        ClassBounds {
+            target: b.target,
+            min: b.min,
+            max: b.max,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -140,6 +198,79 @@ pub fn priority_cmd(c: PriorityCommand) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+pub fn class_cmd(c: ClassCommand) -> Result<(), String> {
+    let (mp, req, json) = match c {
+        ClassCommand::Add {
+            mountpoint,
+            name,
+            dirs,
+            recursive,
+            bounds,
+        } => {
+            let req = Request::ClassAdd {
+                name,
+                dirs,
+                recursive,
+                bounds: bounds.into(),
+            };
+            (mountpoint, req, false)
+        }
+        ClassCommand::Set {
+            mountpoint,
+            name,
+            bounds,
+        } => {
+            let req = Request::ClassSet {
+                name,
+                bounds: bounds.into(),
+            };
+            (mountpoint, req, false)
+        }
+        ClassCommand::Remove { mountpoint, name } => {
+            (mountpoint, Request::ClassRemove { name }, false)
+        }
+        ClassCommand::List { mountpoint, json } => (mountpoint, Request::ClassList, json),
+    };
+    let v = call(&mp, &req, CALL_TIMEOUT)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v["classes"]).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    for c in v["classes"].as_array().into_iter().flatten() {
+        println!("{}", class_line(c));
+    }
+    Ok(())
+}
+
+/// One class of `class list`: `web  target 0.99  min 16384 blocks  dirs www/top, www/s/**`.
+fn class_line(c: &serde_json::Value) -> String {
+    let mut line = format!("{:<10}", c["name"].as_str().unwrap_or("?"));
+    line += &match c["target"].as_f64() {
+        Some(t) => format!("  target {t}"),
+        None => "  best effort".to_string(),
+    };
+    for k in ["min", "max"] {
+        if let Some(n) = c[format!("{k}_blocks")].as_u64() {
+            line += &format!("  {k} {n} blocks");
+        }
+    }
+    let dir = |d: &serde_json::Value, suffix: &str| {
+        let d = d.as_str().unwrap_or("");
+        format!("{}{suffix}", if d.is_empty() { "." } else { d })
+    };
+    let dirs: Vec<String> = (c["dirs"].as_array().into_iter().flatten())
+        .map(|d| dir(d, ""))
+        .chain((c["recursive"].as_array().into_iter().flatten()).map(|d| dir(d, "/** (recursive)")))
+        .collect();
+    if !dirs.is_empty() {
+        line += &format!("  dirs {}", dirs.join(", "));
+    }
+    line
 }
 
 pub fn flush_cmd(mountpoint: &Path) -> Result<(), String> {

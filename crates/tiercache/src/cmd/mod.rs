@@ -8,6 +8,7 @@ pub mod flash;
 pub mod fstab;
 pub mod list;
 pub mod mount;
+mod mount_classes;
 pub mod mounts;
 pub mod partition_flags;
 pub mod progress;

@@ -11,7 +11,6 @@ use crate::live::config_flash::{apply_flash_flags, FlashFlags};
 use crate::live::config_remote::{apply_remote_flags, RemoteFlags};
 use crate::live::daemon::{self, Settings};
 use crate::live::error::ConfigError;
-use crate::live::priority::{normalize, PriorityDirs, PriorityRule};
 use crate::live::size::parse_size;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -46,6 +45,15 @@ pub struct MountArgs {
     /// A priority directory whose whole subtree is priority. Repeatable.
     #[arg(long = "priority-recursive", value_name = "DIR")]
     pub priority_recursive: Vec<PathBuf>,
+    /// A class of files: files directly under each DIR (comma-separated, inside the mount) are
+    /// in class NAME, whose hit-ratio target is TARGET (empty: best effort), with an optional
+    /// floor (min=SIZE) and cap (max=SIZE); files in no class are `normal`. Repeatable; given,
+    /// these replace the config file's class tables.
+    #[arg(
+        long = "class",
+        value_name = "NAME:DIR[,DIR]:TARGET[:min=SIZE][:max=SIZE]"
+    )]
+    pub class: Vec<String>,
     /// Partitioner of the memory tier and its parameters.
     #[command(flatten)]
     pub part: PartitionFlags,
@@ -312,6 +320,7 @@ fn flag_options(args: &MountArgs) -> Result<MountOptions, ConfigError> {
                     .collect::<Result<_, _>>()?,
             )
         },
+        classes: super::mount_classes::class_flags(&args.class)?,
     })
 }
 
@@ -425,7 +434,16 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, ConfigErr
         block_size.bytes(),
         &memory_name,
     )?;
-    let partition = partition(args, &o, &src, &file_options, capacity)?;
+    let mountpoint = crate::live::control::canonical_mountpoint(&mountpoint);
+    let classes = super::mount_classes::mount_classes(
+        &o,
+        flags.classes.is_some(),
+        &super::mount_classes::priority_whence(args.config.as_deref(), &flags),
+        args.config.as_deref(),
+        &mountpoint,
+        block_size.bytes(),
+    )?;
+    let partition = partition(args, &o, &src, &file_options, capacity, &classes)?;
     let (emulate, backing_cache, kernel_cache) = caching(&o, &flags, &src)?;
     let log_level = match o.log_level.as_deref() {
         None => None,
@@ -433,8 +451,6 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, ConfigErr
             crate::live::logging::parse_level(l).map_err(|e| e.at(src.of("log-level", false)))?,
         ),
     };
-    let mountpoint = crate::live::control::canonical_mountpoint(&mountpoint);
-    let priority = priority_dirs(args, &o, &flags, &mountpoint)?;
     let mem = MemConfig {
         capacity_blocks: capacity as usize,
         block_size,
@@ -468,7 +484,7 @@ pub fn settings_at(args: &MountArgs, reload: bool) -> Result<Settings, ConfigErr
         mountpoint,
         mount_flags,
         mem,
-        priority,
+        rules: classes.rules,
         emulate,
         backing_cache,
         kernel_cache,
@@ -544,6 +560,7 @@ fn partition(
     src: &Source<'_>,
     file_options: &MountOptions,
     capacity: u64,
+    classes: &super::mount_classes::MountClasses,
 ) -> Result<PartitionConfig, ConfigError> {
     if let Some(cfg) = &args.config {
         // A bad value in the file is reported against the file, not a flag.
@@ -556,10 +573,28 @@ fn partition(
                 )
             })?;
     }
-    // Only the file's values can fail to parse here, and those were checked above.
+    // Only the file's values can fail to parse here, and those were checked above. Priority
+    // is a class with T_p when priority directories name it.
+    let priority_in_use = classes.rules.of_class("priority").next().is_some();
     let partition = partition_flags(o, |name| src.of(name, true))?
-        .resolve(&PartitionFlags::default(), PartitionKind::Dirprio, capacity)
-        .map_err(ConfigError::Invalid)?;
+        .resolve_classes(
+            &PartitionFlags::default(),
+            PartitionKind::Dirprio,
+            capacity,
+            &classes.specs,
+            priority_in_use,
+        )
+        .map_err(|e| match e.strip_prefix("--class") {
+            // The class table as a whole (floors that do not fit, too many classes).
+            Some(rest) => {
+                let rest = rest.trim_start_matches(':').trim();
+                ConfigError::bad(
+                    &classes.whence,
+                    rest.strip_prefix("class: ").unwrap_or(rest),
+                )
+            }
+            None => ConfigError::Invalid(e),
+        })?;
     Ok(partition)
 }
 
@@ -578,32 +613,6 @@ fn validate(mem: &MemConfig, config: Option<&Path>) -> Result<(), ConfigError> {
         }
         _ => ConfigError::invalid(format!("--{e}")),
     })
-}
-
-/// The priority directories of the flags, or else of the file, relative to the mount.
-fn priority_dirs(
-    args: &MountArgs,
-    o: &MountOptions,
-    flags: &MountOptions,
-    mountpoint: &Path,
-) -> Result<PriorityDirs, ConfigError> {
-    let mut priority = PriorityDirs::default();
-    let whence = if flags.priority.is_some() || args.config.is_none() {
-        "--priority".to_string()
-    } else {
-        let cfg = args
-            .config
-            .as_ref()
-            .map_or(String::new(), |p| p.display().to_string());
-        format!("{cfg}: priority")
-    };
-    for (dirs, recursive) in [(&o.priority, false), (&o.priority_recursive, true)] {
-        for d in dirs.iter().flatten() {
-            let dir = normalize(d, mountpoint).map_err(|e| e.at(whence.clone()))?;
-            priority.add(PriorityRule { dir, recursive });
-        }
-    }
-    Ok(priority)
 }
 
 /// The device model in front of BACKING, whether BACKING's pages stay in the page cache, and

@@ -1,11 +1,14 @@
 //! The live data path: FUSE requests for regular-file data go to the memory tier
 //! (`tiercache_manager::MemCache`), which serves hits, fills misses from BACKING and writes back.
 //!
-//! Classes come from priority directories: at open, the file's path inside the mount (from
-//! `/proc/self/fd` of its backing descriptor) decides. The last path seen per inode is kept so a
-//! rule change can reclassify blocks already cached.
+//! Classes come from class directories (`live::classes`; priority directories among them): at
+//! open, the file's path inside the mount (from `/proc/self/fd` of its backing descriptor)
+//! decides. The last path seen per inode is kept so a rule or class change can reclassify
+//! blocks already cached.
 
-use super::priority::{PriorityDirs, PriorityRule};
+use super::classes::LiveClasses;
+use super::error::DaemonError;
+use super::priority::PriorityRule;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -37,7 +40,10 @@ struct Known {
 pub struct CacheDataPath {
     mem: Arc<MemCache>,
     backing_root: PathBuf,
-    priority: RwLock<PriorityDirs>,
+    /// The class table and rules in force. Lock order: this, then `known`, then the memory
+    /// tier; an open holds it (read) until its class is recorded, so that a change never
+    /// misses a file nor renumbers a class between classification and the tier's open.
+    classes: RwLock<LiveClasses>,
     known: Mutex<HashMap<u64, Known>>,
     /// The mount's kernel page cache, once mounted: changes made for zero-copy clients are
     /// dropped from it.
@@ -70,11 +76,11 @@ impl CacheDataPath {
         }
     }
 
-    pub fn new(mem: Arc<MemCache>, backing_root: PathBuf, priority: PriorityDirs) -> Self {
+    pub fn new(mem: Arc<MemCache>, backing_root: PathBuf, classes: LiveClasses) -> Self {
         Self {
             mem,
             backing_root,
-            priority: RwLock::new(priority),
+            classes: RwLock::new(classes),
             known: Mutex::new(HashMap::new()),
             kernel: OnceLock::new(),
         }
@@ -99,34 +105,52 @@ impl CacheDataPath {
     }
 
     pub fn priority_rules(&self) -> Vec<PriorityRule> {
-        self.priority
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .rules()
-            .to_vec()
+        self.classes().rules.priority_rules()
     }
 
-    /// Changes the rules and reclassifies every file the cache has seen.
-    pub fn update_priority(&self, f: impl FnOnce(&mut PriorityDirs) -> bool) -> bool {
-        let changed = {
-            let mut p = self
-                .priority
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            f(&mut p)
-        };
-        if changed {
-            let p = self
-                .priority
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-            for (ino, k) in known.iter() {
-                self.mem.set_class(FileId(*ino), p.class_of(&k.path));
-            }
+    /// The class table and rules in force.
+    pub fn classes(&self) -> LiveClasses {
+        self.classes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes the class table and the rules together: `f` changes a copy and says whether
+    /// anything changed (or why the change is refused). A new table goes to the memory tier
+    /// (blocks move between pools; classes a removal renumbers keep their blocks, files and
+    /// counts, a removed class's go to `normal`), then every file the cache has seen is
+    /// classified again. Nothing changes on an error.
+    pub fn update_classes(
+        &self,
+        f: impl FnOnce(&mut LiveClasses) -> Result<bool, DaemonError>,
+    ) -> Result<bool, DaemonError> {
+        let mut cur = self.classes.write().unwrap_or_else(PoisonError::into_inner);
+        let mut next = cur.clone();
+        if !f(&mut next)? {
+            return Ok(false);
         }
-        changed
+        if next.params != cur.params {
+            let remap: Vec<Class> = cur
+                .params
+                .classes
+                .iter()
+                .map(|(_, s)| {
+                    next.params
+                        .classes
+                        .by_name(&s.name)
+                        .unwrap_or(Class::NORMAL)
+                })
+                .collect();
+            self.mem.set_classes(&next.params, &remap)?;
+        }
+        *cur = next;
+        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        for (ino, k) in known.iter() {
+            let class = cur.rules.class_of(&k.path, &cur.params.classes);
+            self.mem.set_class(FileId(*ino), class);
+        }
+        Ok(true)
     }
 
     /// The file's path relative to BACKING, from the kernel's view of its descriptor.
@@ -135,13 +159,6 @@ impl CacheDataPath {
         link.strip_prefix(&self.backing_root)
             .ok()
             .map(Path::to_path_buf)
-    }
-
-    fn class_for(&self, path: &Path) -> Class {
-        self.priority
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .class_of(path)
     }
 }
 
@@ -195,7 +212,8 @@ fn sync_flags(flags: i32) -> Option<bool> {
 impl DataPath for CacheDataPath {
     fn open(&self, fh: &FileHandleInfo) -> io::Result<OpenAdvice> {
         let path = self.relative_path(&fh.file).unwrap_or_default();
-        let class = self.class_for(&path);
+        let classes = self.classes.read().unwrap_or_else(PoisonError::into_inner);
+        let class = classes.rules.class_of(&path, &classes.params.classes);
         // The handle's own descriptor, read-only for a read-only open: the memory tier keeps a
         // writable one it already has, and reopens read-write only if write-back ever needs it
         // (a write-intent open shows in inotify, breaks leases and costs an RPC on NFS).
@@ -207,6 +225,8 @@ impl DataPath for CacheDataPath {
         k.path = path;
         k.open_handles += 1;
         k.evicted = false;
+        drop(known);
+        drop(classes);
         // Priority files are hot: the kernel caches them in front of the protected pool.
         Ok(OpenAdvice {
             kernel_cache: class == Class::PRIORITY,

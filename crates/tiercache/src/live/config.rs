@@ -10,8 +10,9 @@
 //! `backing_identity`, `zero_copy`, `zero_copy_group`,
 //! `attr_timeout`, `log_level`, `backing` and `mountpoint` (used when the command line does
 //! not give them; relative to the file's directory), `mount_flags` (`"ro,noexec"`:
-//! `--mount-flags`), and `[[tier]]` tables (see [`TierTable`]). An unknown key or a bad value is an
-//! error naming the file and line.
+//! `--mount-flags`), `[[tier]]` tables (see [`TierTable`]) and `[[class]]` tables (`name`,
+//! `dirs`, `recursive`, `target`, `min`, `max`; see `live::classes`). An unknown key or a bad
+//! value is an error naming the file and line.
 
 use super::config_flash::{flash_only_key, FlashSpec, FractionValue};
 use super::config_remote::{remote_only_key, RemoteSpec};
@@ -74,6 +75,9 @@ pub struct MountOptions {
     pub tiers: Option<Vec<TierTable>>,
     /// The daemon's log level: error|warn|info|debug|trace (`TIERCACHE_LOG` overrides it).
     pub log_level: Option<String>,
+    /// `[[class]]` tables or `--class` flags (flags replace the file's classes).
+    #[serde(rename = "class")]
+    pub classes: Option<Vec<super::classes::ClassToml>>,
 }
 
 impl MountOptions {
@@ -113,6 +117,7 @@ impl MountOptions {
             mount_flags,
             tiers,
             log_level,
+            classes,
         } = self;
         MountOptions {
             memory: memory.or(file.memory),
@@ -147,6 +152,7 @@ impl MountOptions {
             mount_flags: mount_flags.or(file.mount_flags),
             tiers: tiers.or(file.tiers),
             log_level: log_level.or(file.log_level),
+            classes: classes.or(file.classes),
         }
     }
 }

@@ -26,6 +26,28 @@ pub enum Request {
         dir: PathBuf,
     },
     PriorityList,
+    /// `tiercache class add`: creates class `name` when new, sets the bounds given, adds
+    /// `dirs` to it.
+    ClassAdd {
+        name: String,
+        #[serde(default)]
+        dirs: Vec<PathBuf>,
+        #[serde(default)]
+        recursive: bool,
+        #[serde(default)]
+        bounds: super::classes::ClassBounds,
+    },
+    /// `tiercache class set`: changes an existing class's bounds.
+    ClassSet {
+        name: String,
+        #[serde(default)]
+        bounds: super::classes::ClassBounds,
+    },
+    /// `tiercache class remove`: its files go back to `normal`.
+    ClassRemove {
+        name: String,
+    },
+    ClassList,
     Flush,
     Unmount {
         #[serde(default)]

@@ -3,11 +3,11 @@
 //! back before it exits.
 
 use super::adapter::CacheDataPath;
+use super::classes::{ClassRules, LiveClasses};
 use super::config::{LowerTierSpec, RespawnArgs};
 use super::control::{self, Handler, MountFiles, Request};
 use super::error::DaemonError;
 use super::flash::{self, MountedFlash};
-use super::priority::{normalize, PriorityDirs, PriorityRule};
 use super::reload::{self, Reloader};
 use super::remote::{self, MountedRemote};
 use super::{logging, metrics, stats};
@@ -29,7 +29,9 @@ pub struct Settings {
     /// Canonical.
     pub mountpoint: PathBuf,
     pub mem: MemConfig,
-    pub priority: PriorityDirs,
+    /// Class directories (priority directories among them); the class table is
+    /// `mem.partition.params.classes`.
+    pub rules: ClassRules,
     pub emulate: Option<DeviceModel>,
     /// `--backing-cache`: whether BACKING I/O leaves pages in the kernel page cache.
     pub backing_cache: BackingCache,
@@ -86,6 +88,9 @@ struct Live {
 
 impl Handler for Live {
     fn handle(&self, req: Request) -> Result<serde_json::Value, DaemonError> {
+        if let Some(r) = super::class_ctl::handle(&self.data, &self.mountpoint, &req) {
+            return r;
+        }
         match req {
             Request::Stats => {
                 let ms = self.data.mem().stats();
@@ -123,30 +128,6 @@ impl Handler for Live {
                 log_reload("reload", &out);
                 Ok(out.json())
             }
-            Request::PriorityAdd { dir, recursive } => {
-                let dir = normalize(&dir, &self.mountpoint)?;
-                let added = self.data.update_priority(|p| {
-                    p.add(PriorityRule {
-                        dir: dir.clone(),
-                        recursive,
-                    });
-                    true
-                });
-                log::info!("priority add {} (recursive: {recursive})", dir.display());
-                Ok(serde_json::json!({ "changed": added, "rules": self.data.priority_rules() }))
-            }
-            Request::PriorityRemove { dir } => {
-                let dir = normalize(&dir, &self.mountpoint)?;
-                if !self.data.update_priority(|p| p.remove(&dir)) {
-                    return Err(DaemonError::refused(format!(
-                        "{} is not a priority directory",
-                        dir.display()
-                    )));
-                }
-                log::info!("priority remove {}", dir.display());
-                Ok(serde_json::json!({ "changed": true, "rules": self.data.priority_rules() }))
-            }
-            Request::PriorityList => Ok(serde_json::json!({ "rules": self.data.priority_rules() })),
             Request::Flush => {
                 let t = Instant::now();
                 self.data
@@ -169,6 +150,10 @@ impl Handler for Live {
                     .map_err(DaemonError::Shared)?;
                 Ok(serde_json::json!({ "unmounted": true, "pid": std::process::id() }))
             }
+            // Answered by `class_ctl` above.
+            other => Err(DaemonError::refused(format!(
+                "unexpected request {other:?}"
+            ))),
         }
     }
 }
@@ -205,7 +190,10 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     let data = Arc::new(CacheDataPath::new(
         Arc::clone(&mem),
         backing.clone(),
-        s.priority.clone(),
+        LiveClasses {
+            params: s.mem.partition.params.clone(),
+            rules: s.rules.clone(),
+        },
     ));
     let opts = mount_options(&s, fs_name);
     let (stop, hup) = stop_signals()?;

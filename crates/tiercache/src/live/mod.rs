@@ -1,7 +1,9 @@
-//! The live mount: settings, priority directories, the data path over the memory tier, the
-//! daemon, its control socket, statistics and metrics.
+//! The live mount: settings, classes and priority directories, the data path over the memory
+//! tier, the daemon, its control socket, statistics and metrics.
 
 pub mod adapter;
+pub mod class_ctl;
+pub mod classes;
 pub mod config;
 pub mod config_flash;
 pub mod config_remote;

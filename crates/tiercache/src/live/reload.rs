@@ -9,11 +9,13 @@
 //! mounted (memory size, block size, tiers, BACKING's options, ...) are named in the answer as
 //! not applied, and stay as they are until the next mount.
 //!
-//! Priority directories: the rules the previous configuration named and the new one does not
-//! are removed, the new ones added; rules added or removed by `tiercache priority` in between
-//! are otherwise kept.
+//! Classes and their directories (priority directories among them): the classes and rules the
+//! previous configuration named and the new one does not are removed, the new and changed ones
+//! set; those added or removed by `tiercache class` or `tiercache priority` in between are
+//! otherwise kept.
 
 use super::adapter::CacheDataPath;
+use super::classes::{ClassRule, LiveClasses};
 use super::daemon::Settings;
 use super::logging;
 use super::remote::MountedRemote;
@@ -37,9 +39,9 @@ pub enum ReloadError {
     /// The new partitioner parameters do not hold for this memory tier.
     #[error("partition parameters: {0}")]
     PartitionCheck(#[source] tiercache_core::CoreError),
-    /// The memory tier refused the new partitioner parameters.
-    #[error("partition parameters: {0}")]
-    Partition(#[source] tiercache_manager::MemError),
+    /// The memory tier refused the new classes or partitioner parameters.
+    #[error("classes: {0}")]
+    Classes(#[source] Box<super::error::DaemonError>),
     /// The flusher refused its new interval or dirty expiry.
     #[error("flusher timings: {0}")]
     Flusher(#[source] tiercache_manager::MemError),
@@ -118,16 +120,28 @@ impl Reloader {
                 .params
                 .resolved(cur.mem.capacity_blocks as u64)
                 .map_err(ReloadError::PartitionCheck)?;
+            // The classes in force with the file's changes: checked as a whole.
+            let mut live = self.data.classes();
+            class_diff(&mut live, &cur, &new, None).map_err(ReloadError::PartitionCheck)?;
+            live.params
+                .resolved(cur.mem.capacity_blocks as u64)
+                .map_err(ReloadError::PartitionCheck)?;
         }
         let remote_changes = self.remote_changes(&cur, &new);
         // Apply: nothing below can fail on values checked above.
-        self.apply_priority(&cur, &new, &mut out);
-        cur.priority = new.priority.clone();
-        if params_changed {
+        if params_changed || cur.rules != new.rules {
             self.data
-                .mem()
-                .set_partition_params(&new.mem.partition.params)
-                .map_err(ReloadError::Partition)?;
+                .update_classes(|next| {
+                    rule_diff(next, &cur, &new, &mut out);
+                    if params_changed {
+                        class_diff(next, &cur, &new, Some(&mut out))?;
+                    }
+                    Ok(true)
+                })
+                .map_err(|e| ReloadError::Classes(Box::new(e)))?;
+            cur.rules = new.rules.clone();
+        }
+        if params_changed {
             params_diff(
                 &cur.mem.partition.params.dirprio(),
                 &new.mem.partition.params.dirprio(),
@@ -238,33 +252,6 @@ impl Reloader {
         })
     }
 
-    /// Removes the rules only the old configuration named, adds the new ones.
-    fn apply_priority(&self, cur: &Settings, new: &Settings, out: &mut Outcome) {
-        let (old, next) = (cur.priority.rules(), new.priority.rules());
-        let gone: Vec<_> = old.iter().filter(|r| !next.contains(r)).cloned().collect();
-        let added: Vec<_> = next.iter().filter(|r| !old.contains(r)).cloned().collect();
-        if gone.is_empty() && added.is_empty() {
-            return;
-        }
-        self.data.update_priority(|p| {
-            for r in &gone {
-                p.remove(&r.dir);
-            }
-            for r in &added {
-                p.add(r.clone());
-            }
-            true
-        });
-        for r in &gone {
-            out.changed.push(format!("priority: -{}", r.dir.display()));
-        }
-        for r in &added {
-            let rec = if r.recursive { " (recursive)" } else { "" };
-            out.changed
-                .push(format!("priority: +{}{rec}", r.dir.display()));
-        }
-    }
-
     /// The `settings` object of `stats --json`: what a reload may change, as in force.
     pub fn settings_json(&self) -> Value {
         let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
@@ -282,6 +269,7 @@ impl Reloader {
             .collect();
         json!({
             "priority": self.data.priority_rules(),
+            "classes": super::class_ctl::list_json(&self.data),
             "flush_interval_ms": fi.as_millis() as u64,
             "dirty_expire_ms": de.as_millis() as u64,
             "partition": cur.mem.partition.kind.to_string(),
@@ -330,6 +318,66 @@ impl<T: Copy + PartialEq> Change<'_, T> {
         *self.old = self.new;
         Ok(())
     }
+}
+
+/// Removes from `next` the rules only the old configuration (`cur`) named, adds the new ones.
+fn rule_diff(next: &mut LiveClasses, cur: &Settings, new: &Settings, out: &mut Outcome) {
+    let (old, fresh) = (cur.rules.rules(), new.rules.rules());
+    let label = |r: &ClassRule| match r.class.as_str() {
+        "priority" => "priority".to_string(),
+        c => format!("class {c}"),
+    };
+    for r in old.iter().filter(|r| !fresh.contains(r)) {
+        if next.rules.remove(&r.dir, &r.class) {
+            out.changed
+                .push(format!("{}: -{}", label(r), r.dir.display()));
+        }
+    }
+    for r in fresh.iter().filter(|r| !old.contains(r)) {
+        next.rules.add(r.clone());
+        let rec = if r.recursive { " (recursive)" } else { "" };
+        out.changed
+            .push(format!("{}: +{}{rec}", label(r), r.dir.display()));
+    }
+}
+
+/// Applies to `next` the class table changes from the old configuration (`cur`) to the new:
+/// ω, classes set or changed, classes removed (their rules too). Built-in classes' changes are
+/// told by `params_diff`, the others in `out` when given.
+fn class_diff(
+    next: &mut LiveClasses,
+    cur: &Settings,
+    new: &Settings,
+    mut out: Option<&mut Outcome>,
+) -> Result<(), tiercache_core::CoreError> {
+    let (old, fresh) = (&cur.mem.partition.params, &new.mem.partition.params);
+    next.params.omega = fresh.omega;
+    for (c, spec) in fresh.classes.iter() {
+        let before = old
+            .classes
+            .by_name(&spec.name)
+            .and_then(|c| old.classes.get(c));
+        if before != Some(spec) {
+            next.params.classes.set(spec.clone())?;
+            if let (Some(out), true) = (out.as_deref_mut(), c.index() >= 2) {
+                let what = if before.is_some() { "changed" } else { "added" };
+                out.changed.push(format!("class {}: {what}", spec.name));
+            }
+        }
+    }
+    for (c, spec) in old.classes.iter() {
+        if c.index() >= 2
+            && fresh.classes.by_name(&spec.name).is_none()
+            && next.params.classes.by_name(&spec.name).is_some()
+        {
+            next.params.classes.remove(&spec.name)?;
+            next.rules.remove_class(&spec.name);
+            if let Some(out) = out.as_deref_mut() {
+                out.changed.push(format!("class {}: removed", spec.name));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One item per partitioner parameter that changed.

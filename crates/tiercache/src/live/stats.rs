@@ -4,8 +4,8 @@
 use super::metrics::metric;
 use serde_json::{json, Value};
 use std::path::Path;
-use tiercache_core::{Class, PoolId};
-use tiercache_manager::{ClassStats, MemStats, PoolStats};
+use tiercache_core::PoolId;
+use tiercache_manager::{ClassInfo, ClassStats, MemStats, PoolStats};
 
 fn pool(pools: &[PoolStats], id: PoolId) -> Option<&PoolStats> {
     pools.iter().find(|p| p.pool == id)
@@ -19,15 +19,30 @@ fn ratio(hits: u64, misses: u64) -> Value {
     }
 }
 
-fn class_json(all: &ClassStats, window: Option<&ClassStats>, reachable: Option<bool>) -> Value {
+fn class_json(info: &ClassInfo, all: &ClassStats, window: Option<&ClassStats>) -> Value {
     let (wh, wm) = window.map_or((0, 0), |w| (w.hits, w.misses));
     json!({
         "hits": all.hits,
         "misses": all.misses,
         "hit_ratio": ratio(all.hits, all.misses),
+        "blocks": all.blocks,
+        "target": info.target,
         "window": { "hits": wh, "misses": wm, "hit_ratio": ratio(wh, wm) },
-        "target_reachable": reachable,
+        "target_reachable": info.target_reachable,
     })
+}
+
+/// `classes.NAME`: every class of the table in force, keyed by its name.
+fn classes_json(s: &MemStats) -> Value {
+    let classes: serde_json::Map<String, Value> = s
+        .class_table
+        .iter()
+        .map(|info| {
+            let w = s.window.classes.iter().find(|x| x.class == info.class);
+            (info.name.clone(), class_json(info, &s.class(info.class), w))
+        })
+        .collect();
+    Value::Object(classes)
 }
 
 /// The `tiercache stats --json` document.
@@ -41,10 +56,6 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
             "misses": p.map_or(0, |p| p.misses),
             "window": { "hits": w.map_or(0, |p| p.hits), "misses": w.map_or(0, |p| p.misses) },
         })
-    };
-    let class = |c: Class| {
-        let w = s.window.classes.iter().find(|x| x.class == c);
-        class_json(&s.class(c), w, s.target_reachable[c.index()])
     };
     json!({
         "pid": std::process::id(),
@@ -65,7 +76,7 @@ pub fn json(s: &MemStats, mountpoint: &Path, backing: &Path, emulation: Option<&
             "writeback_blocks_per_sec": s.writeback_blocks_per_sec,
         },
         "window_secs": s.window.secs,
-        "classes": { "priority": class(Class::PRIORITY), "normal": class(Class::NORMAL) },
+        "classes": classes_json(s),
         "backing": {
             "reads": s.backing.reads,
             "writes": s.backing.writes,
@@ -125,15 +136,19 @@ pub fn text(v: &Value) -> String {
         m["s_target"],
         m["pools"]["normal"]["blocks"],
     );
-    for c in ["priority", "normal"] {
-        let x = &v["classes"][c];
+    for (c, x) in v["classes"].as_object().into_iter().flatten() {
         out += &format!(
-            "{c:<8} hit ratio {} since mount ({} hits, {} misses), {} over the last {:.0} s\n",
+            "{c:<8} hit ratio {} since mount ({} hits, {} misses), {} over the last {:.0} s, {} blocks{}\n",
             pct(&x["hit_ratio"]),
             x["hits"],
             x["misses"],
             pct(&x["window"]["hit_ratio"]),
-            v["window_secs"].as_f64().unwrap_or(0.0)
+            v["window_secs"].as_f64().unwrap_or(0.0),
+            x["blocks"],
+            match x["target"].as_f64() {
+                Some(t) => format!(", target {}", pct(&json!(t))),
+                None => String::new(),
+            }
         );
     }
     let b = &v["backing"];
@@ -285,22 +300,58 @@ fn pool_and_class_metrics(o: &mut String, s: &MemStats) {
         "Misses per pool.",
         &by(2),
     );
-    let classes: Vec<(String, f64, f64)> = s
-        .classes
+    class_metrics(o, s);
+}
+
+/// Per class, labelled by its name: hits, misses, resident blocks, the hit-ratio target (for
+/// classes with one) and whether it is judged reachable (`mrc`).
+fn class_metrics(o: &mut String, s: &MemStats) {
+    let f = |x: u64| x as f64;
+    let labels: Vec<String> = s
+        .class_table
         .iter()
-        .map(|c| (format!("class=\"{}\"", c.class), f(c.hits), f(c.misses)))
+        .map(|c| format!("class=\"{}\"", c.name.replace('"', "'")))
         .collect();
-    let hits: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.1)).collect();
-    let misses: Vec<(&str, f64)> = classes.iter().map(|c| (c.0.as_str(), c.2)).collect();
-    metric(o, "class_hits_total", "counter", "Hits per class.", &hits);
-    let reachable: Vec<(String, f64)> = Class::BUILT_IN
-        .iter()
-        .filter_map(|&c| {
-            let r = s.target_reachable[c.index()]?;
-            Some((format!("class=\"{c}\""), f64::from(u8::from(r))))
-        })
-        .collect();
-    let reachable: Vec<(&str, f64)> = reachable.iter().map(|c| (c.0.as_str(), c.1)).collect();
+    let series = |get: &dyn Fn(&ClassInfo) -> Option<f64>| -> Vec<(&str, f64)> {
+        labels
+            .iter()
+            .zip(&s.class_table)
+            .filter_map(|(l, c)| Some((l.as_str(), get(c)?)))
+            .collect()
+    };
+    let count = |c: &ClassInfo| s.class(c.class);
+    metric(
+        o,
+        "class_hits_total",
+        "counter",
+        "Hits per class.",
+        &series(&|c| Some(f(count(c).hits))),
+    );
+    metric(
+        o,
+        "class_misses_total",
+        "counter",
+        "Misses per class.",
+        &series(&|c| Some(f(count(c).misses))),
+    );
+    metric(
+        o,
+        "class_blocks",
+        "gauge",
+        "Blocks of each class the memory tier holds.",
+        &series(&|c| Some(f(count(c).blocks))),
+    );
+    let targets = series(&|c| c.target);
+    if !targets.is_empty() {
+        metric(
+            o,
+            "class_target",
+            "gauge",
+            "Hit-ratio target of each class that has one.",
+            &targets,
+        );
+    }
+    let reachable = series(&|c| c.target_reachable.map(|r| f64::from(u8::from(r))));
     if !reachable.is_empty() {
         metric(
             o,
@@ -310,13 +361,6 @@ fn pool_and_class_metrics(o: &mut String, s: &MemStats) {
             &reachable,
         );
     }
-    metric(
-        o,
-        "class_misses_total",
-        "counter",
-        "Misses per class.",
-        &misses,
-    );
 }
 
 /// BACKING's requests, bytes and times, and write-back.

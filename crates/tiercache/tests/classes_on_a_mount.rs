@@ -1,0 +1,350 @@
+//! Classes on a mount: `--class` flags and `[[class]]` tables put files in classes by their
+//! directory; `stats --json` shows each class under `classes.NAME` (hits, blocks, target, the
+//! window); a capped class never holds more than its max; `tiercache class` changes them on the
+//! running mount; bad classes mount nothing and say what is wrong in one line.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use support::{fails_naming, json_of, s, tc, Mount};
+use tiercache_remote::local::free_port;
+
+/// Reads every file of `dir` whole, `rounds` times.
+fn read_all(dir: &Path, rounds: usize) {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut buf = Vec::new();
+    for _ in 0..rounds {
+        for f in &files {
+            buf.clear();
+            std::fs::File::open(f)
+                .unwrap()
+                .read_to_end(&mut buf)
+                .unwrap();
+        }
+    }
+}
+
+/// `n` files of `size` bytes in BACKING's `dir`.
+fn files(m: &Mount, dir: &str, n: usize, size: usize) {
+    let d = m.backing.join(dir);
+    std::fs::create_dir_all(&d).unwrap();
+    for i in 0..n {
+        std::fs::write(d.join(format!("f{i}")), vec![i as u8 + 1; size]).unwrap();
+    }
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn three_classes_are_counted_by_name_and_the_backup_keeps_to_its_max() {
+    // 4 MiB: 1,024 blocks of 4 KiB; the backup is capped at 256 KiB = 64 blocks.
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let m = Mount::new(&[
+        "--metrics",
+        &addr,
+        "--memory",
+        "4M",
+        "--kernel-cache",
+        "off",
+        "--class",
+        "web:www:0.99",
+        "--class",
+        "db:pgdata:0.9",
+        "--class",
+        "backup:backup::max=256K",
+    ]);
+    files(&m, "www", 8, 16 << 10);
+    files(&m, "pgdata", 4, 64 << 10);
+    files(&m, "backup", 4, 1 << 20);
+    files(&m, "other", 2, 16 << 10);
+    read_all(&m.mnt.join("www"), 3);
+    read_all(&m.mnt.join("pgdata"), 2);
+    read_all(&m.mnt.join("other"), 1);
+    let mut most = 0;
+    for _ in 0..2 {
+        read_all(&m.mnt.join("backup"), 1);
+        most = most.max(u(&m.stats()["classes"]["backup"]["blocks"]));
+    }
+    let v = m.stats();
+    let c = &v["classes"];
+    for name in ["priority", "normal", "web", "db", "backup"] {
+        for key in ["hits", "misses", "hit_ratio", "blocks", "target", "window"] {
+            assert!(c[name].get(key).is_some(), "classes.{name}.{key}: {c}");
+        }
+        assert!(c[name]["window"].get("hit_ratio").is_some(), "{c}");
+    }
+    assert_eq!(c["web"]["target"], 0.99);
+    assert_eq!(c["db"]["target"], 0.9);
+    assert!(c["backup"]["target"].is_null(), "best effort: {c}");
+    // web: 32 blocks, read 3 times; db: 64 blocks, read twice.
+    assert_eq!(u(&c["web"]["blocks"]), 32, "{c}");
+    assert!(u(&c["web"]["hits"]) >= 64, "{c}");
+    assert_eq!(u(&c["db"]["blocks"]), 64, "{c}");
+    assert!(u(&c["db"]["hits"]) >= 64, "{c}");
+    assert!(u(&c["normal"]["misses"]) >= 8, "other/ is normal: {c}");
+    assert!(u(&c["backup"]["misses"]) >= 512, "{c}");
+    assert!(
+        most <= 64,
+        "backup held {most} blocks, above its max of 64: {c}"
+    );
+    assert!(u(&c["backup"]["blocks"]) > 0, "{c}");
+    let text = String::from_utf8(tc(&["stats", s(&m.mnt)]).stdout).unwrap();
+    for name in ["web", "db", "backup"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(name) && l.contains("hit ratio")),
+            "{text}"
+        );
+    }
+    // Prometheus: one series per class, labelled by its name.
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    for series in [
+        "tiercache_class_hits_total{class=\"web\"}",
+        "tiercache_class_misses_total{class=\"backup\"}",
+        "tiercache_class_blocks{class=\"db\"} 64",
+        "tiercache_class_target{class=\"web\"} 0.99",
+        "tiercache_class_hits_total{class=\"normal\"}",
+    ] {
+        assert!(body.contains(series), "{series} missing: {body}");
+    }
+    assert!(
+        !body.contains("tiercache_class_target{class=\"backup\"}"),
+        "{body}"
+    );
+}
+
+#[test]
+fn class_add_set_remove_and_list_change_a_running_mount() {
+    let m = Mount::new(&["--memory", "4M", "--kernel-cache", "off"]);
+    files(&m, "www", 4, 16 << 10);
+    files(&m, "logs", 4, 16 << 10);
+    read_all(&m.mnt.join("www"), 1);
+    read_all(&m.mnt.join("logs"), 1);
+    let mp = s(&m.mnt);
+    let ok = |args: &[&str]| {
+        let out = tc(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Cached files move into the new classes at once.
+    ok(&["class", "add", mp, "web", "www", "--target", "0.95"]);
+    ok(&["class", "add", mp, "logs", "logs", "--max", "64K"]);
+    let c = m.stats()["classes"].clone();
+    assert_eq!(u(&c["web"]["blocks"]), 16, "{c}");
+    assert_eq!(c["web"]["target"], 0.95);
+    assert!(u(&c["logs"]["blocks"]) <= 16, "{c}");
+    let list = json_of(&["class", "list", mp, "--json"], &[]);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["priority", "normal", "web", "logs"]);
+    assert_eq!(list[2]["dirs"][0], "www");
+    assert_eq!(list[3]["max_blocks"], 16);
+
+    ok(&["class", "set", mp, "web", "--target", "0.8", "--min", "32K"]);
+    let list = json_of(&["class", "list", mp, "--json"], &[]);
+    assert_eq!(
+        (list[2]["target"].as_f64(), u(&list[2]["min_blocks"])),
+        (Some(0.8), 8)
+    );
+
+    // Removing `web` renumbers `logs`: its blocks keep their class, web's go to normal.
+    let normal_before = u(&m.stats()["classes"]["normal"]["blocks"]);
+    let logs_before = u(&m.stats()["classes"]["logs"]["blocks"]);
+    ok(&["class", "remove", mp, "web"]);
+    let c = m.stats()["classes"].clone();
+    assert!(c.get("web").is_none(), "{c}");
+    assert_eq!(u(&c["logs"]["blocks"]), logs_before, "{c}");
+    assert_eq!(u(&c["normal"]["blocks"]), normal_before + 16, "{c}");
+    read_all(&m.mnt.join("logs"), 1);
+    assert!(u(&m.stats()["classes"]["logs"]["hits"]) > 0);
+    let text = String::from_utf8(tc(&["class", "list", mp]).stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("logs") && l.contains("max 16 blocks")),
+        "{text}"
+    );
+
+    // Refusals: one line, nothing changed.
+    for (args, why) in [
+        (vec!["class", "remove", mp, "normal"], "built in"),
+        (
+            vec!["class", "remove", mp, "nosuch"],
+            "no class named nosuch",
+        ),
+        (
+            vec!["class", "set", mp, "nosuch", "--target", "0.5"],
+            "no class named nosuch",
+        ),
+        (
+            vec!["class", "add", mp, "x", "/etc"],
+            "not inside the mount",
+        ),
+        (
+            vec!["class", "set", mp, "logs", "--target", "1.5"],
+            "not a fraction",
+        ),
+        (vec!["class", "set", mp, "normal", "--max", "1M"], "no max"),
+    ] {
+        let out = tc(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    let list = json_of(&["class", "list", mp, "--json"], &[]);
+    assert_eq!(list.as_array().unwrap().len(), 3);
+    // Priority directories are the class `priority`'s.
+    ok(&["priority", "add", mp, "logs"]);
+    assert!(u(&m.stats()["classes"]["priority"]["blocks"]) > 0);
+}
+
+#[test]
+fn class_tables_of_the_config_file_and_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tc.toml");
+    let table = |target: &str| {
+        format!(
+            "memory = \"4M\"\nkernel_cache = \"off\"\n\
+             [[class]]\nname = \"web\"\ndirs = [\"www\"]\ntarget = {target}\n\
+             [[class]]\nname = \"scratch\"\nrecursive = [\"tmp\"]\n"
+        )
+    };
+    std::fs::write(&cfg, table("0.9")).unwrap();
+    let m = Mount::new(&["--config", s(&cfg)]);
+    files(&m, "tmp/a/b", 2, 16 << 10);
+    read_all(&m.mnt.join("tmp/a/b"), 1);
+    let c = m.stats()["classes"].clone();
+    assert_eq!(c["web"]["target"], 0.9);
+    assert_eq!(u(&c["scratch"]["blocks"]), 8, "recursive: {c}");
+    std::fs::write(
+        &cfg,
+        "memory = \"4M\"\nkernel_cache = \"off\"\n\
+         [[class]]\nname = \"web\"\ndirs = [\"www\"]\ntarget = 0.95\n",
+    )
+    .unwrap();
+    let out = json_of(&["reload", s(&m.mnt), "--json"], &[]);
+    let changed = out["changed"].to_string();
+    assert!(changed.contains("class scratch: removed"), "{out}");
+    assert!(changed.contains("class web: changed"), "{out}");
+    let c = m.stats()["classes"].clone();
+    assert_eq!(c["web"]["target"], 0.95);
+    assert!(c.get("scratch").is_none(), "{c}");
+    assert_eq!(
+        u(&c["normal"]["blocks"]),
+        8,
+        "scratch's blocks are normal's: {c}"
+    );
+}
+
+#[test]
+fn bad_classes_mount_nothing_and_say_why_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let (bs, ms) = (s(&b).to_string(), s(&mnt).to_string());
+    let mount = |extra: &[&'static str]| -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "mount".into(),
+            bs.clone(),
+            ms.clone(),
+            "--memory".into(),
+            "1M".into(),
+        ];
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let one_line = |args: &[String], flag: &str, why: &str| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args = args.as_slice();
+        fails_naming(args, flag, why);
+        let err = String::from_utf8(tc(args).stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!support::mounted(&mnt));
+    };
+    one_line(
+        &mount(&["--class", "web:www:1.5"]),
+        "--class",
+        "not a fraction",
+    );
+    one_line(
+        &mount(&["--class", "web:/etc:0.5"]),
+        "--class web",
+        "not inside the mount",
+    );
+    one_line(
+        &mount(&["--class", "normal::0.5:max=64K"]),
+        "--class normal",
+        "no max",
+    );
+    one_line(
+        &mount(&["--class", "web:a:0.5", "--class", "web:b:0.9"]),
+        "--class web",
+        "given twice",
+    );
+    one_line(
+        &mount(&["--class", "web:a:0.5:min=lots"]),
+        "--class",
+        "not a size",
+    );
+    one_line(
+        &mount(&["--class", "web:a:0.5:min=2M"]),
+        "--class",
+        "exceed",
+    );
+    let many: Vec<String> = (0..7).map(|i| format!("c{i}:d{i}:")).collect();
+    let mut args = mount(&[]);
+    for c in &many {
+        args.extend(["--class".to_string(), c.clone()]);
+    }
+    one_line(&args, "--class", "at most 8");
+
+    let cfg = dir.path().join("tc.toml");
+    let file_args: Vec<String> = ["mount", "--config", s(&cfg), s(&b), s(&mnt)]
+        .map(str::to_string)
+        .to_vec();
+    for (text, at, why) in [
+        (
+            "[[class]]\nname = \"web\"\ncolour = 1\n",
+            "tc.toml:4",
+            "unknown field `colour`",
+        ),
+        (
+            "[[class]]\nname = \"web\"\ntarget = 2.0\n",
+            "[[class]] web",
+            "outside 0..1",
+        ),
+        (
+            "[[class]]\nname = \"web\"\ndirs = [\"../x\"]\n",
+            "[[class]] web",
+            "leaves the mount",
+        ),
+        (
+            "[[class]]\nname = \"web\"\nmin = \"1G\"\n",
+            "[[class]]",
+            "exceed",
+        ),
+    ] {
+        std::fs::write(&cfg, format!("memory = \"1M\"\n{text}")).unwrap();
+        one_line(&file_args, at, why);
+    }
+}
