@@ -11,8 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// The most classes (and so pools) a tier has.
+/// The most classes (and so pools) a tier has; a power of two (indices are masked with it).
 pub const MAX_CLASSES: usize = 8;
+const _: () = assert!(MAX_CLASSES.is_power_of_two());
 
 /// The class of a block, fixed by the file it belongs to. Invariant: `index() < MAX_CLASSES`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,9 +45,11 @@ impl Class {
     pub fn all() -> impl Iterator<Item = Class> {
         (0..MAX_CLASSES as u8).map(Class)
     }
+    /// The index, below [`MAX_CLASSES`] (the mask restates the type's invariant so that indexing
+    /// an array of `MAX_CLASSES` needs no bounds check on the hot path).
     #[inline]
     pub const fn index(self) -> usize {
-        self.0 as usize
+        (self.0 as usize) & (MAX_CLASSES - 1)
     }
     /// The name a class has when no table names it: `priority`, `normal`, `class2`, ….
     pub const fn as_str(self) -> &'static str {
@@ -113,9 +116,10 @@ impl PoolId {
             None
         }
     }
+    /// The index, below [`MAX_CLASSES`] (masked as [`Class::index`] is).
     #[inline]
     pub const fn index(self) -> usize {
-        self.0 as usize
+        (self.0 as usize) & (MAX_CLASSES - 1)
     }
     /// The class this pool was made for.
     pub const fn class(self) -> Class {

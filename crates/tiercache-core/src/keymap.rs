@@ -123,8 +123,10 @@ impl KeyMap {
         self.len += 1;
     }
 
-    /// Removes the entry of `slot`, whose key hashes to `fp`; false if there is none.
-    #[inline]
+    /// Removes the entry of `slot`, whose key hashes to `fp`; false if there is none. Always
+    /// inlined: it is on every eviction's path, and left to itself the compiler stopped
+    /// inlining it once the eviction path grew (5 % of an LRU replay as a call).
+    #[inline(always)]
     pub(crate) fn remove(&mut self, fp: Fp, slot: u32) -> bool {
         let mut i = self.home(fp.0);
         loop {

@@ -225,12 +225,9 @@ impl Tier {
     pub fn target(&self, pool: PoolId) -> Option<u64> {
         self.partitioner.target(pool)
     }
+    #[inline]
     pub fn pool_sizes(&self) -> PoolSizes {
-        let mut lens = [0; MAX_CLASSES];
-        for (l, p) in lens.iter_mut().zip(&self.pools) {
-            *l = p.len();
-        }
-        PoolSizes::from_slice(&lens)
+        PoolSizes::from_fn(|i| self.pools.get(i).map_or(0, |p| p.len()))
     }
     /// Resident blocks of `class`.
     pub fn class_blocks(&self, class: Class) -> usize {
@@ -549,8 +546,9 @@ impl Tier {
     }
 
     /// Removes pool `p`'s victim, skipping (requeueing) up to [`MAX_SKIPS`] pinned, dirty or
-    /// refused ones.
-    #[inline]
+    /// refused ones. Inlined: it is the eviction path of every fill (measured: 9 % of a
+    /// `dirprio` replay as a call).
+    #[inline(always)]
     fn evict_from(
         &mut self,
         p: usize,

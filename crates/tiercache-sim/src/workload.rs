@@ -113,16 +113,8 @@ impl FromStr for StreamSpec {
                             bad(format!("blocks `{v}` must be a positive integer"))
                         })?
                 }
-                "class" => {
-                    if v.is_empty()
-                        || !v
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                    {
-                        return Err(bad(format!("class `{v}` is not a class name")));
-                    }
-                    class_name = v.to_string();
-                }
+                "class" if is_class_name(v) => class_name = v.to_string(),
+                "class" => return Err(bad(format!("class `{v}` is not a class name"))),
                 "weight" => weight = num("weight")?,
                 "file" => {
                     file = Some(
@@ -185,6 +177,13 @@ impl FromStr for StreamSpec {
             until,
         })
     }
+}
+
+/// Letters, digits, `-` and `_`, as a class table's names are.
+fn is_class_name(v: &str) -> bool {
+    !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Maps every stream's class name to its class in `table`; an unknown name is an error.

@@ -85,6 +85,11 @@ impl FromStr for PartitionKind {
 pub struct PoolSizes([usize; MAX_CLASSES]);
 
 impl PoolSizes {
+    /// Sizes from `f(pool index)`.
+    #[inline]
+    pub fn from_fn(f: impl FnMut(usize) -> usize) -> Self {
+        Self(std::array::from_fn(f))
+    }
     /// Sizes from a list in pool order (missing pools are empty).
     pub fn from_slice(sizes: &[usize]) -> Self {
         let mut s = [0; MAX_CLASSES];

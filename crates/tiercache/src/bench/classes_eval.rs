@@ -19,6 +19,8 @@ pub struct ClassResult {
     pub hit_ratio: Option<f64>,
     /// Mean blocks held once settled in the last phase (the last half of it without a target).
     pub blocks: u64,
+    /// What the partitioner set aside for the target at the end (`mrc`; else `null`).
+    pub target_blocks: Option<u64>,
     /// Settled within 5 windows of every phase start, and within ±1 % of the target after.
     pub target_met: Option<bool>,
     /// The most windows any phase took to settle (`null`: it never did, or no target).
@@ -106,6 +108,7 @@ pub fn class_result(
         target,
         hit_ratio: report.and_then(|c| c.hit_ratio),
         blocks: held.round() as u64,
+        target_blocks: report.and_then(|c| c.target_blocks),
         target_met: target.map(|t| {
             worst.is_some_and(|w| w <= 5) && steady_hit.is_some_and(|h| (h - t).abs() <= TOLERANCE)
         }),

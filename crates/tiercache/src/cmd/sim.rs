@@ -65,8 +65,8 @@ pub struct SimArgs {
     /// Partitioner of the top tier and its parameters.
     #[command(flatten)]
     pub part: PartitionFlags,
-    /// A class of the top tier, NAME::TARGET[:min=N][:max=N] (TARGET a hit-ratio fraction,
-    /// empty for best effort; N blocks or P% of the top tier). Repeatable; workloads name
+    /// A class of the top tier, NAME::TARGET with optional :min=N and :max=N (TARGET a
+    /// hit-ratio fraction, empty for best effort; N blocks or P% of the top tier). Repeatable; workloads name
     /// classes with `class=NAME`. Without any: paper 000's `priority` and `normal`.
     #[arg(long = "class", value_name = "NAME::TARGET")]
     pub classes: Vec<ClassFlag>,

@@ -198,13 +198,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     let opts = mount_options(&s, fs_name);
     let (stop, hup) = stop_signals()?;
     // Bind the metrics address before mounting, so a bad or busy address mounts nothing.
-    let metrics_listener = match &s.metrics {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr)
-                .map_err(|e| DaemonError::io(format!("--metrics {addr}"), e))?,
-        ),
-        None => None,
-    };
+    let metrics_listener = bind_metrics(&s)?;
     // Bound before mounting too: a zero-copy name in use mounts nothing.
     let zero_copy = match &s.zero_copy {
         Some(z) => Some(super::zerocopy::Service::bind(&s.mountpoint, z.clone())?),
@@ -274,6 +268,17 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     // Let the control threads deliver their answers before the process goes.
     std::thread::sleep(Duration::from_millis(100));
     result.map_err(DaemonError::Shared)
+}
+
+/// The metrics address bound, if one is configured.
+fn bind_metrics(s: &Settings) -> Result<Option<std::net::TcpListener>, DaemonError> {
+    s.metrics
+        .as_ref()
+        .map(|addr| {
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| DaemonError::io(format!("--metrics {addr}"), e))
+        })
+        .transpose()
 }
 
 /// Serves until a stop, unmounts, writes everything back and marks the flash tiers cleanly
