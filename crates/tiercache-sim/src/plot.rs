@@ -1,7 +1,8 @@
 //! `--plot FILE.png`: hit ratios and pool sizes over time, like paper 000's Fig. 5.
-//! Top panel: H_p, H_n and each tier's hit ratio per window; bottom: S_target and S_cur of the
-//! top tier's protected pool, omitted (and the omission said in the caption) when the top tier
-//! is not partitioned. Legends sit beside the panels, never over a line; a window without
+//! Top panel: H_p, H_n (with more than two classes: each class's hit ratio) and each tier's hit
+//! ratio per window; bottom: S_target and S_cur of the top tier's protected pool (with more
+//! classes: each class's blocks), omitted (and the omission said in the caption) when the top
+//! tier is not partitioned. Legends sit beside the panels, never over a line; a window without
 //! accesses of a series is a gap in its line, not a ramp. The font is DejaVu Sans, embedded, so
 //! plots render the same on machines without fonts.
 
@@ -244,44 +245,28 @@ fn hit_ratio_panel(
     legend(&upper_legend, &entries).map_err(|e| err(&e))
 }
 
+/// One line of a blocks panel: its legend, its points (gaps where `None`) and its colour.
+type BlocksLine = (String, Vec<(u64, Option<u64>)>, RGBAColor);
+
 /// The lower panel: the protected pool's target and current size per window.
 fn pool_panel(
     area: &Area<'_>,
     rows: &[WindowRow],
     err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
 ) -> Result<(), PlotError> {
-    let x_max = rows.last().map_or(1, |r| r.request).max(1);
-    let (lower, lower_legend) = area.split_horizontally(1100);
-    let y_max = rows
-        .iter()
-        .map(|r| r.s_target.unwrap_or(0).max(r.s_cur))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let mut c = ChartBuilder::on(&lower)
-        .margin(12)
-        .margin_right(24)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .caption("protected pool (top tier)", ("sans-serif", 16))
-        .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
-        .map_err(|e| err(&e))?;
-    c.configure_mesh()
-        .x_desc("requests")
-        .y_desc("blocks")
-        .draw()
-        .map_err(|e| err(&e))?;
-    let target: Vec<(u64, Option<u64>)> = rows.iter().map(|r| (r.request, r.s_target)).collect();
-    let red = RED.to_rgba();
-    let blue = BLUE.to_rgba();
-    draw_gapped(&mut c, &target, red).map_err(|e| err(&e))?;
-    let cur: Vec<(u64, Option<u64>)> = rows.iter().map(|r| (r.request, Some(r.s_cur))).collect();
-    draw_gapped(&mut c, &cur, blue).map_err(|e| err(&e))?;
-    legend(
-        &lower_legend,
-        &[("S_target".to_string(), red), ("S_cur".to_string(), blue)],
-    )
-    .map_err(|e| err(&e))
+    let lines = vec![
+        (
+            "S_target".to_string(),
+            rows.iter().map(|r| (r.request, r.s_target)).collect(),
+            RED.to_rgba(),
+        ),
+        (
+            "S_cur".to_string(),
+            rows.iter().map(|r| (r.request, Some(r.s_cur))).collect(),
+            BLUE.to_rgba(),
+        ),
+    ];
+    blocks_panel(area, "protected pool (top tier)", rows, lines, err)
 }
 
 /// The lower panel with N classes: each class's blocks in the top tier per window.
@@ -291,11 +276,33 @@ fn class_blocks_panel(
     class_names: &[String],
     err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
 ) -> Result<(), PlotError> {
+    let lines = class_names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let pts = rows
+                .iter()
+                .map(|r| (r.request, r.classes.get(i).map(|c| c.1)))
+                .collect();
+            (n.clone(), pts, Palette99::pick(i).to_rgba())
+        })
+        .collect();
+    blocks_panel(area, "blocks per class (top tier)", rows, lines, err)
+}
+
+/// A panel of block counts per window, one line per entry of `lines`, legend beside it.
+fn blocks_panel(
+    area: &Area<'_>,
+    caption: &str,
+    rows: &[WindowRow],
+    lines: Vec<BlocksLine>,
+    err: &dyn Fn(&dyn std::fmt::Display) -> PlotError,
+) -> Result<(), PlotError> {
     let x_max = rows.last().map_or(1, |r| r.request).max(1);
     let (lower, lower_legend) = area.split_horizontally(1100);
-    let y_max = rows
+    let y_max = lines
         .iter()
-        .flat_map(|r| r.classes.iter().map(|c| c.1))
+        .flat_map(|(_, pts, _)| pts.iter().filter_map(|p| p.1))
         .max()
         .unwrap_or(1)
         .max(1);
@@ -304,7 +311,7 @@ fn class_blocks_panel(
         .margin_right(24)
         .x_label_area_size(36)
         .y_label_area_size(56)
-        .caption("blocks per class (top tier)", ("sans-serif", 16))
+        .caption(caption, ("sans-serif", 16))
         .build_cartesian_2d(0u64..x_max, 0u64..y_max + y_max / 20 + 1)
         .map_err(|e| err(&e))?;
     c.configure_mesh()
@@ -313,14 +320,9 @@ fn class_blocks_panel(
         .draw()
         .map_err(|e| err(&e))?;
     let mut entries = Vec::new();
-    for (i, n) in class_names.iter().enumerate() {
-        let pts: Vec<(u64, Option<u64>)> = rows
-            .iter()
-            .map(|r| (r.request, r.classes.get(i).map(|c| c.1)))
-            .collect();
-        let color = Palette99::pick(i).to_rgba();
+    for (name, pts, color) in lines {
         draw_gapped(&mut c, &pts, color).map_err(|e| err(&e))?;
-        entries.push((n.clone(), color));
+        entries.push((name, color));
     }
     legend(&lower_legend, &entries).map_err(|e| err(&e))
 }

@@ -7,28 +7,8 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::path::Path;
-use support::{fails_naming, json_of, s, tc, Mount};
+use support::{fails_naming, json_of, read_dir_files, s, tc, Mount};
 use tiercache_remote::local::free_port;
-
-/// Reads every file of `dir` whole, `rounds` times.
-fn read_all(dir: &Path, rounds: usize) {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let mut buf = Vec::new();
-    for _ in 0..rounds {
-        for f in &files {
-            buf.clear();
-            std::fs::File::open(f)
-                .unwrap()
-                .read_to_end(&mut buf)
-                .unwrap();
-        }
-    }
-}
 
 /// `n` files of `size` bytes in BACKING's `dir`.
 fn files(m: &Mount, dir: &str, n: usize, size: usize) {
@@ -65,12 +45,12 @@ fn three_classes_are_counted_by_name_and_the_backup_keeps_to_its_max() {
     files(&m, "pgdata", 4, 64 << 10);
     files(&m, "backup", 4, 1 << 20);
     files(&m, "other", 2, 16 << 10);
-    read_all(&m.mnt.join("www"), 3);
-    read_all(&m.mnt.join("pgdata"), 2);
-    read_all(&m.mnt.join("other"), 1);
+    read_dir_files(&m.mnt.join("www"), 3);
+    read_dir_files(&m.mnt.join("pgdata"), 2);
+    read_dir_files(&m.mnt.join("other"), 1);
     let mut most = 0;
     for _ in 0..2 {
-        read_all(&m.mnt.join("backup"), 1);
+        read_dir_files(&m.mnt.join("backup"), 1);
         most = most.max(u(&m.stats()["classes"]["backup"]["blocks"]));
     }
     let v = m.stats();
@@ -130,8 +110,8 @@ fn class_add_set_remove_and_list_change_a_running_mount() {
     let m = Mount::new(&["--memory", "4M", "--kernel-cache", "off"]);
     files(&m, "www", 4, 16 << 10);
     files(&m, "logs", 4, 16 << 10);
-    read_all(&m.mnt.join("www"), 1);
-    read_all(&m.mnt.join("logs"), 1);
+    read_dir_files(&m.mnt.join("www"), 1);
+    read_dir_files(&m.mnt.join("logs"), 1);
     let mp = s(&m.mnt);
     let ok = |args: &[&str]| {
         let out = tc(args);
@@ -174,7 +154,7 @@ fn class_add_set_remove_and_list_change_a_running_mount() {
     assert!(c.get("web").is_none(), "{c}");
     assert_eq!(u(&c["logs"]["blocks"]), logs_before, "{c}");
     assert_eq!(u(&c["normal"]["blocks"]), normal_before + 16, "{c}");
-    read_all(&m.mnt.join("logs"), 1);
+    read_dir_files(&m.mnt.join("logs"), 1);
     assert!(u(&m.stats()["classes"]["logs"]["hits"]) > 0);
     let text = String::from_utf8(tc(&["class", "list", mp]).stdout).unwrap();
     assert!(
@@ -231,7 +211,7 @@ fn class_tables_of_the_config_file_and_reload() {
     std::fs::write(&cfg, table("0.9")).unwrap();
     let m = Mount::new(&["--config", s(&cfg)]);
     files(&m, "tmp/a/b", 2, 16 << 10);
-    read_all(&m.mnt.join("tmp/a/b"), 1);
+    read_dir_files(&m.mnt.join("tmp/a/b"), 1);
     let c = m.stats()["classes"].clone();
     assert_eq!(c["web"]["target"], 0.9);
     assert_eq!(u(&c["scratch"]["blocks"]), 8, "recursive: {c}");

@@ -5,28 +5,7 @@
 
 mod support;
 
-use std::io::Read;
-use std::path::Path;
-use support::Mount;
-
-/// Reads every file of `dir` whole, `rounds` times.
-fn read_all(dir: &Path, rounds: usize) {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let mut buf = Vec::new();
-    for _ in 0..rounds {
-        for f in &files {
-            buf.clear();
-            std::fs::File::open(f)
-                .unwrap()
-                .read_to_end(&mut buf)
-                .unwrap();
-        }
-    }
-}
+use support::{read_dir_files, Mount};
 
 fn reachable(m: &Mount, class: &str) -> serde_json::Value {
     m.stats()["classes"][class]["target_reachable"].clone()
@@ -63,7 +42,7 @@ fn mrc_reports_whether_the_priority_target_fits() {
     assert!(before["classes"]["priority"]["target_reachable"].is_null());
 
     // 64 blocks of priority data, read 30 times: a curve that reaches 0.8 well within 256.
-    read_all(&m.mnt.join("www"), 30);
+    read_dir_files(&m.mnt.join("www"), 30);
     assert_eq!(reachable(&m, "priority"), true, "{}", m.stats()["classes"]);
 
     // Now the priority class loops over 1,024 blocks: no size within 256 reaches 0.8.
@@ -73,6 +52,6 @@ fn mrc_reports_whether_the_priority_target_fits() {
     for i in 0..4 {
         std::fs::remove_file(www.join(format!("small{i}"))).unwrap();
     }
-    read_all(&m.mnt.join("www"), 12);
+    read_dir_files(&m.mnt.join("www"), 12);
     assert_eq!(reachable(&m, "priority"), false, "{}", m.stats()["classes"]);
 }

@@ -286,6 +286,12 @@ impl ClassParams {
         }
     }
 
+    /// The class table, once the parameters are checked against a tier of `capacity` blocks.
+    pub fn checked_table(&self, capacity: u64) -> Result<ClassTable, CoreError> {
+        self.resolved(capacity)?;
+        Ok(self.classes.clone())
+    }
+
     /// Resolved against a tier of `capacity` blocks; errors name the parameter.
     pub fn resolved(&self, capacity: u64) -> Result<Resolved, CoreError> {
         if self.omega == Some(0) {

@@ -139,13 +139,18 @@ pub trait Partitioner: Send + fmt::Debug {
     /// pool while another has blocks.
     fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId;
     /// Target size of `pool`, when the partitioner has one.
-    fn target(&self, pool: PoolId) -> Option<u64>;
+    fn target(&self, pool: PoolId) -> Option<u64> {
+        let _ = pool;
+        None
+    }
     /// Paper 000's S_target: the protected pool's target.
     fn s_target(&self) -> Option<u64> {
         self.target(PoolId::PROTECTED)
     }
     /// The tier's capacity changed (live resize); targets are clamped to the new bounds.
-    fn set_capacity(&mut self, blocks: u64);
+    fn set_capacity(&mut self, blocks: u64) {
+        let _ = blocks;
+    }
     /// New parameters for a tier of `capacity` blocks (a reload): checked first, nothing
     /// changes on an error. Afterwards [`Partitioner::pool_of`] follows the new table.
     fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError>;
@@ -289,13 +294,8 @@ impl Partitioner for NoPartition {
     fn victim_pool(&self, _incoming: PoolId, _sizes: &PoolSizes) -> PoolId {
         PoolId::NORMAL
     }
-    fn target(&self, _pool: PoolId) -> Option<u64> {
-        None
-    }
-    fn set_capacity(&mut self, _blocks: u64) {}
     fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
-        params.resolved(capacity)?;
-        self.classes = params.classes.clone();
+        self.classes = params.checked_table(capacity)?;
         Ok(())
     }
     fn classes(&self) -> &ClassTable {
@@ -323,13 +323,8 @@ impl Partitioner for Basic {
     fn victim_pool(&self, _incoming: PoolId, sizes: &PoolSizes) -> PoolId {
         non_empty(PoolId::NORMAL, sizes)
     }
-    fn target(&self, _pool: PoolId) -> Option<u64> {
-        None
-    }
-    fn set_capacity(&mut self, _blocks: u64) {}
     fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
-        params.resolved(capacity)?;
-        self.classes = params.classes.clone();
+        self.classes = params.checked_table(capacity)?;
         Ok(())
     }
     fn classes(&self) -> &ClassTable {

@@ -237,3 +237,23 @@ impl Drop for OwnBacking {
         let _ = Command::new("umount").arg("-l").arg(&self.backing).status();
     }
 }
+
+/// Reads every file of `dir` whole, `rounds` times, in name order.
+pub fn read_dir_files(dir: &Path, rounds: usize) {
+    use std::io::Read;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut buf = Vec::new();
+    for _ in 0..rounds {
+        for f in &files {
+            buf.clear();
+            std::fs::File::open(f)
+                .unwrap()
+                .read_to_end(&mut buf)
+                .unwrap();
+        }
+    }
+}
