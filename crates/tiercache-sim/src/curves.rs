@@ -58,13 +58,19 @@ pub fn class_curves(requests: &[Access], bucket: u64, max_blocks: u64) -> Vec<Cl
         .collect()
 }
 
-/// CSV: `class,blocks,exact_miss_ratio,estimated_miss_ratio`, one row per class and bucket
-/// boundary up to `max_blocks`.
-pub fn write_csv(w: &mut dyn Write, curves: &[ClassCurves], max_blocks: u64) -> io::Result<()> {
+/// CSV: `class,blocks,exact_miss_ratio,estimated_miss_ratio`, one row per class (named by
+/// `name`) and bucket boundary up to `max_blocks`.
+pub fn write_csv(
+    w: &mut dyn Write,
+    curves: &[ClassCurves],
+    max_blocks: u64,
+    name: &dyn Fn(Class) -> String,
+) -> io::Result<()> {
     writeln!(w, "class,blocks,exact_miss_ratio,estimated_miss_ratio")?;
     for c in curves {
         for (b, m) in c.exact.points(max_blocks) {
-            writeln!(w, "{},{b},{m:.6},{:.6}", c.class, c.estimate.miss_ratio(b))?;
+            let n = name(c.class);
+            writeln!(w, "{n},{b},{m:.6},{:.6}", c.estimate.miss_ratio(b))?;
         }
     }
     Ok(())

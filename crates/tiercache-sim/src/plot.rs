@@ -6,6 +6,7 @@
 //! accesses of a series is a gap in its line, not a ramp. The font is DejaVu Sans, embedded, so
 //! plots render the same on machines without fonts.
 
+use crate::curves::ClassCurves;
 use crate::timeseries::WindowRow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -325,6 +326,58 @@ fn blocks_panel(
         entries.push((name, color));
     }
     legend(&lower_legend, &entries).map_err(|e| err(&e))
+}
+
+/// `--curves FILE.png`: each class's LRU miss-ratio curve up to `max_blocks`, exact (thick) and
+/// SHARDS' estimate (thin, the same colour), classes named by `name`.
+pub fn plot_curves(
+    path: &Path,
+    curves: &[ClassCurves],
+    max_blocks: u64,
+    name: &dyn Fn(tiercache_core::Class) -> String,
+) -> Result<(), PlotError> {
+    ensure_font();
+    let err = draw_err(path);
+    if curves.is_empty() {
+        return Err(PlotError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let root = BitMapBackend::new(path, (1100 + LEGEND_WIDTH, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (area, legend_area) = root.split_horizontally(1100);
+    let mut c = ChartBuilder::on(&area)
+        .margin(12)
+        .margin_right(24)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .caption(
+            "LRU miss-ratio curve per class: exact (thick) and SHARDS' estimate (thin)",
+            ("sans-serif", 16),
+        )
+        .build_cartesian_2d(0u64..max_blocks.max(1), 0f64..1.02f64)
+        .map_err(|e| err(&e))?;
+    c.configure_mesh()
+        .x_desc("blocks")
+        .y_desc("miss ratio")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let mut entries = Vec::new();
+    for (i, cv) in curves.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let exact = cv.exact.points(max_blocks);
+        let est: Vec<(u64, f64)> = exact
+            .iter()
+            .map(|&(b, _)| (b, cv.estimate.miss_ratio(b)))
+            .collect();
+        c.draw_series(LineSeries::new(exact, color.stroke_width(3)))
+            .map_err(|e| err(&e))?;
+        c.draw_series(LineSeries::new(est, color.stroke_width(1)))
+            .map_err(|e| err(&e))?;
+        entries.push((name(cv.class), color));
+    }
+    legend(&legend_area, &entries).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
 }
 
 #[cfg(test)]

@@ -331,6 +331,39 @@ fn curves_give_each_class_its_exact_and_estimated_miss_ratio_curve() {
         .all(|r| r[2] == "1.000000"));
 }
 
+/// Named classes: the curves CSV names them as the table does, and `--curves FILE.png` draws
+/// the curves instead of writing the CSV.
+#[test]
+fn curves_of_named_classes_are_named_and_plotted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, png) = (dir.path().join("c.csv"), dir.path().join("c.png"));
+    for path in [&csv, &png] {
+        let out = tiercache(&[
+            "sim",
+            "--class",
+            "web::0.9",
+            "--workload",
+            "zipf:blocks=3000,class=web",
+            "--tier",
+            "mem:1000:lru",
+            "--requests",
+            "50000",
+            "--curves",
+            path.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("web curve:"), "{err}");
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        text.lines().skip(1).all(|l| l.starts_with("web,")),
+        "{text}"
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+}
+
 /// `--partition mrc` sees from the priority class's curve that T_p = 0.95 cannot be had in the
 /// tier and says so, keeping the normal class's target, where `dirprio` chases T_p with the
 /// whole tier and the normal class gets almost nothing.

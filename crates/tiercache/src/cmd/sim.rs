@@ -86,7 +86,7 @@ pub struct SimArgs {
     /// Window length of the time series in requests (default: ω, else the top tier's capacity).
     #[arg(long, value_name = "N")]
     pub window: Option<u64>,
-    /// Write each class's LRU miss-ratio curve to a CSV file: the exact curve and SHARDS'
+    /// Write each class's LRU miss-ratio curve to a CSV file (FILE.png: a plot): the exact curve and SHARDS'
     /// fixed-memory estimate (sampling from 10 % down, at most 8,192 blocks tracked per class), at every
     /// 1/100 of 4× the top tier's capacity; each class's accesses, final sampling rate and mean
     /// absolute error go to stderr.
@@ -122,7 +122,12 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         write_series(&args, o, outcomes.len() > 1)?;
     }
     if let Some(p) = &args.curves {
-        write_curves(p, &requests, top_capacity)?;
+        write_curves(
+            p,
+            &requests,
+            top_capacity,
+            &setups[0].partition.params.classes,
+        )?;
     }
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -370,21 +375,36 @@ fn per_setup(path: &Path, label: &str, many: bool) -> PathBuf {
 }
 
 /// `--curves`: the classes' curves up to 4× the top tier's capacity, to `path`.
-fn write_curves(path: &Path, requests: &[Access], top_capacity: u64) -> Result<(), String> {
+/// A path ending in `.png` gets a plot, anything else the CSV.
+fn write_curves(
+    path: &Path,
+    requests: &[Access],
+    top_capacity: u64,
+    table: &ClassTable,
+) -> Result<(), String> {
     use tiercache_sim::curves;
     let max_blocks = 4 * top_capacity.max(1);
     let bucket = (max_blocks / 100).max(1);
     let cs = curves::class_curves(requests, bucket, max_blocks);
-    let f = File::create(path).map_err(|e| format!("--curves {}: {e}", path.display()))?;
-    let mut w = BufWriter::new(f);
-    curves::write_csv(&mut w, &cs, max_blocks)
-        .and_then(|_| w.flush())
-        .map_err(|e| format!("--curves {}: {e}", path.display()))?;
+    let name = |c: tiercache_core::Class| table.name(c).to_string();
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"))
+    {
+        tiercache_sim::plot::plot_curves(path, &cs, max_blocks, &name)
+            .map_err(|e| format!("--curves {e}"))?;
+    } else {
+        let f = File::create(path).map_err(|e| format!("--curves {}: {e}", path.display()))?;
+        let mut w = BufWriter::new(f);
+        curves::write_csv(&mut w, &cs, max_blocks, &name)
+            .and_then(|_| w.flush())
+            .map_err(|e| format!("--curves {}: {e}", path.display()))?;
+    }
     for c in &cs {
         // On stderr: stdout may be the JSON document.
         eprintln!(
             "tiercache: {} curve: {} accesses, sampling rate {:.3} %, mean absolute error {:.4}",
-            c.class,
+            name(c.class),
             c.accesses,
             100.0 * c.rate,
             c.error
