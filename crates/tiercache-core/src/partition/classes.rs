@@ -44,34 +44,53 @@ impl ClassSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClassTable {
     specs: Vec<ClassSpec>,
+    /// `pool_of` for every class index, kept by every change (asked on every access).
+    pools: [PoolId; MAX_CLASSES],
 }
 
 impl ClassTable {
     /// Paper 000's two classes.
     pub fn two(params: &DirprioParams) -> Self {
-        Self {
-            specs: vec![
-                ClassSpec {
-                    name: "priority".into(),
-                    target: Some(params.t_protected),
-                    min: Some(params.b_pmin),
-                    max: None,
-                },
-                ClassSpec {
-                    name: "normal".into(),
-                    target: Some(params.t_normal),
-                    min: Some(Amount::Blocks(params.b_nmin)),
-                    max: None,
-                },
-            ],
-        }
+        Self::of(vec![
+            ClassSpec {
+                name: "priority".into(),
+                target: Some(params.t_protected),
+                min: Some(params.b_pmin),
+                max: None,
+            },
+            ClassSpec {
+                name: "normal".into(),
+                target: Some(params.t_normal),
+                min: Some(Amount::Blocks(params.b_nmin)),
+                max: None,
+            },
+        ])
+    }
+
+    /// A table of checked `specs`, its pool map computed.
+    fn of(specs: Vec<ClassSpec>) -> Self {
+        let mut t = Self {
+            specs,
+            pools: [PoolId::NORMAL; MAX_CLASSES],
+        };
+        t.map_pools();
+        t
+    }
+
+    /// Recomputes `pools` from the specs.
+    fn map_pools(&mut self) {
+        self.pools = std::array::from_fn(|i| match (Class::new(i), self.specs.get(i)) {
+            (Some(c), Some(s)) if s.own_pool(c) => PoolId::own(c),
+            _ => PoolId::NORMAL,
+        });
     }
 
     /// The two built-in classes, best effort.
     pub fn built_in() -> Self {
-        Self {
-            specs: vec![ClassSpec::named("priority"), ClassSpec::named("normal")],
-        }
+        Self::of(vec![
+            ClassSpec::named("priority"),
+            ClassSpec::named("normal"),
+        ])
     }
 
     /// A table of `specs`: a spec named `priority` or `normal` sets that built-in class, the
@@ -96,6 +115,7 @@ impl ClassTable {
                 ));
             }
             self.specs[c.index()] = spec;
+            self.map_pools();
             return Ok(c);
         }
         let Some(c) = Class::new(self.specs.len()) else {
@@ -105,6 +125,7 @@ impl ClassTable {
             ));
         };
         self.specs.push(spec);
+        self.map_pools();
         Ok(c)
     }
 
@@ -113,6 +134,7 @@ impl ClassTable {
         match self.by_name(name) {
             Some(c) if c.index() >= 2 => {
                 self.specs.remove(c.index());
+                self.map_pools();
                 Ok(c)
             }
             Some(_) => Err(CoreError::config(
@@ -151,11 +173,9 @@ impl ClassTable {
         self.get(class).map_or(class.as_str(), |s| s.name.as_str())
     }
     /// The pool holding blocks of `class` when pools are separated.
+    #[inline]
     pub fn pool_of(&self, class: Class) -> PoolId {
-        match self.get(class) {
-            Some(s) if s.own_pool(class) => PoolId::own(class),
-            _ => PoolId::NORMAL,
-        }
+        self.pools[class.index()]
     }
 
     /// Resolves sizes against a tier of `capacity` blocks and checks the bounds. The rest
