@@ -76,11 +76,16 @@ fn bench_classes_json_has_the_contracted_keys() {
             "mrc_blocks_vs_optimal",
             "best_effort_hits_mrc_vs_dirprio",
             "sampling_speed_cost",
+            "mrc_vs_dirprio_speed_cost",
             "curve_error",
         ] {
             assert!(s[k].is_number(), "{at}.{k}: {}", s[k]);
         }
         fraction(&s["curve_error"], &format!("{at}.curve_error"));
+        fraction(
+            &s["sampling_speed_cost"],
+            &format!("{at}.sampling_speed_cost"),
+        );
     }
     // The synthetic scenario's four named classes, two with targets.
     let syn = &v["scenarios"]["synthetic"]["mrc"]["classes"];

@@ -16,7 +16,7 @@ mod target;
 
 pub use classes::{ClassParams, ClassSpec, ClassTable, Resolved, ResolvedClass};
 pub use dirprio::{Amount, Dirprio, DirprioParams};
-pub use mrc::MrcPartitioner;
+pub use mrc::{MrcPartitioner, SamplingOnly};
 
 use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::{CoreError, ParseError};

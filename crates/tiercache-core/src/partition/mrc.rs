@@ -55,6 +55,42 @@ fn block_id(key: &BlockKey) -> u64 {
     key.file.0.rotate_left(40) ^ key.block.0
 }
 
+/// The sampling `mrc` does, alone: the same samplers fed the same way, for measuring what it
+/// costs (`bench classes`) without the rest of a replay.
+#[derive(Debug)]
+pub struct SamplingOnly {
+    shards: Vec<Shards>,
+    omega: u64,
+    seen: u64,
+}
+
+impl SamplingOnly {
+    /// Samplers for `pools` pools of a tier of `capacity` blocks, aged every `omega` accesses.
+    pub fn new(capacity: u64, pools: usize, omega: u64) -> Self {
+        Self {
+            shards: MrcPartitioner::samplers(capacity, pools),
+            omega: omega.max(1),
+            seen: 0,
+        }
+    }
+    /// One access to `key` of `pool`, as `MrcPartitioner::record` samples it; every ω accesses
+    /// the curves are read and aged, as at a window's end.
+    #[inline]
+    pub fn access(&mut self, key: &BlockKey, pool: PoolId) {
+        if let Some(s) = self.shards.get_mut(pool.index()) {
+            s.access(block_id(key));
+        }
+        self.seen += 1;
+        if self.seen >= self.omega {
+            self.seen = 0;
+            for s in &mut self.shards {
+                std::hint::black_box(s.curve());
+                s.decay(KEEP);
+            }
+        }
+    }
+}
+
 impl MrcPartitioner {
     /// Starts every pool at its floor, as `dirprio` does, until the first window's curves.
     pub fn new(params: ClassParams, capacity: u64) -> Result<Self, CoreError> {
