@@ -5,12 +5,8 @@
 
 use std::io::{self, Write};
 use tiercache_core::mrc::{ExactMrc, MissRatioCurve, Shards};
+use tiercache_core::partition::{sample_id, INITIAL_RATE, MAX_SAMPLES};
 use tiercache_core::{Access, Class};
-
-/// SHARDS' starting rate and sample budget per class: the rate drops as the budget fills
-/// (10 % to start; 1 % to 9 % at the end on 10^6 Zipf and scan accesses over 2–4·10^5 blocks).
-pub const INITIAL_RATE: f64 = 0.1;
-pub const MAX_SAMPLES: usize = 8192;
 
 /// One class's curves.
 #[derive(Debug, Clone)]
@@ -25,9 +21,10 @@ pub struct ClassCurves {
     pub error: f64,
 }
 
-/// A block's key as the curves see it (any injective mix: SHARDS hashes it again).
-fn key(a: &Access) -> u64 {
-    (a.key.file.0 << 40) ^ a.key.block.0
+/// A block's key as the curves see it: the `mrc` partitioner's, so the estimate here is the
+/// one it would make (SHARDS' starting rate and budget are its too: 10 %, 8,192 blocks).
+pub fn key(a: &Access) -> u64 {
+    sample_id(&a.key)
 }
 
 /// Curves of every class that has accesses in `requests`, with buckets of `bucket` blocks;

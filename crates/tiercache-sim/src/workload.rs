@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, Zipf};
 use std::fmt;
 use std::str::FromStr;
-use tiercache_core::partition::ClassTable;
+use tiercache_core::partition::{is_class_name, ClassTable};
 use tiercache_core::{Access, BlockKey, Class};
 
 /// The access pattern of one stream.
@@ -177,13 +177,6 @@ impl FromStr for StreamSpec {
             until,
         })
     }
-}
-
-/// Letters, digits, `-` and `_`, as a class table's names are.
-fn is_class_name(v: &str) -> bool {
-    !v.is_empty()
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Maps every stream's class name to its class in `table`; an unknown name is an error.

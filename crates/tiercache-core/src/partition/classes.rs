@@ -241,13 +241,17 @@ fn min_key(c: Class) -> &'static str {
     }
 }
 
-fn check_spec(s: &ClassSpec) -> Result<(), CoreError> {
-    let name_ok = !s.name.is_empty()
-        && s.name.len() <= 32
-        && s.name
+/// Whether `name` can name a class: 1–32 of a-z, A-Z, 0-9, `-` and `_`.
+pub fn is_class_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !name_ok {
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn check_spec(s: &ClassSpec) -> Result<(), CoreError> {
+    if !is_class_name(&s.name) {
         return Err(CoreError::config(
             "class",
             format!("{:?}: a name is 1–32 of a-z, A-Z, 0-9, - and _", s.name),

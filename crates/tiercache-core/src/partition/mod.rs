@@ -14,9 +14,9 @@ mod dirprio;
 mod mrc;
 mod target;
 
-pub use classes::{ClassParams, ClassSpec, ClassTable, Resolved, ResolvedClass};
+pub use classes::{is_class_name, ClassParams, ClassSpec, ClassTable, Resolved, ResolvedClass};
 pub use dirprio::{Amount, Dirprio, DirprioParams};
-pub use mrc::{MrcPartitioner, SamplingOnly};
+pub use mrc::{sample_id, MrcPartitioner, SamplingOnly, INITIAL_RATE, MAX_SAMPLES};
 
 use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::{CoreError, ParseError};

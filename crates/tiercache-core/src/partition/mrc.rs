@@ -31,7 +31,7 @@ pub const MAX_SAMPLES: usize = 8192;
 /// Sampling rate before the sampler first fills: every block, so a small working set is
 /// measured exactly (fixed-size SHARDS lowers the rate once more blocks than [`MAX_SAMPLES`]
 /// are seen; a sample of a few dozen blocks would misplace a cliff by a third).
-const INITIAL_RATE: f64 = 0.1;
+pub const INITIAL_RATE: f64 = 0.1;
 /// Sizes resolved: the tier in this many steps.
 const STEPS: u64 = 64;
 /// What a window's counts keep at the next window.
@@ -50,8 +50,9 @@ pub struct MrcPartitioner {
     for_target: [Option<u64>; MAX_CLASSES],
 }
 
-/// A 64-bit identity of a block for the samplers' hash.
-fn block_id(key: &BlockKey) -> u64 {
+/// A 64-bit identity of a block for the samplers' hash (the curves `sim --curves` and
+/// `bench classes` draw use the same one).
+pub fn sample_id(key: &BlockKey) -> u64 {
     key.file.0.rotate_left(40) ^ key.block.0
 }
 
@@ -78,7 +79,7 @@ impl SamplingOnly {
     #[inline]
     pub fn access(&mut self, key: &BlockKey, pool: PoolId) {
         if let Some(s) = self.shards.get_mut(pool.index()) {
-            s.access(block_id(key));
+            s.access(sample_id(key));
         }
         self.seen += 1;
         if self.seen >= self.omega {
@@ -175,7 +176,7 @@ impl Partitioner for MrcPartitioner {
     }
     #[inline]
     fn record(&mut self, access: Access) -> bool {
-        self.shards[access.pool.index()].access(block_id(&access.key));
+        self.shards[access.pool.index()].access(sample_id(&access.key));
         self.seen += 1;
         if self.seen >= self.targets.resolved().omega {
             let before = self.targets.all();

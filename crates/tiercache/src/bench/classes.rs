@@ -25,6 +25,7 @@ use tiercache_core::partition::{PartitionKind, SamplingOnly};
 use tiercache_core::seqrun::Threshold;
 use tiercache_core::PoolId;
 use tiercache_core::{Access, BlockSize, Class};
+use tiercache_sim::curves;
 use tiercache_sim::replay::{replay, Outcome, ReplayOptions, Setup, TierSpec};
 use tiercache_sim::trace::{read_trace, TraceFormat, TraceOptions};
 use tiercache_sim::workload::{generate, resolve_classes, StreamSpec};
@@ -141,7 +142,7 @@ fn steady_curve(requests: &[Access], class: Class) -> MissRatioCurve {
             first = Some(e.curve().clone());
         }
         if r.class == class {
-            e.access(key(r));
+            e.access(curves::key(r));
         }
     }
     match first {
@@ -243,10 +244,6 @@ fn cloudphysics(a: &ClassesBenchArgs) -> Result<Scenario, BenchError> {
         omega: 2000,
         phases: vec![0],
     })
-}
-
-fn key(a: &Access) -> u64 {
-    (a.key.file.0 << 40) ^ a.key.block.0
 }
 
 fn setup(s: &Scenario, kind: PartitionKind) -> Result<Setup, BenchError> {
