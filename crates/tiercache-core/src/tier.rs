@@ -290,6 +290,7 @@ impl Tier {
                         class,
                         pool,
                         hit: true,
+                        pool_blocks: self.pools[pool.index()].len() as u64,
                     })
                 {
                     self.size_pools();
@@ -307,6 +308,7 @@ impl Tier {
                         class,
                         pool,
                         hit: false,
+                        pool_blocks: self.pools[pool.index()].len() as u64,
                     })
                 {
                     self.size_pools();

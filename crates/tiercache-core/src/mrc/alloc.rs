@@ -76,12 +76,13 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
 
     // What is left: repeatedly the class with the best average gain per block over any
     // extension it can take (lookahead), by whole extensions. Best-effort classes (no target)
-    // first: a met target stays met, not exceeded, and an unreachable one is not chased; what
-    // they cannot use goes to every class.
-    let best_effort: Vec<bool> = classes.iter().map(|c| c.target.is_none()).collect();
+    // and classes whose target is out of reach first: a met target stays met, not exceeded; an
+    // unreachable one is not chased, but not starved either (it competes by its curve's gain);
+    // what they cannot use goes to every class.
+    let first: Vec<bool> = reachable.iter().map(|r| *r != Some(true)).collect();
     for pass_all in [false, true] {
         left = share_left(classes, &tables, &mut blocks, left, step, |i| {
-            pass_all || best_effort[i]
+            pass_all || first[i]
         });
     }
     Allocation {
@@ -235,6 +236,27 @@ mod tests {
             Some(false),
             "40 < the 50 it needs"
         );
+    }
+
+    /// A class whose target was out of reach (early in a run, when its curve still holds its
+    /// cold misses) used to get only what the best-effort classes left: a uniform batch class
+    /// took the whole tier and the web class fell to 2 blocks.
+    #[test]
+    fn an_unreachable_target_competes_with_best_effort_by_gain() {
+        let web = looping(50, 100); // at most 0.99: 99 hits a block once its 50 are in
+                                    // Random over 1,000 blocks: about 20 hits a block at any size.
+        let mut m = ExactMrc::new(1);
+        let mut x = 7u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            m.access(5000 + (x >> 33) % 1000);
+        }
+        let batch = m.curve().clone();
+        let a = allocate(&[demand(&web, Some(0.995)), demand(&batch, None)], 300, 10);
+        assert_eq!(a.target_reachable[0], Some(false));
+        assert_eq!(a.blocks[0], 50, "{a:?}");
     }
 
     /// A sampled curve's cliff may sit a little low: a target on a cliff gets two standard

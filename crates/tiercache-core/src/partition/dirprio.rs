@@ -274,6 +274,7 @@ mod tests {
             class,
             pool,
             hit,
+            pool_blocks: 0,
         };
         for _ in 0..hits {
             d.record(access(true));

@@ -166,6 +166,9 @@ pub struct Access {
     /// The pool the class's blocks are in.
     pub pool: PoolId,
     pub hit: bool,
+    /// Blocks `pool` held when the access was counted (before a miss's fill): what `mrc`
+    /// compares its curve's prediction with.
+    pub pool_blocks: u64,
 }
 
 /// Settings for building a partitioner; `capacity` is the tier's B.

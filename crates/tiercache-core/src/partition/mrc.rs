@@ -48,7 +48,33 @@ pub struct MrcPartitioner {
     reachable: [Option<bool>; MAX_CLASSES],
     /// Per pool: the blocks the last allocation gave its target (see `Allocation::for_target`).
     for_target: [Option<u64>; MAX_CLASSES],
+    /// Per pool: this window's hits, accesses and the sum of the pool's size at each access.
+    window: [WindowCounts; MAX_CLASSES],
+    /// Per pool: how far the hit ratio the tier measured lies above what the curve predicts at
+    /// the pool's mean size (smoothed over windows, within ±[`MAX_OFFSET`]). A sampled curve is
+    /// a little off in one direction for a while (which hot blocks fall in the sample), so a
+    /// target sized from the curve alone settles a little off; the offset closes that gap.
+    offset: [f64; MAX_CLASSES],
+    /// Per pool: one standard error of the last window's measured hit ratio at its target,
+    /// aimed above the target (see [`MrcPartitioner::aim`]).
+    headroom: [f64; MAX_CLASSES],
 }
+
+/// One pool's counts over a window.
+#[derive(Debug, Clone, Copy, Default)]
+struct WindowCounts {
+    hits: u64,
+    accesses: u64,
+    blocks_sum: u64,
+}
+
+/// The most the measured correction moves a target (hit ratio).
+const MAX_OFFSET: f64 = 0.05;
+/// The most a target is aimed above itself for the noise of a window's measurement.
+const MAX_HEADROOM: f64 = 0.02;
+/// Accesses a pool needs in a window for its measured hit ratio to correct the curve (fewer
+/// are too noisy).
+const MIN_MEASURED: u64 = 256;
 
 /// A 64-bit identity of a block for the samplers' hash (the curves `sim --curves` and
 /// `bench classes` draw use the same one).
@@ -103,6 +129,9 @@ impl MrcPartitioner {
             seen: 0,
             reachable: [None; MAX_CLASSES],
             for_target: [None; MAX_CLASSES],
+            window: [WindowCounts::default(); MAX_CLASSES],
+            offset: [0.0; MAX_CLASSES],
+            headroom: [0.0; MAX_CLASSES],
         })
     }
 
@@ -121,13 +150,17 @@ impl MrcPartitioner {
             .collect()
     }
 
-    /// Sizes the pools from their curves; ages the counts.
+    /// Sizes the pools from their curves, corrected by what the tier measured; ages the counts.
     fn end_window(&mut self) {
         let pools = self.sized_pools();
         let curves: Vec<_> = pools
             .iter()
             .map(|p| self.shards[p.index()].curve())
             .collect();
+        for (&pool, curve) in pools.iter().zip(&curves) {
+            self.measure(pool, curve);
+        }
+        self.window = [WindowCounts::default(); MAX_CLASSES];
         let p = self.targets.resolved().clone();
         let cap = p.capacity;
         let own_min: u64 = p.own_pools().map(|(_, c)| c.min).sum();
@@ -144,7 +177,7 @@ impl MrcPartitioner {
                 ClassDemand {
                     curve,
                     accesses: curve.accesses(),
-                    target: c.target,
+                    target: c.target.map(|t| self.aim(pool, t)),
                     min: c.min,
                     max: Some(max),
                     sampling_rate: self.shards[pool.index()].rate(),
@@ -167,6 +200,42 @@ impl MrcPartitioner {
     }
 }
 
+impl MrcPartitioner {
+    /// The hit ratio `pool`'s curve is asked for to meet target `t`: `t` less what the tier
+    /// measured above the curve, plus one standard error of a window's measurement — a window
+    /// of n accesses measures a hit ratio h within about sqrt(h(1 − h)/n), so a pool sized for
+    /// `t` exactly would measure below it in every other window.
+    fn aim(&self, pool: PoolId, t: f64) -> f64 {
+        let i = pool.index();
+        (t - self.offset[i] + self.headroom[i]).clamp(0.0, 1.0)
+    }
+
+    /// Updates `pool`'s offset from this window's counts (the measured hit ratio against the
+    /// curve's at the pool's mean size) and its headroom (the measurement's standard error).
+    fn measure(&mut self, pool: PoolId, curve: &crate::mrc::MissRatioCurve) {
+        let i = pool.index();
+        let w = self.window[i];
+        if w.accesses < MIN_MEASURED || curve.accesses() <= 0.0 {
+            self.headroom[i] = 0.0;
+            return;
+        }
+        if let Some(t) = self
+            .targets
+            .resolved()
+            .classes
+            .get(i)
+            .and_then(|c| c.target)
+        {
+            self.headroom[i] = (t * (1.0 - t) / w.accesses as f64).sqrt().min(MAX_HEADROOM);
+        }
+        let measured = w.hits as f64 / w.accesses as f64;
+        let size = w.blocks_sum / w.accesses;
+        let predicted = 1.0 - curve.miss_ratio(size);
+        let o = 0.5 * self.offset[i] + 0.5 * (measured - predicted);
+        self.offset[i] = o.clamp(-MAX_OFFSET, MAX_OFFSET);
+    }
+}
+
 impl Partitioner for MrcPartitioner {
     fn kind(&self) -> PartitionKind {
         PartitionKind::Mrc
@@ -176,7 +245,13 @@ impl Partitioner for MrcPartitioner {
     }
     #[inline]
     fn record(&mut self, access: Access) -> bool {
-        self.shards[access.pool.index()].access(sample_id(&access.key));
+        let i = access.pool.index();
+        self.shards[i].access(sample_id(&access.key));
+        if let Some(w) = self.window.get_mut(i) {
+            w.hits += u64::from(access.hit);
+            w.accesses += 1;
+            w.blocks_sum += access.pool_blocks;
+        }
         self.seen += 1;
         if self.seen >= self.targets.resolved().omega {
             let before = self.targets.all();
@@ -256,6 +331,7 @@ mod tests {
                 PoolId::NORMAL
             },
             hit: false,
+            pool_blocks: 0,
         }
     }
 
@@ -277,6 +353,31 @@ mod tests {
         let t = m.s_target().unwrap();
         assert!((2700..=3450).contains(&t), "protected target {t}");
         assert_eq!(m.target_reachable(Class::PRIORITY), Some(true));
+    }
+
+    /// The tier measuring fewer hits than the curve predicts at the pool's size moves the
+    /// target up, more hits moves it down, by at most `MAX_OFFSET` of hit ratio.
+    #[test]
+    fn what_the_tier_measures_corrects_the_curve() {
+        let run = |hit: bool| {
+            let cap = 10_000;
+            let mut m = MrcPartitioner::new(params(10_000, 0.5, 0.0), cap).unwrap();
+            let mut x = 3u64;
+            for i in 0..200_000u64 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                let mut a = access(Class::PRIORITY, 1, (u * u * 4000.0) as u64);
+                a.hit = hit;
+                a.pool_blocks = m.s_target().unwrap_or(0);
+                m.record(a);
+                m.record(access(Class::NORMAL, 2, i));
+            }
+            m.s_target().unwrap()
+        };
+        let (short, over) = (run(false), run(true));
+        assert!(short > over, "measured short {short}, measured over {over}");
     }
 
     /// A priority working set larger than the tier: its target is reported unreachable.

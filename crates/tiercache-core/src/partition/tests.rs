@@ -31,6 +31,7 @@ fn access(c: Class, pool: PoolId, hit: bool, block: u64) -> Access {
         class: c,
         pool,
         hit,
+        pool_blocks: 0,
     }
 }
 

@@ -3,6 +3,7 @@
 //! replay's window series).
 
 use serde::Serialize;
+use tiercache_core::{Access, Class};
 use tiercache_sim::replay::Outcome;
 
 /// How close to its target a class must stay: ±1 % of hit ratio (issue 20).
@@ -115,6 +116,32 @@ pub fn class_result(
         windows_to_target: target.and(worst),
         steady_hit_ratio: steady_hit,
     })
+}
+
+/// Hits of `classes` (each with its name in the series) in the windows of `o` that end after
+/// request `from`: each window's hit ratio times the class's requests in it, counted from
+/// `requests`.
+pub fn hits_after(o: &Outcome, requests: &[Access], classes: &[(Class, &str)], from: u64) -> f64 {
+    let w = window_len(o);
+    let mut total = 0.0;
+    for &(class, name) in classes {
+        let Some(col) = o.series_classes.iter().position(|n| n == name) else {
+            continue;
+        };
+        for row in o.series.iter().filter(|r| r.request > from) {
+            let Some(h) = row.classes[col].0 else {
+                continue;
+            };
+            let end = (row.request as usize).min(requests.len());
+            let start = (row.request.saturating_sub(w) as usize).min(end);
+            let n = requests[start..end]
+                .iter()
+                .filter(|a| a.class == class)
+                .count();
+            total += h * n as f64;
+        }
+    }
+    total
 }
 
 #[cfg(test)]
