@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 use tiercache_core::mrc::{ExactMrc, MissRatioCurve, Shards};
-use tiercache_core::partition::{sample_id, INITIAL_RATE, MAX_SAMPLES};
+use tiercache_core::partition::{initial_rate, sample_id, MAX_SAMPLES};
 use tiercache_core::{Access, Class};
 
 /// One class's curves.
@@ -22,18 +22,24 @@ pub struct ClassCurves {
 }
 
 /// A block's key as the curves see it: the `mrc` partitioner's, so the estimate here is the
-/// one it would make (SHARDS' starting rate and budget are its too: 10 %, 8,192 blocks).
+/// one it would make (SHARDS' starting rate and budget are its too).
 pub fn key(a: &Access) -> u64 {
     sample_id(&a.key)
 }
 
 /// Curves of every class that has accesses in `requests`, with buckets of `bucket` blocks;
-/// errors measured up to `max_blocks`.
-pub fn class_curves(requests: &[Access], bucket: u64, max_blocks: u64) -> Vec<ClassCurves> {
+/// errors measured up to `max_blocks`. The estimate samples as `mrc` does for a tier of
+/// `capacity` blocks.
+pub fn class_curves(
+    requests: &[Access],
+    bucket: u64,
+    max_blocks: u64,
+    capacity: u64,
+) -> Vec<ClassCurves> {
     Class::all()
         .filter_map(|class| {
             let mut exact = ExactMrc::new(bucket);
-            let mut est = Shards::new(MAX_SAMPLES, INITIAL_RATE, bucket);
+            let mut est = Shards::new(MAX_SAMPLES, initial_rate(capacity), bucket);
             let mut n = 0u64;
             for a in requests.iter().filter(|a| a.class == class) {
                 exact.access(key(a));

@@ -1,10 +1,10 @@
 //! Generalizing classes from two to N must not change a two-class replay: every partitioner's
 //! report and the `dirprio`/`mrc` window series match, number for number, what the two-pool
 //! build printed for the same commands (`testdata/two-class/`, recorded before the change).
-//! One fixture was re-recorded since, for a change of `mrc`'s own sizing, not of the class
-//! count: `ts-mrc.csv`, when `mrc` began to correct its curves by the hit ratio the tier
-//! measures (its `s_target` moves from 750 to 771 blocks two windows earlier; every hit and
-//! every other figure is as the two-pool build printed).
+//! The `mrc` fixtures (`mrc.json`, `mrc-s3.json`, `ts-mrc.csv`) were re-recorded since, for
+//! changes of `mrc`'s own sizing, not of the class count: its sampling rate now follows the
+//! tier's size and it corrects its curves by the hit ratio the tier measures. They now hold
+//! `mrc` to what it decides today; the other partitioners' fixtures are the two-pool build's.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;

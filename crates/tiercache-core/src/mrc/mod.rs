@@ -24,29 +24,23 @@ pub use alloc::{allocate, Allocation, ClassDemand};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 
-/// A Fenwick (binary indexed) tree of 0/1 marks over access times, for counting the distinct
-/// blocks touched since a given time.
+/// A Fenwick (binary indexed) tree of counts: prefix sums and updates in O(log n).
 #[derive(Debug, Default)]
 struct Fenwick {
     tree: Vec<u32>,
 }
 
 impl Fenwick {
-    fn with_len(n: usize) -> Self {
-        Self {
-            tree: vec![0; n + 1],
-        }
-    }
-
     fn len(&self) -> usize {
         self.tree.len() - 1
     }
 
-    /// A tree of `len` positions whose first `ones` are marked, built in O(len).
-    fn ones(ones: usize, len: usize) -> Self {
+    /// A tree holding `counts`, built in O(n).
+    fn from_counts(counts: &[u32]) -> Self {
+        let len = counts.len();
         let mut tree = vec![0u32; len + 1];
         for i in 1..=len {
-            tree[i] += u32::from(i <= ones);
+            tree[i] += counts[i - 1];
             let parent = i + (i & i.wrapping_neg());
             if parent <= len {
                 tree[parent] += tree[i];
@@ -76,12 +70,69 @@ impl Fenwick {
     }
 }
 
+/// 0/1 marks over access times, for counting the distinct blocks touched since a given time:
+/// a bit per time, and a Fenwick tree of the marks per 64-bit word — a query is one tree walk
+/// over `len / 64` counts (small enough to stay in the first-level cache) and one popcount.
+#[derive(Debug)]
+struct Marks {
+    bits: Vec<u64>,
+    /// Marks per word of `bits`.
+    words: Fenwick,
+}
+
+impl Marks {
+    fn with_len(n: usize) -> Self {
+        Self::ones(0, n)
+    }
+
+    /// `len` positions (rounded up to whole words), the first `ones` marked; O(len / 64).
+    fn ones(ones: usize, len: usize) -> Self {
+        let words = len.div_ceil(64).max(1);
+        let mut bits = vec![0u64; words];
+        let mut counts = vec![0u32; words];
+        for (w, (b, c)) in bits.iter_mut().zip(&mut counts).enumerate() {
+            let n = ones.saturating_sub(w * 64).min(64);
+            *b = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            *c = n as u32;
+        }
+        Self {
+            bits,
+            words: Fenwick::from_counts(&counts),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.bits.len() * 64
+    }
+
+    fn set(&mut self, i: usize) {
+        self.bits[i / 64] |= 1 << (i % 64);
+        self.words.add(i / 64, 1);
+    }
+
+    fn clear(&mut self, i: usize) {
+        self.bits[i / 64] &= !(1 << (i % 64));
+        self.words.add(i / 64, -1);
+    }
+
+    /// Marks at positions `0..i`.
+    fn prefix(&self, i: usize) -> u64 {
+        let i = i.min(self.len());
+        let (w, b) = (i / 64, i % 64);
+        let partial = match self.bits.get(w) {
+            Some(&word) if b > 0 => u64::from((word & ((1u64 << b) - 1)).count_ones()),
+            _ => 0,
+        };
+        self.words.prefix(w) + partial
+    }
+}
+
 /// Reuse distances of the accesses it is given, over the blocks it tracks.
 #[derive(Debug)]
 struct ReuseTracker {
     /// Each tracked block's last access time (its one live mark in `marks`).
     last: FxHashMap<u64, usize>,
-    marks: Fenwick,
+    marks: Marks,
     /// The next access time; `< marks.len()` (compacted when it would not be).
     now: usize,
 }
@@ -93,7 +144,7 @@ impl ReuseTracker {
     fn new() -> Self {
         Self {
             last: FxHashMap::default(),
-            marks: Fenwick::with_len(1024),
+            marks: Marks::with_len(1024),
             now: 0,
         }
     }
@@ -111,17 +162,17 @@ impl ReuseTracker {
         let d = prev.map(|p| {
             // All marks lie before `t`: those after `p` were touched since.
             let since = marked - self.marks.prefix(p + 1);
-            self.marks.add(p, -1);
+            self.marks.clear(p);
             since
         });
-        self.marks.add(t, 1);
+        self.marks.set(t);
         d
     }
 
     /// Stops tracking `key`.
     fn forget(&mut self, key: u64) {
         if let Some(p) = self.last.remove(&key) {
-            self.marks.add(p, -1);
+            self.marks.clear(p);
         }
     }
 
@@ -145,7 +196,7 @@ impl ReuseTracker {
         for t in self.last.values_mut() {
             *t = rank[*t];
         }
-        self.marks = Fenwick::ones(n, (n * 4).max(1024));
+        self.marks = Marks::ones(n, (n * 4).max(1024));
         self.now = n;
     }
 
@@ -542,12 +593,20 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_built_whole_counts_as_one_built_mark_by_mark() {
-        for (ones, len) in [(0, 1), (1, 1), (5, 8), (7, 13), (1000, 4096)] {
-            let fast = Fenwick::ones(ones, len);
-            let mut slow = Fenwick::with_len(len);
-            (0..ones).for_each(|i| slow.add(i, 1));
-            assert_eq!(fast.tree, slow.tree, "{ones} of {len}");
+    fn marks_built_whole_count_as_marks_set_one_by_one() {
+        for (ones, len) in [(0, 1), (1, 1), (5, 8), (64, 64), (65, 200), (1000, 4096)] {
+            let fast = Marks::ones(ones, len);
+            let mut slow = Marks::with_len(len);
+            (0..ones).for_each(|i| slow.set(i));
+            assert_eq!(fast.bits, slow.bits, "{ones} of {len}");
+            assert_eq!(fast.words.tree, slow.words.tree, "{ones} of {len}");
+            for i in [0, 1, ones / 2, ones, len] {
+                assert_eq!(
+                    fast.prefix(i),
+                    i.min(ones) as u64,
+                    "prefix {i}, {ones} of {len}"
+                );
+            }
         }
     }
 
@@ -555,7 +614,7 @@ mod tests {
     fn compaction_keeps_distances() {
         let mut t = ReuseTracker::new();
         let mut m = ReuseTracker::new();
-        m.marks = Fenwick::with_len(1 << 16);
+        m.marks = Marks::with_len(1 << 16);
         for i in 0..5000u64 {
             let k = (i * 7919) % 37;
             assert_eq!(t.access(k), m.access(k), "access {i}");
@@ -566,7 +625,7 @@ mod tests {
     fn compaction_keeps_distances_with_blocks_forgotten() {
         let mut t = ReuseTracker::new();
         let mut m = ReuseTracker::new();
-        m.marks = Fenwick::with_len(1 << 20);
+        m.marks = Marks::with_len(1 << 20);
         let mut x = 12345u64;
         for i in 0..200_000u64 {
             x = x

@@ -16,7 +16,7 @@ mod target;
 
 pub use classes::{is_class_name, ClassParams, ClassSpec, ClassTable, Resolved, ResolvedClass};
 pub use dirprio::{Amount, Dirprio, DirprioParams};
-pub use mrc::{sample_id, MrcPartitioner, SamplingOnly, INITIAL_RATE, MAX_SAMPLES};
+pub use mrc::{initial_rate, sample_id, MrcPartitioner, SamplingOnly, MAX_SAMPLES};
 
 use crate::class::{Class, PoolId, MAX_CLASSES};
 use crate::error::{CoreError, ParseError};

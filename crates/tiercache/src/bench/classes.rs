@@ -413,7 +413,7 @@ fn speed_cost(s: &Scenario, repeat: usize) -> Result<f64, BenchError> {
 /// SHARDS' estimate (the `mrc` partitioner's sampler settings) against the exact curve, per
 /// class over `requests`, the worst mean absolute error up to `max_blocks`.
 fn curve_error(requests: &[Access], max_blocks: u64) -> f64 {
-    tiercache_sim::curves::class_curves(requests, (max_blocks / 256).max(1), max_blocks)
+    tiercache_sim::curves::class_curves(requests, (max_blocks / 256).max(1), max_blocks, max_blocks)
         .iter()
         .map(|c| c.error)
         .fold(0.0, f64::max)

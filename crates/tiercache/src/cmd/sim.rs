@@ -87,7 +87,8 @@ pub struct SimArgs {
     #[arg(long, value_name = "N")]
     pub window: Option<u64>,
     /// Write each class's LRU miss-ratio curve to a CSV file (FILE.png: a plot): the exact curve and SHARDS'
-    /// fixed-memory estimate (sampling from 10 % down, at most 8,192 blocks tracked per class), at every
+    /// fixed-memory estimate as `mrc` makes it (starting at 1,000 / the top tier's blocks, between 0.1 %
+    /// and 25 %, lower once more than 8,192 blocks per class are tracked), at every
     /// 1/100 of 4× the top tier's capacity; each class's accesses, final sampling rate and mean
     /// absolute error go to stderr.
     #[arg(long, value_name = "FILE.csv")]
@@ -385,7 +386,7 @@ fn write_curves(
     use tiercache_sim::curves;
     let max_blocks = 4 * top_capacity.max(1);
     let bucket = (max_blocks / 100).max(1);
-    let cs = curves::class_curves(requests, bucket, max_blocks);
+    let cs = curves::class_curves(requests, bucket, max_blocks, top_capacity);
     let name = |c: tiercache_core::Class| table.name(c).to_string();
     if path
         .extension()
