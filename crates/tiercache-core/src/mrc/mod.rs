@@ -22,7 +22,7 @@ mod alloc;
 
 pub use alloc::{allocate, Allocation, ClassDemand};
 use rustc_hash::FxHashMap;
-use std::collections::BTreeSet;
+use std::collections::BinaryHeap;
 
 /// A Fenwick (binary indexed) tree of counts: prefix sums and updates in O(log n).
 #[derive(Debug, Default)]
@@ -401,7 +401,7 @@ pub struct Shards {
     tracker: ReuseTracker,
     curve: MissRatioCurve,
     /// Tracked blocks by hash, largest evicted first when over `max_samples`.
-    by_hash: BTreeSet<(u64, u64)>,
+    by_hash: BinaryHeap<(u64, u64)>,
     threshold: u64,
     /// `1 / rate()`, kept with `threshold` (a sampled access's weight).
     weight: f64,
@@ -426,7 +426,7 @@ impl Shards {
         Self {
             tracker: ReuseTracker::new(),
             curve: MissRatioCurve::new(bucket),
-            by_hash: BTreeSet::new(),
+            by_hash: BinaryHeap::new(),
             threshold,
             weight: P as f64 / threshold as f64,
             per_bucket: P as f64 / threshold as f64 / bucket.max(1) as f64,
@@ -465,7 +465,7 @@ impl Shards {
         let d = self.tracker.access(key);
         if d.is_none() {
             // First access since tracked (a block forgotten is untracked in both).
-            self.by_hash.insert((h, key));
+            self.by_hash.push((h, key));
         }
         match d {
             // The bucket of the scaled distance, by one multiply (no division on this path).
@@ -482,14 +482,14 @@ impl Shards {
 
     /// Drops the tracked blocks with the largest hash and makes it the new threshold.
     fn lower_threshold(&mut self) {
-        let Some(&(h, _)) = self.by_hash.iter().next_back() else {
+        let Some(&(h, _)) = self.by_hash.peek() else {
             return;
         };
-        while let Some(&(hh, k)) = self.by_hash.iter().next_back() {
+        while let Some(&(hh, k)) = self.by_hash.peek() {
             if hh < h {
                 break;
             }
-            self.by_hash.remove(&(hh, k));
+            self.by_hash.pop();
             self.tracker.forget(k);
         }
         self.threshold = h.max(1);
