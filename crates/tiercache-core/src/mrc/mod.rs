@@ -142,9 +142,14 @@ struct ReuseTracker {
 
 impl ReuseTracker {
     fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// Room for `blocks` tracked blocks without rehashing.
+    fn with_capacity(blocks: usize) -> Self {
         Self {
-            last: FxHashMap::default(),
-            marks: Marks::with_len(1024),
+            last: FxHashMap::with_capacity_and_hasher(blocks, Default::default()),
+            marks: Marks::with_len((blocks * 4).max(1024)),
             now: 0,
         }
     }
@@ -238,6 +243,13 @@ impl MissRatioCurve {
                 self.hist[i] += weight;
             }
         }
+    }
+
+    /// Counts `weight` of accesses farther than the histogram reaches: misses at every size it
+    /// answers for.
+    #[inline]
+    fn record_far(&mut self, weight: f64) {
+        self.total += weight;
     }
 
     /// Adds `weight` to bucket `i`.
@@ -395,6 +407,13 @@ fn spatial_hash(key: u64) -> u64 {
     (z ^ (z >> 31)) % P
 }
 
+/// Buckets an estimated curve holds: a sampled distance past them counts as a miss at every
+/// size (the `mrc` partitioner's buckets are a 256th of the tier, so its curves reach 16 times
+/// the tier; `sim --curves` reads up to 4 times it in buckets of a 25th). Without a bound, a
+/// small rate scales the distances of a large working set far out and the histogram's tail —
+/// touched on every sampled access — leaves the cache.
+pub const MAX_BUCKETS: usize = 4096;
+
 /// The online estimate: fixed-size SHARDS.
 #[derive(Debug)]
 pub struct Shards {
@@ -424,7 +443,7 @@ impl Shards {
     pub fn new(max_samples: usize, initial_rate: f64, bucket: u64) -> Self {
         let threshold = ((initial_rate.clamp(1e-6, 1.0) * P as f64) as u64).max(1);
         Self {
-            tracker: ReuseTracker::new(),
+            tracker: ReuseTracker::with_capacity(max_samples.clamp(1, 1 << 16) + 1),
             curve: MissRatioCurve::new(bucket),
             by_hash: BinaryHeap::new(),
             threshold,
@@ -469,9 +488,14 @@ impl Shards {
         }
         match d {
             // The bucket of the scaled distance, by one multiply (no division on this path).
-            Some(d) => self
-                .curve
-                .record_at((d as f64 * self.per_bucket) as usize, w),
+            Some(d) => {
+                let i = (d as f64 * self.per_bucket) as usize;
+                if i < MAX_BUCKETS {
+                    self.curve.record_at(i, w);
+                } else {
+                    self.curve.record_far(w);
+                }
+            }
             None => self.curve.record(None, w),
         }
         self.sampled_weight += w;
