@@ -195,10 +195,20 @@ impl ClassTable {
                 (true, _) => rest_min,
                 (false, None) => 0,
                 (false, Some(Amount::Blocks(n))) if own && n > left => {
-                    return Err(CoreError::config(
-                        min_key(c),
-                        format!("{n} + the other floors exceed the tier's {capacity} blocks"),
-                    ))
+                    return Err(match c {
+                        Class::PRIORITY => CoreError::config(
+                            "b-pmin",
+                            format!("{n} + the other floors exceed the tier's {capacity} blocks"),
+                        ),
+                        _ => CoreError::config(
+                            "class",
+                            format!(
+                                "{}: min {n} blocks + the other floors exceed the tier's \
+                                 {capacity} blocks",
+                                s.name
+                            ),
+                        ),
+                    });
                 }
                 (false, Some(m)) => m.of(capacity).min(left),
             };
@@ -230,15 +240,6 @@ pub struct ResolvedClass {
     pub min: u64,
     pub max: u64,
     pub own_pool: bool,
-}
-
-/// The parameter name of a class's floor in errors (paper 000's names for the built-in ones).
-fn min_key(c: Class) -> &'static str {
-    match c {
-        Class::PRIORITY => "b-pmin",
-        Class::NORMAL => "b-nmin",
-        _ => "class min",
-    }
 }
 
 /// Whether `name` can name a class: 1–32 of a-z, A-Z, 0-9, `-` and `_`.
