@@ -75,6 +75,7 @@ fn bench_classes_json_has_the_contracted_keys() {
         for k in [
             "mrc_blocks_vs_optimal",
             "best_effort_hits_mrc_vs_dirprio",
+            "best_effort_hits_mrc_vs_dirprio_last_half",
             "sampling_speed_cost",
             "mrc_vs_dirprio_speed_cost",
             "curve_error",

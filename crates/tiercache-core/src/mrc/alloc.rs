@@ -18,6 +18,11 @@ pub struct ClassDemand<'a> {
     pub accesses: f64,
     /// Hit-ratio goal, or `None` for best effort.
     pub target: Option<f64>,
+    /// Added to the target when sizing for it (`mrc`'s measured correction and headroom): the
+    /// class is sized for `target + aim` if its curve reaches that within its room, else for
+    /// `target` alone; reachability is judged on `target` alone, so a correction never makes a
+    /// reachable target look unreachable.
+    pub aim: f64,
     /// Floor and cap in blocks.
     pub min: u64,
     pub max: Option<u64>,
@@ -64,8 +69,14 @@ pub fn allocate(classes: &[ClassDemand<'_>], total: u64, step: u64) -> Allocatio
         let c = &classes[i];
         let Some(t) = c.target else { continue };
         let room = cap(c).min(blocks[i] + left);
-        if let Some(need) = c.curve.blocks_for_hit_ratio(t, room) {
-            let need = (need + margin(&tables[i], t, need, c.sampling_rate)).min(room);
+        let aimed = (t + c.aim).clamp(0.0, 1.0);
+        let sized = match c.curve.blocks_for_hit_ratio(aimed, room) {
+            Some(need) => Some((need, aimed)),
+            None => c.curve.blocks_for_hit_ratio(t, room).map(|need| (need, t)),
+        };
+        if let Some((need, sized_for)) = sized {
+            let need = (need + margin(&tables[i], sized_for, need, c.sampling_rate)).min(room);
+
             let extra = need.saturating_sub(blocks[i]);
             blocks[i] += extra;
             left -= extra;
@@ -197,6 +208,7 @@ mod tests {
             curve,
             accesses: curve.accesses(),
             target,
+            aim: 0.0,
             min: 0,
             max: None,
             sampling_rate: 1.0,
@@ -236,6 +248,18 @@ mod tests {
             Some(false),
             "40 < the 50 it needs"
         );
+    }
+
+    /// A correction that asks for more than the curve ever reaches (0.99 + 0.01 of a loop that
+    /// tops out at 0.99) leaves the target reachable and sized for the target itself.
+    #[test]
+    fn a_correction_past_the_curve_keeps_a_reachable_target() {
+        let web = looping(50, 100); // 0.99 at 50 blocks, never more
+        let mut d = demand(&web, Some(0.99));
+        d.aim = 0.01;
+        let a = allocate(&[d], 100, 1);
+        assert_eq!(a.target_reachable[0], Some(true));
+        assert_eq!(a.for_target[0], Some(50));
     }
 
     /// A class whose target was out of reach (early in a run, when its curve still holds its

@@ -16,7 +16,8 @@
 //!
 //! Invariants: a `ReuseTracker` holds at most one live mark per tracked block, at that
 //! block's last access; `Shards` tracks at most `max_samples` blocks, all with hash < the
-//! current threshold.
+//! current threshold, and its heap by hash holds exactly the tracked blocks, once each; an
+//! estimated curve's histogram has at most [`MAX_BUCKETS`] buckets.
 
 mod alloc;
 
@@ -25,7 +26,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BinaryHeap;
 
 /// A Fenwick (binary indexed) tree of counts: prefix sums and updates in O(log n).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Fenwick {
     tree: Vec<u32>,
 }
@@ -73,6 +74,7 @@ impl Fenwick {
 /// 0/1 marks over access times, for counting the distinct blocks touched since a given time:
 /// a bit per time, and a Fenwick tree of the marks per 64-bit word — a query is one tree walk
 /// over `len / 64` counts (small enough to stay in the first-level cache) and one popcount.
+/// Invariant: the tree's count of word `w` is the popcount of `bits[w]`.
 #[derive(Debug)]
 struct Marks {
     bits: Vec<u64>,
@@ -105,12 +107,16 @@ impl Marks {
         self.bits.len() * 64
     }
 
+    /// Marks position `i`, which is not marked.
     fn set(&mut self, i: usize) {
+        debug_assert_eq!((self.bits[i / 64] >> (i % 64)) & 1, 0, "mark {i} set twice");
         self.bits[i / 64] |= 1 << (i % 64);
         self.words.add(i / 64, 1);
     }
 
+    /// Unmarks position `i`, which is marked.
     fn clear(&mut self, i: usize) {
+        debug_assert_eq!((self.bits[i / 64] >> (i % 64)) & 1, 1, "mark {i} not set");
         self.bits[i / 64] &= !(1 << (i % 64));
         self.words.add(i / 64, -1);
     }
@@ -133,7 +139,7 @@ struct ReuseTracker {
     /// Each tracked block's last access time (its one live mark in `marks`).
     last: FxHashMap<u64, usize>,
     marks: Marks,
-    /// The next access time; `< marks.len()` (compacted when it would not be).
+    /// The next access time; `<= marks.len()` (compacted at the next access when equal).
     now: usize,
 }
 
@@ -181,8 +187,8 @@ impl ReuseTracker {
         }
     }
 
-    /// Renumbers the live marks 0.. in time order, into a tree with room to grow: O(n) in the
-    /// old tree's length (a rank per old time, no sort, the tree built in place), once per
+    /// Renumbers the live marks 0.. in time order, into new marks with room to grow: O(n) in
+    /// the old length (a rank per old time, no sort; the new tree built in one pass), once per
     /// `3 × live` accesses, so amortized O(1) per access on top of the tree's O(log n); memory
     /// proportional to the tracked blocks.
     fn compact(&mut self) {
@@ -535,7 +541,8 @@ impl Shards {
     }
 
     /// The estimated curve, with SHARDS' `adj` correction: the difference between the
-    /// accesses seen and the sampled weight is credited to the first bucket, which removes
+    /// accesses seen and the sampled weight is credited to the first bucket (an excess of
+    /// sampled weight comes off the shortest distances, bucket after bucket), which removes
     /// the bias a lucky or unlucky sample puts on every size.
     pub fn curve(&self) -> MissRatioCurve {
         let mut c = self.curve.clone();

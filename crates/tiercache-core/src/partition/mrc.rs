@@ -4,9 +4,10 @@
 //! sampled on every access or never; at most [`MAX_SAMPLES`] blocks tracked per pool, so
 //! memory is fixed). Every ω accesses the partitioner reads each pool's estimated LRU curve
 //! and [`allocate`]s the tier: each reachable hit-ratio target gets the fewest blocks its curve
-//! says meet it, strictest first; an unreachable one is reported
-//! ([`Partitioner::target_reachable`]) and not chased; what is left goes where the curves say
-//! it buys the most hits, within each class's cap. The tier applies the shares with 000's
+//! says meet it, strictest first — the curve corrected by the hit ratio the tier measured at
+//! the pool's size, and the target aimed one standard error of a window's measurement above
+//! itself; an unreachable one is reported ([`Partitioner::target_reachable`]) and not chased;
+//! what is left goes where the curves say it buys the most hits, within each class's cap. The tier applies the shares with 000's
 //! release rule, as for `dirprio`. Then the counts age, so a phase change shows within a few
 //! windows.
 //!
@@ -31,8 +32,8 @@ pub const MAX_SAMPLES: usize = 8192;
 /// Blocks a sampler aims to sample among as many as the tier holds: the curve matters only up
 /// to the tier's size, and its error there shrinks with the blocks sampled within it (a
 /// sample of a few dozen blocks would misplace a cliff by a third); sampling more costs replay
-/// speed (`bench classes`: about 1,000 keeps the samplers near 5 % of an `mrc` replay, with a
-/// curve error near 0.01).
+/// speed (`bench classes`: about 1,000 keeps the samplers near 7 % of an `mrc` replay on a
+/// 20,000-block tier, with a curve error near 0.01).
 pub const SAMPLED_WITHIN_TIER: f64 = 1000.0;
 /// Bounds of the starting rate: SHARDS' 0.1 % for the largest tiers, a quarter for the
 /// smallest (fixed-size SHARDS lowers it further once more blocks than [`MAX_SAMPLES`] are
@@ -189,7 +190,8 @@ impl MrcPartitioner {
                 ClassDemand {
                     curve,
                     accesses: curve.accesses(),
-                    target: c.target.map(|t| self.aim(pool, t)),
+                    target: c.target,
+                    aim: self.aim(pool),
                     min: c.min,
                     max: Some(max),
                     sampling_rate: self.shards[pool.index()].rate(),
@@ -213,13 +215,13 @@ impl MrcPartitioner {
 }
 
 impl MrcPartitioner {
-    /// The hit ratio `pool`'s curve is asked for to meet target `t`: `t` less what the tier
-    /// measured above the curve, plus one standard error of a window's measurement — a window
-    /// of n accesses measures a hit ratio h within about sqrt(h(1 − h)/n), so a pool sized for
-    /// `t` exactly would measure below it in every other window.
-    fn aim(&self, pool: PoolId, t: f64) -> f64 {
+    /// What `pool`'s curve is asked for above its target: less what the tier measured above
+    /// the curve, plus one standard error of a window's measurement — a window of n accesses
+    /// measures a hit ratio h within about sqrt(h(1 − h)/n), so a pool sized for the target
+    /// exactly would measure below it in every other window.
+    fn aim(&self, pool: PoolId) -> f64 {
         let i = pool.index();
-        (t - self.offset[i] + self.headroom[i]).clamp(0.0, 1.0)
+        self.headroom[i] - self.offset[i]
     }
 
     /// Updates `pool`'s offset from this window's counts (the measured hit ratio against the
@@ -300,6 +302,10 @@ impl Partitioner for MrcPartitioner {
     /// until they age out).
     fn set_params(&mut self, params: &ClassParams, capacity: u64) -> Result<(), CoreError> {
         self.targets.set_params(params.clone(), capacity)?;
+        // Pools may be renumbered: the measured corrections start again.
+        self.window = [WindowCounts::default(); MAX_CLASSES];
+        self.offset = [0.0; MAX_CLASSES];
+        self.headroom = [0.0; MAX_CLASSES];
         let pools = self.targets.resolved().pool_count();
         if pools > self.shards.len() {
             let more = Self::samplers(capacity, pools - self.shards.len());
@@ -386,7 +392,8 @@ mod tests {
                 m.record(a);
                 m.record(access(Class::NORMAL, 2, i));
             }
-            m.s_target().unwrap()
+            // What the target itself was given (what is left goes on top of it).
+            m.target_blocks(Class::PRIORITY).unwrap()
         };
         let (short, over) = (run(false), run(true));
         assert!(short > over, "measured short {short}, measured over {over}");

@@ -118,9 +118,9 @@ pub fn class_result(
     })
 }
 
-/// Hits of `classes` (each with its name in the series) in the windows of `o` that end after
-/// request `from`: each window's hit ratio times the class's requests in it, counted from
-/// `requests`.
+/// Hits of `classes` (each with its name in the series) in the windows of `o` that start at or
+/// after request `from`: each window's hit ratio times the class's requests in it, counted
+/// from `requests` (a request is one lookup of one block in these scenarios).
 pub fn hits_after(o: &Outcome, requests: &[Access], classes: &[(Class, &str)], from: u64) -> f64 {
     let w = window_len(o);
     let mut total = 0.0;
@@ -128,7 +128,11 @@ pub fn hits_after(o: &Outcome, requests: &[Access], classes: &[(Class, &str)], f
         let Some(col) = o.series_classes.iter().position(|n| n == name) else {
             continue;
         };
-        for row in o.series.iter().filter(|r| r.request > from) {
+        for row in o
+            .series
+            .iter()
+            .filter(|r| r.request.saturating_sub(w) >= from)
+        {
             let Some(h) = row.classes[col].0 else {
                 continue;
             };
