@@ -292,16 +292,14 @@ fn bad_classes_mount_nothing_and_say_why_in_one_line() {
         "exceed",
     );
     // Floors that fit one by one but not together: the class that does not fit is named.
-    one_line(
-        &mount(&[
-            "--class",
-            "web:a:0.5:min=600K",
-            "--class",
-            "db:b:0.5:min=600K",
-        ]),
+    let floors = [
         "--class",
-        "db: min 150 blocks + the other floors exceed",
-    );
+        "web:a:0.5:min=600K",
+        "--class",
+        "db:b:0.5:min=600K",
+    ];
+    let why = "db: min 150 blocks + the other floors exceed";
+    one_line(&mount(&floors), "--class", why);
     let many: Vec<String> = (0..7).map(|i| format!("c{i}:d{i}:")).collect();
     let mut args = mount(&[]);
     for c in &many {
