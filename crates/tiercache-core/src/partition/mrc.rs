@@ -40,8 +40,8 @@ pub const SAMPLED_WITHIN_TIER: f64 = 1000.0;
 /// seen).
 const RATE_BOUNDS: (f64, f64) = (0.001, 0.25);
 
-/// The rate a sampler for a tier of `capacity` blocks starts at: [`SAMPLED_WITHIN_TIER`]
-/// blocks of `capacity`, within [`RATE_BOUNDS`].
+/// The rate a sampler for a tier of `capacity` blocks starts at: `SAMPLED_WITHIN_TIER`
+/// blocks of `capacity`, within `RATE_BOUNDS`.
 pub fn initial_rate(capacity: u64) -> f64 {
     (SAMPLED_WITHIN_TIER / capacity.max(1) as f64).clamp(RATE_BOUNDS.0, RATE_BOUNDS.1)
 }
