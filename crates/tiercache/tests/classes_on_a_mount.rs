@@ -197,6 +197,19 @@ fn class_add_set_remove_and_list_change_a_running_mount() {
     assert!(u(&m.stats()["classes"]["priority"]["blocks"]) > 0);
 }
 
+/// A mount with only `--class` leaves `priority` unused; its first priority directory gives it
+/// paper 000's T_p, as `--priority` at mount time would (it used to stay best effort).
+#[test]
+fn a_first_priority_directory_on_a_class_mount_gets_t_p() {
+    let m = Mount::new(&["--memory", "1M", "--class", "web:www:0.9"]);
+    files(&m, "pri", 1, 4 << 10);
+    assert!(m.stats()["classes"]["priority"]["target"].is_null());
+    let out = tc(&["priority", "add", s(&m.mnt), "pri"]);
+    assert!(out.status.success(), "{out:?}");
+    let p = m.stats()["classes"]["priority"].clone();
+    assert_eq!(p["target"].as_f64(), Some(1.0), "{p}");
+}
+
 #[test]
 fn class_tables_of_the_config_file_and_reload() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,8 @@ use super::error::DaemonError;
 use super::priority::normalize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use tiercache_core::partition::{Amount, ClassSpec};
+use tiercache_core::partition::{Amount, ClassSpec, DirprioParams};
+use tiercache_core::Class;
 
 /// Answers a class or priority request; `None` for any other request.
 pub fn handle(
@@ -147,8 +148,22 @@ fn priority_add(
     recursive: bool,
 ) -> Result<Value, DaemonError> {
     let dir = normalize(dir, mountpoint)?;
+    let (_, capacity) = geometry(data);
     let added = data.update_classes(|next| {
         let new = !next.rules.of_class("priority").any(|r| r.dir == dir);
+        // A priority directory means paper 000's class `priority` with T_p. On a mount whose
+        // classes left `priority` unused (no directory, no target, no floor), the first one
+        // gives it the default T_p, as `--priority` at mount time would have.
+        let unused = next.rules.of_class("priority").next().is_none();
+        if let Some(spec) = next.params.classes.get(Class::PRIORITY).cloned() {
+            if unused && spec.target.is_none() && spec.min.is_none() {
+                let t_p = DirprioParams::guidance(capacity, false).t_protected;
+                next.params.classes.set(ClassSpec {
+                    target: Some(t_p),
+                    ..spec
+                })?;
+            }
+        }
         next.rules.add(ClassRule {
             dir: dir.clone(),
             recursive,
