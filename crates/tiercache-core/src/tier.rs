@@ -121,6 +121,8 @@ pub struct Tier {
     prefetching: bool,
     /// The partitioner is `none`: one pool, no decisions to ask it for.
     shared: bool,
+    /// The partitioner wants each access's pool size (`Partitioner::measures_pools`).
+    measured: bool,
     /// The key of the last lookup that missed, and its hash, until the next block comes in:
     /// a fill right after the miss skips probing the index again.
     absent: Option<(BlockKey, Fp)>,
@@ -136,6 +138,7 @@ impl Tier {
         }
         let c = cfg.capacity;
         let partitioner = new_partitioner(&cfg.partition, c as u64)?;
+        let measured = partitioner.measures_pools();
         let count = cfg.partition.params.classes.len().max(2);
         let pools = (0..count).map(|_| Self::new_pool(cfg.policy, c)).collect();
         let map = KeyMap::new(c);
@@ -160,6 +163,7 @@ impl Tier {
             stats: TierStats::default(),
             prefetching: c >= PREFETCH_MIN_BLOCKS,
             shared: cfg.partition.kind == PartitionKind::None,
+            measured,
             absent: None,
         };
         tier.size_pools();
@@ -290,7 +294,7 @@ impl Tier {
                         class,
                         pool,
                         hit: true,
-                        pool_blocks: self.pools[pool.index()].len() as u64,
+                        pool_blocks: self.pool_blocks(pool),
                     })
                 {
                     self.size_pools();
@@ -308,13 +312,23 @@ impl Tier {
                         class,
                         pool,
                         hit: false,
-                        pool_blocks: self.pools[pool.index()].len() as u64,
+                        pool_blocks: self.pool_blocks(pool),
                     })
                 {
                     self.size_pools();
                 }
                 None
             }
+        }
+    }
+
+    /// `pool`'s size for [`Access::pool_blocks`], when the partitioner measures pools.
+    #[inline]
+    fn pool_blocks(&self, pool: PoolId) -> u64 {
+        if self.measured {
+            self.pools[pool.index()].len() as u64
+        } else {
+            0
         }
     }
 

@@ -84,6 +84,12 @@ fn three_classes_are_counted_by_name_and_the_backup_keeps_to_its_max() {
             "{text}"
         );
     }
+    // With classes of their own, the normal pool is the rest pool and says so.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("pools (") && l.contains("rest")),
+        "{text}"
+    );
     // Prometheus: one series per class, labelled by its name.
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();
     conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -122,6 +122,11 @@ pub trait Partitioner: Send + fmt::Debug {
     /// One access finished (a hit or a miss, after any fill). `dirprio` and `mrc` recompute
     /// their targets every ω calls. Returns true when a target moved.
     fn record(&mut self, access: Access) -> bool;
+    /// Whether `record` needs [`Access::pool_blocks`] (a look at the pool's size per access,
+    /// which the others are spared).
+    fn measures_pools(&self) -> bool {
+        false
+    }
     /// Whether the hit-ratio target of `class` can be met (`mrc`: from its curve, with the
     /// memory stricter targets leave); `None` when the partitioner cannot tell.
     fn target_reachable(&self, class: Class) -> Option<bool> {
@@ -167,7 +172,8 @@ pub struct Access {
     pub pool: PoolId,
     pub hit: bool,
     /// Blocks `pool` held when the access was counted (before a miss's fill): what `mrc`
-    /// compares its curve's prediction with.
+    /// compares its curve's prediction with; 0 unless the partitioner
+    /// [`measures_pools`](Partitioner::measures_pools).
     pub pool_blocks: u64,
 }
 

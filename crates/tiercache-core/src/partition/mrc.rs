@@ -254,6 +254,9 @@ impl Partitioner for MrcPartitioner {
     fn kind(&self) -> PartitionKind {
         PartitionKind::Mrc
     }
+    fn measures_pools(&self) -> bool {
+        true
+    }
     fn pool_of(&self, class: Class) -> PoolId {
         self.targets.params().classes.pool_of(class)
     }

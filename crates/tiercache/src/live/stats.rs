@@ -128,12 +128,18 @@ pub fn text(v: &Value) -> String {
         m["dirty_blocks"],
         m["writeback_blocks_per_sec"].as_f64().unwrap_or(0.0),
     );
+    // With classes of its own the normal pool is the rest pool, shared by `normal` and the
+    // classes without a pool; each class's blocks are on its line below.
+    let named = v["classes"]
+        .as_object()
+        .is_some_and(|c| c.keys().any(|k| k != "priority" && k != "normal"));
     out += &format!(
-        "pools ({} / {}): protected {} blocks (s_target {}), normal {} blocks\n",
+        "pools ({} / {}): protected {} blocks (s_target {}), {} {} blocks\n",
         m["partition"].as_str().unwrap_or("?"),
         m["policy"].as_str().unwrap_or("?"),
         m["pools"]["protected"]["blocks"],
         m["s_target"],
+        if named { "rest" } else { "normal" },
         m["pools"]["normal"]["blocks"],
     );
     for (c, x) in v["classes"].as_object().into_iter().flatten() {
