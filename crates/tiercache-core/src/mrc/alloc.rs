@@ -267,8 +267,9 @@ mod tests {
     /// took the whole tier and the web class fell to 2 blocks.
     #[test]
     fn an_unreachable_target_competes_with_best_effort_by_gain() {
-        let web = looping(50, 100); // at most 0.99: 99 hits a block once its 50 are in
-                                    // Random over 1,000 blocks: about 20 hits a block at any size.
+        // `web` reaches at most 0.99: 99 hits a block once its 50 are in. `batch` is random
+        // over 1,000 blocks: about 20 hits a block at any size.
+        let web = looping(50, 100);
         let mut m = ExactMrc::new(1);
         let mut x = 7u64;
         for _ in 0..20_000 {

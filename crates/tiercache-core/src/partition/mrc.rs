@@ -7,9 +7,9 @@
 //! says meet it, strictest first — the curve corrected by the hit ratio the tier measured at
 //! the pool's size, and the target aimed one standard error of a window's measurement above
 //! itself; an unreachable one is reported ([`Partitioner::target_reachable`]) and not chased;
-//! what is left goes where the curves say it buys the most hits, within each class's cap. The tier applies the shares with 000's
-//! release rule, as for `dirprio`. Then the counts age, so a phase change shows within a few
-//! windows.
+//! what is left goes where the curves say it buys the most hits, within each class's cap. The
+//! tier applies the shares with 000's release rule, as for `dirprio`. Then the counts age, so a
+//! phase change shows within a few windows.
 //!
 //! A pool of its own holds blocks of one class, so its curve over the accesses the tier sees
 //! is that class's curve; classes without one share the rest pool and its curve, and
