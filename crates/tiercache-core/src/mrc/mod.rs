@@ -238,16 +238,12 @@ impl MissRatioCurve {
     }
 
     fn record(&mut self, distance: Option<f64>, weight: f64) {
-        self.total += weight;
         match distance {
-            None => self.cold += weight,
-            Some(d) => {
-                let i = (d.max(0.0) / self.bucket as f64) as usize;
-                if i >= self.hist.len() {
-                    self.hist.resize(i + 1, 0.0);
-                }
-                self.hist[i] += weight;
+            None => {
+                self.total += weight;
+                self.cold += weight;
             }
+            Some(d) => self.record_at((d.max(0.0) / self.bucket as f64) as usize, weight),
         }
     }
 
