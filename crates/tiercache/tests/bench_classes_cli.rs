@@ -1,6 +1,7 @@
 //! `tiercache bench classes --json`: the keys issue 20 names (a contract other tools read),
 //! with values that hold together: each class's target is its table's, hit ratios are
-//! fractions, the partitioners saw the same classes, and the comparisons are computed.
+//! fractions, the partitioners saw the same classes, the comparisons are computed, and no
+//! class falls short of its target in fewer windows than the whole tier would.
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
@@ -30,6 +31,13 @@ fn check_part(p: &serde_json::Value, at: &str) {
         if !c["target"].is_null() {
             fraction(&c["target"], &format!("{here}.target"));
             assert!(c["target_met"].is_boolean(), "{here}.target_met");
+            // A window the whole tier cannot hold is one no pool of it holds either.
+            let below = c["windows_below_target"].as_u64();
+            let out = c["windows_out_of_reach"].as_u64();
+            assert!(
+                matches!((below, out), (Some(b), Some(o)) if o <= b),
+                "{here}: below {below:?}, out of reach {out:?}"
+            );
         }
         fraction(&c["hit_ratio"], &format!("{here}.hit_ratio"));
     }

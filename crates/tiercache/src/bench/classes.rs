@@ -12,7 +12,7 @@
 //! samplers alone over the same requests), beside how much slower `mrc` replays than `dirprio`;
 //! and SHARDS' curve error against the exact curves.
 
-use super::classes_eval::{class_result, hits_after, ClassResult};
+use super::classes_eval::{class_result, hits_after, whole_tier_reach, ClassResult, TOLERANCE};
 use super::BenchError;
 use clap::Args;
 use serde::Serialize;
@@ -282,7 +282,20 @@ fn run_one(s: &Scenario, kind: PartitionKind) -> Result<Outcome, BenchError> {
 fn evaluate(s: &Scenario, repeat: usize) -> Result<ScenarioResult, BenchError> {
     let mrc = run_one(s, PartitionKind::Mrc)?;
     let dirprio = run_one(s, PartitionKind::Dirprio)?;
-    let (m, d) = (part_result(s, &mrc), part_result(s, &dirprio));
+    // The same windows under both (same requests, same ω).
+    let reach: BTreeMap<String, Vec<Option<f64>>> = s
+        .table
+        .iter()
+        .filter(|(_, spec)| spec.target.is_some())
+        .map(|(c, spec)| {
+            let r = whole_tier_reach(&mrc, &s.requests, c, s.capacity as u64);
+            (spec.name.clone(), r)
+        })
+        .collect();
+    let (m, d) = (
+        part_result(s, &mrc, &reach),
+        part_result(s, &dirprio, &reach),
+    );
     let last_phase = &s.requests[*s.phases.last().unwrap_or(&0) as usize..];
     let mut optimal_blocks = BTreeMap::new();
     let mut worst: Option<f64> = None;
@@ -338,7 +351,11 @@ fn evaluate(s: &Scenario, repeat: usize) -> Result<ScenarioResult, BenchError> {
     })
 }
 
-fn part_result(s: &Scenario, o: &Outcome) -> PartResult {
+fn part_result(
+    s: &Scenario,
+    o: &Outcome,
+    reach: &BTreeMap<String, Vec<Option<f64>>>,
+) -> PartResult {
     let mut classes = BTreeMap::new();
     let (mut hits, mut reqs) = (0u64, 0u64);
     // Classes without a request (and so without a report) are left out.
@@ -346,7 +363,8 @@ fn part_result(s: &Scenario, o: &Outcome) -> PartResult {
         if !o.report.classes.contains_key(&spec.name) {
             continue;
         }
-        if let Some(r) = class_result(o, &spec.name, spec.target, &s.phases) {
+        let r = reach.get(&spec.name).map(Vec::as_slice);
+        if let Some(r) = class_result(o, &spec.name, spec.target, &s.phases, r) {
             classes.insert(spec.name.clone(), r);
         }
         if spec.target.is_none() {
@@ -465,7 +483,7 @@ fn table(name: &str, s: &ScenarioResult) -> String {
     }
     let _ = writeln!(
         t,
-        "mrc blocks / optimal (worst class) {}, best-effort hits mrc/dirprio {} (last half {}), sampling {:.1} % of the replay ({:.1} % slower than dirprio), curve error {:.4}\n",
+        "mrc blocks / optimal (worst class) {}, best-effort hits mrc/dirprio {} (last half {}), sampling {:.1} % of the replay ({:.1} % slower than dirprio), curve error {:.4}",
         f(s.mrc_blocks_vs_optimal),
         f(s.best_effort_hits_mrc_vs_dirprio),
         f(s.best_effort_hits_mrc_vs_dirprio_last_half),
@@ -473,5 +491,45 @@ fn table(name: &str, s: &ScenarioResult) -> String {
         100.0 * s.mrc_vs_dirprio_speed_cost,
         s.curve_error
     );
+    for line in why_not(s) {
+        let _ = writeln!(t, "why: {line}");
+    }
+    let _ = writeln!(t);
     t
+}
+
+/// What the figures say about a target `mrc` misses and about best-effort hits short of the
+/// issue's 1.2× (read off the windows, so a reader can check each claim in the JSON).
+fn why_not(s: &ScenarioResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let windows = |r: &ClassResult| r.windows_below_target.unwrap_or(0);
+    for (name, r) in &s.mrc.classes {
+        let (Some(t), Some(false)) = (r.target, r.target_met) else {
+            continue;
+        };
+        if let Some(k) = r.windows_out_of_reach.filter(|&k| k > 0) {
+            out.push(format!(
+                "{name}: even the whole tier to itself falls short of {t} − {TOLERANCE} in {k} of \
+                 {n} windows (the workload's own phases): no allocation holds it within ±{TOLERANCE}",
+                n = s.requests as u64 / s.omega.max(1)
+            ));
+        }
+    }
+    if s.best_effort_hits_mrc_vs_dirprio.is_some_and(|x| x < 1.2) {
+        for (name, m) in &s.mrc.classes {
+            let Some(d) = s.dirprio.classes.get(name) else {
+                continue;
+            };
+            // At equal memory, blocks the best-effort classes hold are blocks a target lacks.
+            if m.target.is_some() && windows(d) >= 2 * windows(m).max(1) {
+                out.push(format!(
+                    "best effort: dirprio kept {name} below its target in {} windows, mrc in {}: \
+                     at equal memory, dirprio's extra best-effort hits are paid for by that target",
+                    windows(d),
+                    windows(m)
+                ));
+            }
+        }
+    }
+    out
 }

@@ -3,6 +3,7 @@
 //! replay's window series).
 
 use serde::Serialize;
+use tiercache_core::mrc::ExactMrc;
 use tiercache_core::{Access, Class};
 use tiercache_sim::replay::Outcome;
 
@@ -28,6 +29,41 @@ pub struct ClassResult {
     pub windows_to_target: Option<usize>,
     /// The windowed hit ratio once settled in the last phase.
     pub steady_hit_ratio: Option<f64>,
+    /// Windows whose hit ratio fell short of the target by more than the tolerance.
+    pub windows_below_target: Option<usize>,
+    /// Windows where the class would fall short even with the whole tier to itself (see
+    /// [`whole_tier_reach`]): no allocation meets the target there.
+    pub windows_out_of_reach: Option<usize>,
+}
+
+/// Per window of `o`'s series, the hit ratio `class` would have with the whole tier to itself:
+/// its own requests through one LRU of `capacity` blocks (`None`: no request in the window).
+/// A partitioner gives a class an LRU pool of at most the tier, so where this falls short of a
+/// target, no allocation meets it: the workload's own phase, not the partitioner.
+pub fn whole_tier_reach(
+    o: &Outcome,
+    requests: &[Access],
+    class: Class,
+    capacity: u64,
+) -> Vec<Option<f64>> {
+    // Buckets of the tier's size: the first bucket is exactly the hits at that size.
+    let mut e = ExactMrc::new(capacity.max(1));
+    let mut prev = e.curve().clone();
+    let mut done = 0usize;
+    let mut out = Vec::with_capacity(o.series.len());
+    for row in &o.series {
+        let end = (row.request as usize).min(requests.len());
+        for r in &requests[done.min(end)..end] {
+            if r.class == class {
+                e.access(tiercache_sim::curves::key(r));
+            }
+        }
+        done = end;
+        let w = e.curve().since(&prev);
+        out.push((w.accesses() > 0.0).then(|| 1.0 - w.miss_ratio(capacity.max(1))));
+        prev = e.curve().clone();
+    }
+    out
 }
 
 /// The windows of each phase: `bounds` are the requests where phases start (the first is 0).
@@ -80,6 +116,7 @@ pub fn class_result(
     name: &str,
     target: Option<f64>,
     bounds: &[u64],
+    reach: Option<&[Option<f64>]>,
 ) -> Option<ClassResult> {
     let col = o.series_classes.iter().position(|n| n == name)?;
     let phases = phase_windows(o, bounds);
@@ -115,6 +152,16 @@ pub fn class_result(
         }),
         windows_to_target: target.and(worst),
         steady_hit_ratio: steady_hit,
+        windows_below_target: target.map(|t| {
+            (0..o.series.len())
+                .filter(|&i| hit(i).is_some_and(|h| h < t - TOLERANCE))
+                .count()
+        }),
+        windows_out_of_reach: target.zip(reach).map(|(t, r)| {
+            r.iter()
+                .filter(|h| h.is_some_and(|h| h < t - TOLERANCE))
+                .count()
+        }),
     })
 }
 
