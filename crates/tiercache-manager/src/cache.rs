@@ -734,6 +734,7 @@ fn class_table(tier: &tiercache_core::tier::Tier) -> Vec<ClassInfo> {
             name: spec.name.clone(),
             target: spec.target,
             target_reachable: tier.partitioner().target_reachable(class),
+            curve: tier.partitioner().curve(class, crate::stats::CURVE_POINTS),
         })
         .collect()
 }

@@ -73,7 +73,13 @@ pub struct ClassInfo {
     pub name: String,
     pub target: Option<f64>,
     pub target_reachable: Option<bool>,
+    /// The partitioner's estimated curve of the class (`mrc`): `(blocks, hit ratio)` at
+    /// `CURVE_POINTS` sizes up to the tier, smallest first.
+    pub curve: Option<Vec<(u64, f64)>>,
 }
+
+/// Sizes at which `stats` shows a class's estimated curve (sixteenths of the tier).
+pub const CURVE_POINTS: u64 = 16;
 
 impl ClassStats {
     /// Hits / (hits + misses), or `None` without accesses.

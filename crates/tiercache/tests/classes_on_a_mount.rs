@@ -356,3 +356,47 @@ fn bad_classes_mount_nothing_and_say_why_in_one_line() {
         one_line(&file_args, at, why);
     }
 }
+
+/// `stats --curves` on an `mrc` mount: each class's estimated curve in the JSON
+/// (`classes.NAME.curve`) and as a table; a 1 MiB file read in a loop hits only in a pool of
+/// at least 1 MiB, and the curve says so.
+#[test]
+fn stats_curves_show_where_a_class_starts_to_hit() {
+    // 8 MiB: 2,048 blocks; curve points every 512 KiB.
+    let m = Mount::new(&[
+        "--memory",
+        "8M",
+        "--kernel-cache",
+        "off",
+        "--partition",
+        "mrc",
+        "--class",
+        "hot:hot:0.9",
+    ]);
+    files(&m, "hot", 1, 1 << 20);
+    read_dir_files(&m.mnt.join("hot"), 12);
+    let c = m.stats()["classes"]["hot"].clone();
+    let curve = c["curve"].as_array().unwrap_or_else(|| panic!("{c}"));
+    assert_eq!(curve.len(), 16, "{c}");
+    let at = |i: usize| curve[i]["hit_ratio"].as_f64().unwrap();
+    assert_eq!(u(&curve[0]["bytes"]), 512 << 10, "{c}");
+    assert!(at(0) <= 0.2, "512 KiB cannot hold a 1 MiB loop: {c}");
+    assert!(at(2) >= 0.8, "1.5 MiB holds it: {c}");
+    assert!(
+        (1..16).all(|i| at(i) >= at(i - 1)),
+        "more memory, no fewer hits: {c}"
+    );
+    let text = String::from_utf8(tc(&["stats", s(&m.mnt), "--curves"]).stdout).unwrap();
+    assert!(
+        text.contains("hot: holds") && text.contains("512K"),
+        "{text}"
+    );
+    // dirprio keeps no curve, and says so instead of printing nothing.
+    let d = Mount::new(&["--memory", "1M", "--class", "hot:hot:0.9"]);
+    assert!(d.stats()["classes"]["hot"]["curve"].is_null());
+    let text = String::from_utf8(tc(&["stats", s(&d.mnt), "--curves"]).stdout).unwrap();
+    assert!(
+        text.contains("curves: none") && text.contains("dirprio"),
+        "{text}"
+    );
+}

@@ -140,6 +140,14 @@ pub trait Partitioner: Send + fmt::Debug {
         let _ = class;
         None
     }
+    /// The estimated hit ratio of `class`'s pool at `points` sizes evenly spaced up to the
+    /// tier's capacity, smallest first, as `(blocks, hit ratio)`: the curve `mrc` sizes pools
+    /// from (before its measured correction). `None` when the partitioner keeps no curve, the
+    /// class has no pool of its own, or its pool saw no access yet.
+    fn curve(&self, class: Class, points: u64) -> Option<Vec<(u64, f64)>> {
+        let _ = (class, points);
+        None
+    }
     /// The pool that gives up a block so one of `incoming` can come in. Never names an empty
     /// pool while another has blocks.
     fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId;

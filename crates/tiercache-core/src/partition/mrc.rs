@@ -291,6 +291,26 @@ impl Partitioner for MrcPartitioner {
             .then(|| self.for_target[pool.index()])
             .flatten()
     }
+    fn curve(&self, class: Class, points: u64) -> Option<Vec<(u64, f64)>> {
+        let pool = self.pool_of(class);
+        if pool.class() != class {
+            return None;
+        }
+        let c = self.shards.get(pool.index())?.curve();
+        if c.accesses() <= 0.0 {
+            return None;
+        }
+        let cap = self.targets.resolved().capacity.max(1);
+        let n = points.clamp(1, cap);
+        Some(
+            (1..=n)
+                .map(|k| {
+                    let blocks = cap * k / n;
+                    (blocks, 1.0 - c.miss_ratio(blocks))
+                })
+                .collect(),
+        )
+    }
     fn victim_pool(&self, incoming: PoolId, sizes: &PoolSizes) -> PoolId {
         self.targets.victim_pool(incoming, sizes)
     }

@@ -18,6 +18,10 @@ pub struct StatsArgs {
     /// Print again every SECONDS until interrupted (with --json: one document per line).
     #[arg(long, value_name = "SECONDS")]
     pub watch: Option<f64>,
+    /// Also print each class's estimated hit-ratio curve (`--partition mrc`; the JSON always
+    /// has it, under classes.NAME.curve).
+    #[arg(long)]
+    pub curves: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -152,6 +156,9 @@ pub fn stats_cmd(a: StatsArgs) -> Result<(), String> {
                 crate::live::io::text(&v),
                 crate::live::kernel_cache::text(&v)
             );
+            if a.curves {
+                print!("{}", super::curves::text(&v));
+            }
         }
         match a.watch {
             Some(w) => {

@@ -166,7 +166,7 @@ fn answered(m: &MountEntry, v: &Value) -> Value {
 }
 
 /// `1.5G`, `64M`, `12K`, `512B`.
-fn human(bytes: u64) -> String {
+pub(super) fn human(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
         ("T", 1 << 40),
         ("G", 1 << 30),

@@ -3,6 +3,7 @@
 pub mod assets;
 pub mod bench;
 pub mod ctl;
+mod curves;
 pub mod detach;
 pub mod flash;
 pub mod fstab;

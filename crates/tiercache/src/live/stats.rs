@@ -19,8 +19,21 @@ fn ratio(hits: u64, misses: u64) -> Value {
     }
 }
 
-fn class_json(info: &ClassInfo, all: &ClassStats, window: Option<&ClassStats>) -> Value {
+fn class_json(
+    info: &ClassInfo,
+    all: &ClassStats,
+    window: Option<&ClassStats>,
+    block_size: u64,
+) -> Value {
     let (wh, wm) = window.map_or((0, 0), |w| (w.hits, w.misses));
+    let curve = info.curve.as_ref().map(|points| {
+        points
+            .iter()
+            .map(|&(blocks, h)| {
+                json!({ "blocks": blocks, "bytes": blocks * block_size, "hit_ratio": h })
+            })
+            .collect::<Vec<_>>()
+    });
     json!({
         "hits": all.hits,
         "misses": all.misses,
@@ -29,6 +42,7 @@ fn class_json(info: &ClassInfo, all: &ClassStats, window: Option<&ClassStats>) -
         "target": info.target,
         "window": { "hits": wh, "misses": wm, "hit_ratio": ratio(wh, wm) },
         "target_reachable": info.target_reachable,
+        "curve": curve,
     })
 }
 
@@ -39,7 +53,8 @@ fn classes_json(s: &MemStats) -> Value {
         .iter()
         .map(|info| {
             let w = s.window.classes.iter().find(|x| x.class == info.class);
-            (info.name.clone(), class_json(info, &s.class(info.class), w))
+            let c = class_json(info, &s.class(info.class), w, s.block_size);
+            (info.name.clone(), c)
         })
         .collect();
     Value::Object(classes)
