@@ -216,6 +216,19 @@ fn a_first_priority_directory_on_a_class_mount_gets_t_p() {
     assert_eq!(p["target"].as_f64(), Some(1.0), "{p}");
 }
 
+/// A first priority directory used to give `priority` T_p even after the user had set its
+/// target to none on the running mount: the user's choice stays.
+#[test]
+fn a_first_priority_directory_keeps_a_target_the_user_chose() {
+    let m = Mount::new(&["--memory", "1M", "--class", "web:www:0.9"]);
+    let set = tc(&["class", "set", s(&m.mnt), "priority", "--target", "none"]);
+    assert!(set.status.success(), "{set:?}");
+    let out = tc(&["priority", "add", s(&m.mnt), "pri"]);
+    assert!(out.status.success(), "{out:?}");
+    let p = m.stats()["classes"]["priority"].clone();
+    assert!(p["target"].is_null(), "{p}");
+}
+
 #[test]
 fn class_tables_of_the_config_file_and_reload() {
     let dir = tempfile::tempdir().unwrap();

@@ -114,6 +114,9 @@ impl ClassRules {
 pub struct LiveClasses {
     pub params: ClassParams,
     pub rules: ClassRules,
+    /// `class add|set priority --target …` was given on the running mount: the user chose
+    /// `priority`'s target (`none` included), so a first priority directory keeps it.
+    pub priority_target_chosen: bool,
 }
 
 /// What `tiercache class add|set` changes of a class: each value as given (a fraction, a size

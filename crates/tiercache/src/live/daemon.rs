@@ -193,6 +193,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
         LiveClasses {
             params: s.mem.partition.params.clone(),
             rules: s.rules.clone(),
+            priority_target_chosen: false,
         },
     ));
     let opts = mount_options(&s, fs_name);
