@@ -7,6 +7,7 @@
 mod support;
 
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use support::{fails_naming, json_of, read_dir_files, s, tc, Mount};
 use tiercache_remote::local::free_port;
 
@@ -267,80 +268,94 @@ fn class_tables_of_the_config_file_and_reload() {
     );
 }
 
-#[test]
-fn bad_classes_mount_nothing_and_say_why_in_one_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
-    std::fs::create_dir_all(&b).unwrap();
-    std::fs::create_dir_all(&mnt).unwrap();
-    let (bs, ms) = (s(&b).to_string(), s(&mnt).to_string());
-    let mount = |extra: &[&'static str]| -> Vec<String> {
-        let mut a: Vec<String> = vec![
-            "mount".into(),
-            bs.clone(),
-            ms.clone(),
-            "--memory".into(),
-            "1M".into(),
-        ];
+/// `args` (a mount) fails naming `flag` and `why` in one line, and nothing is mounted on `mnt`.
+fn refused_in_one_line(args: &[String], mnt: &Path, flag: &str, why: &str) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = args.as_slice();
+    fails_naming(args, flag, why);
+    let err = String::from_utf8(tc(args).stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(!support::mounted(mnt));
+}
+
+/// An empty BACKING and mount point for mounts that must fail.
+struct Scratch {
+    dir: tempfile::TempDir,
+    b: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        Self { dir, b, mnt }
+    }
+
+    /// `mount B M --memory 1M` and `extra`.
+    fn mount(&self, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = ["mount", s(&self.b), s(&self.mnt), "--memory", "1M"]
+            .map(str::to_string)
+            .to_vec();
         a.extend(extra.iter().map(|x| x.to_string()));
         a
-    };
-    let one_line = |args: &[String], flag: &str, why: &str| {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let args = args.as_slice();
-        fails_naming(args, flag, why);
-        let err = String::from_utf8(tc(args).stderr).unwrap();
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(!support::mounted(&mnt));
-    };
-    one_line(
-        &mount(&["--class", "web:www:1.5"]),
-        "--class",
-        "not a fraction",
-    );
-    one_line(
-        &mount(&["--class", "web:/etc:0.5"]),
-        "--class web",
-        "not inside the mount",
-    );
-    one_line(
-        &mount(&["--class", "normal::0.5:max=64K"]),
-        "--class normal",
-        "no max",
-    );
-    one_line(
-        &mount(&["--class", "web:a:0.5", "--class", "web:b:0.9"]),
-        "--class web",
-        "given twice",
-    );
-    one_line(
-        &mount(&["--class", "web:a:0.5:min=lots"]),
-        "--class",
-        "not a size",
-    );
-    one_line(
-        &mount(&["--class", "web:a:0.5:min=2M"]),
-        "--class",
-        "exceed",
-    );
-    // Floors that fit one by one but not together: the class that does not fit is named.
-    let floors = [
-        "--class",
-        "web:a:0.5:min=600K",
-        "--class",
-        "db:b:0.5:min=600K",
-    ];
-    let why = "db: min 150 blocks + the other floors exceed";
-    one_line(&mount(&floors), "--class", why);
-    let many: Vec<String> = (0..7).map(|i| format!("c{i}:d{i}:")).collect();
-    let mut args = mount(&[]);
-    for c in &many {
-        args.extend(["--class".to_string(), c.clone()]);
     }
-    one_line(&args, "--class", "at most 8");
 
-    let cfg = dir.path().join("tc.toml");
-    let file_args: Vec<String> = ["mount", "--config", s(&cfg), s(&b), s(&mnt)]
+    fn refused(&self, args: &[String], flag: &str, why: &str) {
+        refused_in_one_line(args, &self.mnt, flag, why);
+    }
+}
+
+#[test]
+fn bad_class_flags_mount_nothing_and_say_why_in_one_line() {
+    let x = Scratch::new();
+    for (flags, at, why) in [
+        (&["--class", "web:www:1.5"][..], "--class", "not a fraction"),
+        (
+            &["--class", "web:/etc:0.5"],
+            "--class web",
+            "not inside the mount",
+        ),
+        (
+            &["--class", "normal::0.5:max=64K"],
+            "--class normal",
+            "no max",
+        ),
+        (
+            &["--class", "web:a:0.5", "--class", "web:b:0.9"],
+            "--class web",
+            "given twice",
+        ),
+        (&["--class", "web:a:0.5:min=lots"], "--class", "not a size"),
+        (&["--class", "web:a:0.5:min=2M"], "--class", "exceed"),
+        // Floors that fit one by one but not together: the class that does not fit is named.
+        (
+            &[
+                "--class",
+                "web:a:0.5:min=600K",
+                "--class",
+                "db:b:0.5:min=600K",
+            ],
+            "--class",
+            "db: min 150 blocks + the other floors exceed",
+        ),
+    ] {
+        x.refused(&x.mount(flags), at, why);
+    }
+    let mut args = x.mount(&[]);
+    for i in 0..7 {
+        args.extend(["--class".to_string(), format!("c{i}:d{i}:")]);
+    }
+    x.refused(&args, "--class", "at most 8");
+}
+
+#[test]
+fn bad_class_tables_mount_nothing_and_say_why_in_one_line() {
+    let x = Scratch::new();
+    let cfg = x.dir.path().join("tc.toml");
+    let args: Vec<String> = ["mount", "--config", s(&cfg), s(&x.b), s(&x.mnt)]
         .map(str::to_string)
         .to_vec();
     for (text, at, why) in [
@@ -366,7 +381,7 @@ fn bad_classes_mount_nothing_and_say_why_in_one_line() {
         ),
     ] {
         std::fs::write(&cfg, format!("memory = \"1M\"\n{text}")).unwrap();
-        one_line(&file_args, at, why);
+        x.refused(&args, at, why);
     }
 }
 
