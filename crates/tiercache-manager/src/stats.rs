@@ -73,8 +73,8 @@ pub struct ClassInfo {
     pub name: String,
     pub target: Option<f64>,
     pub target_reachable: Option<bool>,
-    /// The partitioner's estimated curve of the class (`mrc`): `(blocks, hit ratio)` at
-    /// `CURVE_POINTS` sizes up to the tier, smallest first.
+    /// The partitioner's estimated curve of the class's pool (`mrc`; `normal`'s is the rest
+    /// pool's): `(blocks, hit ratio)` at 16 sizes up to the tier, smallest first.
     pub curve: Option<Vec<(u64, f64)>>,
 }
 

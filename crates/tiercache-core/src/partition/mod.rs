@@ -142,8 +142,10 @@ pub trait Partitioner: Send + fmt::Debug {
     }
     /// The estimated hit ratio of `class`'s pool at `points` sizes evenly spaced up to the
     /// tier's capacity, smallest first, as `(blocks, hit ratio)`: the curve `mrc` sizes pools
-    /// from (before its measured correction). `None` when the partitioner keeps no curve, the
-    /// class has no pool of its own, or its pool saw no access yet.
+    /// from (before its measured correction; `normal`'s is the rest pool's, shared with the
+    /// classes without a pool of their own). Sizes within a bucket of the curve round down to
+    /// its start. `None` when the partitioner keeps no curve, the class has no pool of its
+    /// own, or its pool saw no access yet.
     fn curve(&self, class: Class, points: u64) -> Option<Vec<(u64, f64)>> {
         let _ = (class, points);
         None

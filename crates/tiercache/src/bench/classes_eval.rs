@@ -12,6 +12,8 @@ pub const TOLERANCE: f64 = 0.01;
 /// Windows averaged when deciding whether a class has settled (one window of a class with a
 /// few thousand accesses has a standard error near 0.5 %).
 const SMOOTH: usize = 3;
+/// Windows after each phase start a class has to settle in (issue 20: at most 5).
+pub const SETTLE: usize = 5;
 
 /// One class under one partitioner (the JSON keys are a contract).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -31,8 +33,9 @@ pub struct ClassResult {
     pub steady_hit_ratio: Option<f64>,
     /// Windows whose hit ratio fell short of the target by more than the tolerance.
     pub windows_below_target: Option<usize>,
-    /// Windows where the class would fall short even with the whole tier to itself (see
-    /// [`whole_tier_reach`]): no allocation meets the target there.
+    /// Windows past the first [`SETTLE`] of each phase where the class would fall short even
+    /// with the whole tier to itself (see [`whole_tier_reach`]): no allocation meets the target
+    /// there.
     pub windows_out_of_reach: Option<usize>,
 }
 
@@ -148,7 +151,8 @@ pub fn class_result(
         blocks: held.round() as u64,
         target_blocks: report.and_then(|c| c.target_blocks),
         target_met: target.map(|t| {
-            worst.is_some_and(|w| w <= 5) && steady_hit.is_some_and(|h| (h - t).abs() <= TOLERANCE)
+            worst.is_some_and(|w| w <= SETTLE)
+                && steady_hit.is_some_and(|h| (h - t).abs() <= TOLERANCE)
         }),
         windows_to_target: target.and(worst),
         steady_hit_ratio: steady_hit,
@@ -158,8 +162,15 @@ pub fn class_result(
                 .count()
         }),
         windows_out_of_reach: target.zip(reach).map(|(t, r)| {
-            r.iter()
-                .filter(|h| h.is_some_and(|h| h < t - TOLERANCE))
+            phases
+                .iter()
+                .flat_map(|p| p.iter().skip(SETTLE))
+                .filter(|&&i| {
+                    r.get(i)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|h| h < t - TOLERANCE)
+                })
                 .count()
         }),
     })

@@ -1,6 +1,7 @@
 //! `tiercache stats --curves`: each class's estimated hit-ratio curve as a table, one column
-//! per class, one row per size (sixteenths of the memory tier), read from `stats`'s JSON
-//! (`classes.NAME.curve`). Only `--partition mrc` keeps curves.
+//! per class with a pool of its own (`normal`: the rest pool's), one row per size (sixteenths
+//! of the memory tier), read from `stats`'s JSON (`classes.NAME.curve`). Only
+//! `--partition mrc` keeps curves.
 
 use super::list::human;
 use serde_json::Value;

@@ -84,14 +84,6 @@ fn set_spec(next: &mut LiveClasses, spec: ClassSpec, capacity: u64) -> Result<bo
     Ok(next.params.classes != before)
 }
 
-/// Records that the user chose `priority`'s target (see `LiveClasses`); whether that is new.
-fn note_priority_target(next: &mut LiveClasses, name: &str, bounds: &ClassBounds) -> bool {
-    let chosen = name == "priority" && bounds.target.is_some();
-    let new = chosen && !next.priority_target_chosen;
-    next.priority_target_chosen |= chosen;
-    new
-}
-
 fn add(
     data: &CacheDataPath,
     mountpoint: &Path,
@@ -111,7 +103,7 @@ fn add(
             .and_then(|c| next.params.classes.get(c).cloned())
             .unwrap_or_else(|| ClassSpec::named(name));
         let mut changed = set_spec(next, with_bounds(spec, bounds, bs)?, capacity)?;
-        changed |= note_priority_target(next, name, bounds);
+        changed |= next.note_priority_target(name, bounds);
         for dir in &dirs {
             changed |= next.rules.add(ClassRule {
                 dir: dir.clone(),
@@ -135,7 +127,7 @@ fn set(data: &CacheDataPath, name: &str, bounds: &ClassBounds) -> Result<Value, 
             .and_then(|c| next.params.classes.get(c).cloned())
             .ok_or_else(|| DaemonError::refused(format!("no class named {name}")))?;
         let changed = set_spec(next, with_bounds(spec, bounds, bs)?, capacity)?;
-        Ok(note_priority_target(next, name, bounds) | changed)
+        Ok(next.note_priority_target(name, bounds) | changed)
     })?;
     log::info!("class set {name}");
     Ok(json!({ "changed": changed, "classes": list_json(data) }))
@@ -166,7 +158,7 @@ fn priority_add(
         // gives it the default T_p, as `--priority` at mount time would have — unless the user
         // chose its target on this mount.
         let unused =
-            next.rules.of_class("priority").next().is_none() && !next.priority_target_chosen;
+            next.rules.of_class("priority").next().is_none() && !next.priority_target_chosen();
         if let Some(spec) = next.params.classes.get(Class::PRIORITY).cloned() {
             if unused && spec.target.is_none() && spec.min.is_none() {
                 let t_p = DirprioParams::guidance(capacity, false).t_protected;

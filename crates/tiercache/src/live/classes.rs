@@ -116,7 +116,32 @@ pub struct LiveClasses {
     pub rules: ClassRules,
     /// `class add|set priority --target …` was given on the running mount: the user chose
     /// `priority`'s target (`none` included), so a first priority directory keeps it.
-    pub priority_target_chosen: bool,
+    priority_target_chosen: bool,
+}
+
+impl LiveClasses {
+    /// The mount's table and rules; no target chosen on the running mount yet.
+    pub fn new(params: ClassParams, rules: ClassRules) -> Self {
+        Self {
+            params,
+            rules,
+            priority_target_chosen: false,
+        }
+    }
+
+    /// Records a `class add|set NAME` with `bounds`: whether it chose `priority`'s target for
+    /// the first time.
+    pub(super) fn note_priority_target(&mut self, name: &str, bounds: &ClassBounds) -> bool {
+        let chosen = name == "priority" && bounds.target.is_some();
+        let new = chosen && !self.priority_target_chosen;
+        self.priority_target_chosen |= chosen;
+        new
+    }
+
+    /// Whether the user chose `priority`'s target on the running mount.
+    pub(super) fn priority_target_chosen(&self) -> bool {
+        self.priority_target_chosen
+    }
 }
 
 /// What `tiercache class add|set` changes of a class: each value as given (a fraction, a size

@@ -190,11 +190,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
     let data = Arc::new(CacheDataPath::new(
         Arc::clone(&mem),
         backing.clone(),
-        LiveClasses {
-            params: s.mem.partition.params.clone(),
-            rules: s.rules.clone(),
-            priority_target_chosen: false,
-        },
+        LiveClasses::new(s.mem.partition.params.clone(), s.rules.clone()),
     ));
     let opts = mount_options(&s, fs_name);
     let (stop, hup) = stop_signals()?;
