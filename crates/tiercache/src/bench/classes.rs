@@ -76,6 +76,10 @@ pub struct ScenarioResult {
     pub mrc_blocks_vs_optimal: Option<f64>,
     /// Per targeted class: the offline optimum in blocks.
     pub optimal_blocks: BTreeMap<String, Option<u64>>,
+    /// Per targeted class: the same over the last [`RECENT`] windows only, about what `mrc`'s
+    /// ageing curves weigh at the end (on a workload that keeps changing, the end differs
+    /// from the phase as a whole).
+    pub recent_optimal_blocks: BTreeMap<String, Option<u64>>,
     /// Best-effort hits under `mrc` over those under `dirprio`, over the whole run (the issue's
     /// figure): it also counts the windows where a partitioner has not reached a target yet and
     /// the best-effort classes hold what that target will take.
@@ -302,11 +306,13 @@ fn evaluate(s: &Scenario, repeat: usize) -> Result<ScenarioResult, BenchError> {
     );
     let last_phase = &s.requests[*s.phases.last().unwrap_or(&0) as usize..];
     let mut optimal_blocks = BTreeMap::new();
+    let mut recent_optimal_blocks = BTreeMap::new();
     let mut worst: Option<f64> = None;
     for (c, spec) in s.table.iter() {
         let Some(t) = spec.target else { continue };
         let opt = steady_curve(last_phase, c).blocks_for_hit_ratio(t, s.capacity as u64);
         optimal_blocks.insert(spec.name.clone(), opt);
+        recent_optimal_blocks.insert(spec.name.clone(), recent_optimum(s, c, t));
         let given = mrc
             .report
             .classes
@@ -345,6 +351,7 @@ fn evaluate(s: &Scenario, repeat: usize) -> Result<ScenarioResult, BenchError> {
         dirprio: d,
         mrc_blocks_vs_optimal: worst,
         optimal_blocks,
+        recent_optimal_blocks,
         best_effort_hits_mrc_vs_dirprio: ratio(be_run(&mrc), be_run(&dirprio)),
         best_effort_hits_mrc_vs_dirprio_last_half: ratio(
             be_hits(&mrc, last_half),
@@ -354,6 +361,18 @@ fn evaluate(s: &Scenario, repeat: usize) -> Result<ScenarioResult, BenchError> {
         mrc_vs_dirprio_speed_cost: speed_cost(s, repeat)?,
         curve_error: curve_error(last_phase, s.capacity as u64),
     })
+}
+
+/// Windows behind [`ScenarioResult::recent_optimal_blocks`]: `mrc` ages its counts by a
+/// quarter a window, so the last four windows carry about two thirds of what its curves weigh.
+pub const RECENT: u64 = 4;
+
+/// The fewest blocks for hit ratio `t` by `class`'s exact curve over the last [`RECENT`]
+/// windows (the [`RECENT`] before them warm it up).
+fn recent_optimum(s: &Scenario, class: Class, t: f64) -> Option<u64> {
+    let n = usize::try_from(2 * RECENT * s.omega).unwrap_or(usize::MAX);
+    let tail = &s.requests[s.requests.len().saturating_sub(n)..];
+    steady_curve(tail, class).blocks_for_hit_ratio(t, s.capacity as u64)
 }
 
 fn part_result(
@@ -527,6 +546,28 @@ fn why_not(s: &ScenarioResult) -> Vec<String> {
             ));
         }
     }
+    if s.mrc_blocks_vs_optimal
+        .is_some_and(|x| !(0.9..=1.1).contains(&x))
+    {
+        let shown = |b: Option<&Option<u64>>| {
+            b.copied()
+                .flatten()
+                .map_or("no size up to the tier".to_string(), |b| {
+                    format!("{b} blocks")
+                })
+        };
+        for (name, r) in &s.mrc.classes {
+            let Some(given) = r.target_blocks else {
+                continue;
+            };
+            out.push(format!(
+                "{name}: mrc set aside {given} blocks at the end; the exact curve needs {} over \
+                 the last phase's second half, {} over its last {RECENT} windows",
+                shown(s.optimal_blocks.get(name)),
+                shown(s.recent_optimal_blocks.get(name)),
+            ));
+        }
+    }
     if s.best_effort_hits_mrc_vs_dirprio.is_some_and(|x| x < 1.2) {
         for (name, m) in &s.mrc.classes {
             let Some(d) = s.dirprio.classes.get(name) else {
@@ -586,6 +627,7 @@ mod tests {
             dirprio,
             mrc_blocks_vs_optimal: Some(1.0),
             optimal_blocks: BTreeMap::new(),
+            recent_optimal_blocks: BTreeMap::new(),
             best_effort_hits_mrc_vs_dirprio: Some(best_effort),
             best_effort_hits_mrc_vs_dirprio_last_half: Some(best_effort),
             sampling_speed_cost: 0.05,
@@ -607,6 +649,24 @@ mod tests {
         assert_eq!(why.len(), 2, "{why:?}");
         assert!(why[0].contains("settled at 0.3000, above 0.1"), "{why:?}");
         assert!(why[1].contains("in 3 of 10 windows"), "{why:?}");
+    }
+
+    #[test]
+    fn blocks_far_from_the_optimum_show_the_optimum_of_the_last_windows_too() {
+        let mut c = class(Some(0.5), true, 0.5, 1, 0);
+        c.target_blocks = Some(45);
+        let mut s = scenario(part(&[("a", c.clone())]), part(&[("a", c)]), 1.3);
+        s.mrc_blocks_vs_optimal = Some(0.05);
+        s.optimal_blocks.insert("a".into(), Some(817));
+        s.recent_optimal_blocks.insert("a".into(), None);
+        let why = why_not(&s);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(
+            why[0].contains("set aside 45 blocks")
+                && why[0].contains("817 blocks")
+                && why[0].contains("no size up to the tier over its last 4 windows"),
+            "{why:?}"
+        );
     }
 
     #[test]
