@@ -90,6 +90,10 @@ fn bench_classes_json_has_the_contracted_keys() {
         ] {
             assert!(s[k].is_number(), "{at}.{k}: {}", s[k]);
         }
+        for k in ["optimal_blocks", "recent_optimal_blocks"] {
+            assert!(s[k].is_object(), "{at}.{k}: {}", s[k]);
+        }
+        assert!(s["windows"].as_u64().is_some_and(|w| w > 0), "{at}.windows");
         fraction(&s["curve_error"], &format!("{at}.curve_error"));
         fraction(
             &s["sampling_speed_cost"],
