@@ -7,8 +7,8 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use support::{fails_naming, json_of, read_dir_files, s, tc, Mount};
+use std::path::Path;
+use support::{fails_naming, json_of, read_dir_files, s, tc, Dirs, Mount};
 use tiercache_remote::local::free_port;
 
 /// `n` files of `size` bytes in BACKING's `dir`.
@@ -279,32 +279,30 @@ fn refused_in_one_line(args: &[String], mnt: &Path, flag: &str, why: &str) {
 }
 
 /// An empty BACKING and mount point for mounts that must fail.
-struct Scratch {
-    dir: tempfile::TempDir,
-    b: PathBuf,
-    mnt: PathBuf,
-}
+struct Scratch(Dirs);
 
 impl Scratch {
     fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
-        std::fs::create_dir_all(&b).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
-        Self { dir, b, mnt }
+        Self(Dirs::new())
     }
 
     /// `mount B M --memory 1M` and `extra`.
     fn mount(&self, extra: &[&str]) -> Vec<String> {
-        let mut a: Vec<String> = ["mount", s(&self.b), s(&self.mnt), "--memory", "1M"]
-            .map(str::to_string)
-            .to_vec();
+        let mut a: Vec<String> = [
+            "mount",
+            s(&self.0.backing),
+            s(&self.0.mnt),
+            "--memory",
+            "1M",
+        ]
+        .map(str::to_string)
+        .to_vec();
         a.extend(extra.iter().map(|x| x.to_string()));
         a
     }
 
     fn refused(&self, args: &[String], flag: &str, why: &str) {
-        refused_in_one_line(args, &self.mnt, flag, why);
+        refused_in_one_line(args, &self.0.mnt, flag, why);
     }
 }
 
@@ -354,8 +352,8 @@ fn bad_class_flags_mount_nothing_and_say_why_in_one_line() {
 #[test]
 fn bad_class_tables_mount_nothing_and_say_why_in_one_line() {
     let x = Scratch::new();
-    let cfg = x.dir.path().join("tc.toml");
-    let args: Vec<String> = ["mount", "--config", s(&cfg), s(&x.b), s(&x.mnt)]
+    let cfg = x.0.dir.path().join("tc.toml");
+    let args: Vec<String> = ["mount", "--config", s(&cfg), s(&x.0.backing), s(&x.0.mnt)]
         .map(str::to_string)
         .to_vec();
     for (text, at, why) in [

@@ -7,7 +7,7 @@ use std::fs::FileTimes;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{mounted, s, tc};
+use support::{mounted, s, tc, Dirs};
 
 /// BACKING, mount point and SSD cache file in one temp dir, mounted and remounted by the test.
 struct Rig {
@@ -19,10 +19,7 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let (backing, mnt) = (dir.path().join("slow"), dir.path().join("fast"));
-        std::fs::create_dir_all(&backing).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
+        let Dirs { dir, backing, mnt } = Dirs::new();
         let cache = dir.path().join("ssd.cache");
         Rig {
             _dir: dir,

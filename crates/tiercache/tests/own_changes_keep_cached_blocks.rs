@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
-use support::{mounted, s, tc};
+use support::{mounted, s, tc, Dirs};
 
 /// BACKING, mount point and SSD cache file in one temp dir.
 struct Rig {
@@ -21,10 +21,7 @@ struct Rig {
 impl Rig {
     /// A 256 KiB memory tier (64 blocks) over a 32 MiB SSD tier.
     fn mounted() -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let (backing, mnt) = (dir.path().join("slow"), dir.path().join("fast"));
-        std::fs::create_dir_all(&backing).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
+        let Dirs { dir, backing, mnt } = Dirs::new();
         let dev = format!("{}:32M", s(&dir.path().join("ssd.cache")));
         let out = tc(&[
             "mount",

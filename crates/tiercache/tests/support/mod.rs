@@ -53,6 +53,23 @@ pub fn mounted(p: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
 }
 
+/// A temp dir holding an empty BACKING (`slow`) and mount point (`fast`); both go with it.
+pub struct Dirs {
+    pub dir: tempfile::TempDir,
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl Dirs {
+    pub fn new() -> Dirs {
+        let dir = tempfile::tempdir().unwrap();
+        let (backing, mnt) = (dir.path().join("slow"), dir.path().join("fast"));
+        std::fs::create_dir_all(&backing).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        Dirs { dir, backing, mnt }
+    }
+}
+
 /// `root/slow` served by a background `tiercache mount` on `root/fast`; force-unmounted on drop.
 pub struct Mount {
     pub backing: PathBuf,
@@ -72,11 +89,7 @@ impl Mount {
     /// [`Mount::new`] with the daemon started under `ulimit -n LIMIT` (soft and hard), as a
     /// service manager might start it.
     pub fn with_fd_limit(limit: Option<u32>, extra: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().unwrap();
-        let backing = dir.path().join("slow");
-        let mnt = dir.path().join("fast");
-        std::fs::create_dir_all(&backing).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
+        let Dirs { dir, backing, mnt } = Dirs::new();
         let mut args = vec!["mount", s(&backing), s(&mnt)];
         args.extend_from_slice(extra);
         let out = match limit {
