@@ -406,8 +406,17 @@ fn stats_curves_show_where_a_class_starts_to_hit() {
     assert_eq!(curve.len(), 16, "{c}");
     let at = |i: usize| curve[i]["hit_ratio"].as_f64().unwrap();
     assert_eq!(u(&curve[0]["bytes"]), 512 << 10, "{c}");
-    assert!(at(0) <= 0.2, "512 KiB cannot hold a 1 MiB loop: {c}");
-    assert!(at(2) >= 0.8, "1.5 MiB holds it: {c}");
+    // The curve is sampled (a quarter of the file's 256 blocks here, which ones decided by a
+    // hash of the file's identity): SHARDS' correction credits a short sample's missing weight
+    // to distance 0 and takes an excess off the shortest distances, so the whole curve may sit
+    // some 10 % up or down (one standard deviation; 20 % seen in one run in twenty). Where
+    // the cliff lies does not move: between 512 KiB and 1.5 MiB the estimate rises by the
+    // loop's hit ratio (11/12) less that offset.
+    assert!(at(0) <= 0.45, "512 KiB cannot hold a 1 MiB loop: {c}");
+    assert!(
+        at(2) - at(0) >= 0.5,
+        "1.5 MiB holds it and 512 KiB does not: {c}"
+    );
     assert!(
         (1..16).all(|i| at(i) >= at(i - 1)),
         "more memory, no fewer hits: {c}"
