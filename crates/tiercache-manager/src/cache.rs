@@ -653,6 +653,13 @@ impl MemCache {
         self.inner.forget(file)
     }
 
+    /// [`MemCache::forget`] if it needs no I/O and no wait (a closed file with nothing to
+    /// write back and no tier below): done, and `true`; otherwise nothing is done and `false`
+    /// (make the ordinary call where waiting is fine).
+    pub fn try_forget(&self, file: FileId) -> bool {
+        self.inner.try_forget(file)
+    }
+
     /// Cached and dirty blocks of `file`.
     pub fn file_blocks(&self, file: FileId) -> (usize, usize) {
         self.inner.file_blocks(file)

@@ -39,14 +39,39 @@ impl Inner {
     /// forgotten (see the module docs). With handles still open, clean blocks go now and the
     /// rest at the last release. Returns the blocks dropped.
     pub(crate) fn forget(&self, file: FileId) -> usize {
+        self.forget_waiting(file, true).unwrap_or(0)
+    }
+
+    /// [`Inner::forget`] when it needs no I/O and no wait — no tier below (dropping copies
+    /// there may be I/O), the file's locks free, nothing to write back: done, and `true` (the
+    /// usual case for a clean file, as `rm -rf` leaves them: its FORGETs then cost no thread
+    /// switch each). Otherwise `false`, having changed nothing `forget` would not do again.
+    pub(crate) fn try_forget(&self, file: FileId) -> bool {
+        self.lower().is_none() && self.forget_waiting(file, false).is_some()
+    }
+
+    /// `forget`, waiting for the file's locks and writing back if `wait`; without, `None` where
+    /// it would have to.
+    fn forget_waiting(&self, file: FileId, wait: bool) -> Option<usize> {
         let Ok(shared) = self.shared(file) else {
-            return 0;
+            return Some(0);
         };
-        let _io = crate::cache::lock(&shared.io);
-        let _op = crate::cache::write_lock(&shared.op);
+        let (_io, _op) = if wait {
+            (
+                crate::cache::lock(&shared.io),
+                crate::cache::write_lock(&shared.op),
+            )
+        } else {
+            (
+                crate::locks::try_lock(&shared.io)?,
+                crate::locks::try_write_lock(&shared.op)?,
+            )
+        };
+        // (`forget_start` only resets the read-ahead before handing the descriptor back.)
         let fd = match self.forget_start(file, &shared) {
+            Ok(Some(_)) if !wait => return None,
             Ok(fd) => fd,
-            Err(dropped) => return dropped,
+            Err(dropped) => return Some(dropped),
         };
         let unlinked = fd
             .as_deref()
@@ -68,7 +93,7 @@ impl Inner {
         if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }
-        dropped
+        Some(dropped)
     }
 
     /// `forget`'s first step, on the quiesced file: with handles open it is left to the last

@@ -368,11 +368,12 @@ impl DataPath for CacheDataPath {
     }
 
     fn try_evict(&self, ino: u64) -> bool {
-        // The tier has nothing of the file (a directory, a file never opened, or one whose
-        // blocks all went): only this map's entry, no write-back. Should an open of the same
-        // inode reach the tier meanwhile, this forget is stale and the tier's state is the
-        // new handle's, which the tier keeps anyway (see `evict`).
-        if self.mem.class_of(FileId(ino)).is_some() {
+        // Either the tier has nothing of the file (a directory, a file never opened, or one
+        // whose blocks all went): only this map's entry; or it can let go of the file without
+        // I/O (closed, nothing to write back, no tier below: what `rm -rf` forgets). Should an
+        // open of the same inode reach the tier meanwhile, this forget is stale and the tier's
+        // state is the new handle's, which the tier keeps anyway (see `evict`).
+        if self.mem.class_of(FileId(ino)).is_some() && !self.mem.try_forget(FileId(ino)) {
             return false;
         }
         self.forget_known(ino);
