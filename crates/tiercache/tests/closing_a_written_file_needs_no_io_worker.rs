@@ -11,17 +11,12 @@ use support::{s, tc, Mount};
 
 const FILES: usize = 200;
 
-fn completed(m: &Mount) -> u64 {
-    let io = &m.stats()["io"];
-    io["normal"]["completed"].as_u64().unwrap() + io["priority"]["completed"].as_u64().unwrap()
-}
-
 #[test]
 fn closing_small_written_files_runs_on_the_request_thread() {
     let m = Mount::new(&[]);
     let dir = m.mnt.join("d");
     std::fs::create_dir(&dir).unwrap();
-    let before = completed(&m);
+    let before = m.io_completed();
     for i in 0..FILES {
         let mut f = std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
         f.write_all(format!("file {i}\n").as_bytes()).unwrap();
@@ -29,7 +24,7 @@ fn closing_small_written_files_runs_on_the_request_thread() {
     }
     // The kernel sends RELEASE after close() returned: wait for the last ones.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let handed_over = completed(&m) - before;
+    let handed_over = m.io_completed() - before;
     assert_eq!(
         handed_over, 0,
         "{handed_over} requests of {FILES} create + write + close went to I/O workers"

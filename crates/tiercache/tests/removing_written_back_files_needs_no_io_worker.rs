@@ -13,11 +13,6 @@ use support::{s, tc, Mount};
 
 const FILES: usize = 200;
 
-fn completed(m: &Mount) -> u64 {
-    let io = &m.stats()["io"];
-    io["normal"]["completed"].as_u64().unwrap() + io["priority"]["completed"].as_u64().unwrap()
-}
-
 fn known(m: &Mount) -> u64 {
     m.stats()["inodes"]["known"].as_u64().unwrap()
 }
@@ -33,7 +28,7 @@ fn removing_written_back_files_forgets_them_on_the_request_thread() {
     let out = tc(&["flush", s(&m.mnt)]);
     assert!(out.status.success(), "{out:?}");
     // Every file is known to the tier (cached, clean) and to the inode table.
-    let (before, known_before) = (completed(&m), known(&m));
+    let (before, known_before) = (m.io_completed(), known(&m));
     assert!(known_before > FILES as u64, "{}", m.stats()["inodes"]);
     std::fs::remove_dir_all(&dir).unwrap();
     // The kernel sends FORGET once an unlinked inode's last reference goes: wait for them.
@@ -46,7 +41,7 @@ fn removing_written_back_files_forgets_them_on_the_request_thread() {
         "the forgets did not arrive: {}",
         m.stats()["inodes"]
     );
-    let handed_over = completed(&m) - before;
+    let handed_over = m.io_completed() - before;
     assert_eq!(
         handed_over, 0,
         "{handed_over} forgets of {FILES} removed files went to I/O workers"

@@ -118,6 +118,12 @@ impl Mount {
         m
     }
 
+    /// Requests the I/O workers finished, both classes: what the request threads handed over.
+    pub fn io_completed(&self) -> u64 {
+        let io = &self.stats()["io"];
+        io["normal"]["completed"].as_u64().unwrap() + io["priority"]["completed"].as_u64().unwrap()
+    }
+
     /// `tiercache stats --json`.
     pub fn stats(&self) -> serde_json::Value {
         let out = tc(&["stats", s(&self.mnt), "--json"]);
