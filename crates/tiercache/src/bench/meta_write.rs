@@ -3,7 +3,8 @@
 //! options) and through bindfs (direct I/O); the BACKING syncs tiercache made during the
 //! `tar x`; and the same `tar x` of a smaller tree through tiercache with the HDD device MODEL
 //! (`--emulate hdd`), timed until `tar` returns and until BACKING holds everything
-//! (`tiercache flush`), with the seeks the model counted.
+//! (`tiercache flush`), with the seeks the model counted. On each target also a program's
+//! loop of create + 100-byte write + close (at most [`CREATE_FILES`] files).
 
 use crate::bench::fuse::{start_tiercache, Mounts};
 use crate::bench::remote::stats;
@@ -15,6 +16,8 @@ use std::time::Instant;
 
 /// The memory tier of a default mount (`tiercache mount` without `--memory`).
 const DEFAULT_MEMORY: u64 = 256 << 20;
+/// Files of the create + write + close loop (fewer when the tree `tar x` writes is smaller).
+pub(super) const CREATE_FILES: usize = 20_000;
 
 /// Seconds per target.
 #[derive(Serialize, Debug, Clone, Copy, Default)]
@@ -45,6 +48,9 @@ pub(super) struct WriteSide {
     pub untar_backing_syncs: u64,
     pub hdd_model_files: usize,
     pub untar_hdd_model_secs: HddRun,
+    /// Files of the create + 100-byte write + close loop, and its seconds per target.
+    pub create_files: usize,
+    pub create_write_close_secs: PerTarget,
 }
 
 /// Runs `cmd`, which must succeed; returns its wall time.
@@ -82,6 +88,26 @@ fn archive(work: &Path, name: &str, dirs: usize, files: usize) -> Result<PathBuf
     Ok(tar)
 }
 
+/// `n` × (create with `O_TRUNC`, write 100 bytes, close) in a new directory `dir`, as a
+/// program saving many small files does: seconds (the directory is removed afterwards, untimed).
+fn create_write_close(dir: &Path, n: usize) -> Result<f64, BenchError> {
+    use std::io::Write as _;
+    mkdir(dir)?;
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    let data = [b'x'; 100];
+    let t = Instant::now();
+    for i in 0..n {
+        let p = dir.join(format!("f{i}"));
+        std::fs::File::create(&p)
+            .and_then(|mut f| f.write_all(&data))
+            .map_err(|e| BenchError::io(format!("{}", p.display()), e))?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    std::fs::remove_dir_all(dir).map_err(|e| BenchError::io(format!("{}", dir.display()), e))?;
+    Ok(secs)
+}
+
 /// `tar x` of `tar` into `dest`, then `rm -rf` of what it made: (untar, rm) seconds.
 fn untar_and_rm(tar: &Path, dest: &Path) -> Result<(f64, f64), BenchError> {
     // Earlier runs' dirty pages do not land on this one.
@@ -111,8 +137,10 @@ pub(super) fn run(
     let mut r = WriteSide {
         untar_files: files,
         hdd_model_files: hdd_files,
+        create_files: files.min(CREATE_FILES),
         ..WriteSide::default()
     };
+    let n = r.create_files;
     step(format!(
         "archiving {files} files (0-9 KB) in {dirs} directories"
     ));
@@ -122,6 +150,7 @@ pub(super) fn run(
     let native = work.join("native");
     mkdir(&native)?;
     (r.untar_secs.native, r.rm_secs.native) = untar_and_rm(&tar, &native)?;
+    r.create_write_close_secs.native = create_write_close(&native.join("cwc"), n)?;
 
     step("tar x and rm -rf through tiercache".into());
     let (backing, mp) = (work.join("backing-tc"), work.join("mnt-tc"));
@@ -141,6 +170,7 @@ pub(super) fn run(
     r.untar_secs.tiercache = timed(Command::new("tar").arg("xf").arg(&tar).arg("-C").arg(&mp))?;
     r.untar_backing_syncs = counter(&stats(&mp)?, "backing", "syncs").saturating_sub(before);
     r.rm_secs.tiercache = timed(Command::new("rm").arg("-rf").arg(mp.join("tree")))?;
+    r.create_write_close_secs.tiercache = create_write_close(&mp.join("cwc"), n)?;
     drop(mounts);
 
     step("tar x and rm -rf through bindfs".into());
@@ -153,6 +183,7 @@ pub(super) fn run(
     };
     mounts.start_bindfs(&backing, &mp)?;
     (r.untar_secs.bindfs, r.rm_secs.bindfs) = untar_and_rm(&tar, &mp)?;
+    r.create_write_close_secs.bindfs = create_write_close(&mp.join("cwc"), n)?;
     drop(mounts);
     std::fs::remove_file(&tar).map_err(|e| BenchError::io(format!("{}", tar.display()), e))?;
 
@@ -215,6 +246,16 @@ pub(super) fn print(w: &WriteSide) {
         w.untar_secs.tiercache / w.untar_secs.bindfs,
         w.untar_secs.tiercache / w.untar_secs.native,
         w.untar_backing_syncs
+    );
+    let c = w.create_write_close_secs;
+    println!(
+        "create + 100 B write + close x {}: tiercache {:.3} s, bindfs {:.3} s, native {:.3} s \
+         (tiercache / bindfs: {:.2}x)",
+        w.create_files,
+        c.tiercache,
+        c.bindfs,
+        c.native,
+        c.tiercache / c.bindfs
     );
     if w.hdd_model_files > 0 {
         let h = w.untar_hdd_model_secs;
