@@ -653,8 +653,9 @@ impl MemCache {
         self.inner.forget(file)
     }
 
-    /// [`MemCache::forget`] if it needs no I/O and no wait (a closed file with nothing to
-    /// write back and no tier below): done, and `true`; otherwise nothing is done and `false`
+    /// [`MemCache::forget`] if it needs no I/O and no wait (no tier below; a closed file with
+    /// nothing to write back and no descriptor of BACKING left, or an open one, whose forget
+    /// waits for its last release): done, and `true`; otherwise nothing is done and `false`
     /// (make the ordinary call where waiting is fine).
     pub fn try_forget(&self, file: FileId) -> bool {
         self.inner.try_forget(file)

@@ -27,6 +27,7 @@
 
 use crate::cache::Inner;
 use crate::file_state::FileShared;
+use crate::locks::{lock, try_lock, try_write_lock, write_lock};
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -43,33 +44,27 @@ impl Inner {
     }
 
     /// [`Inner::forget`] when it needs no I/O and no wait — no tier below (dropping copies
-    /// there may be I/O), the file's locks free, nothing to write back: done, and `true` (the
-    /// usual case for a clean file, as `rm -rf` leaves them: its FORGETs then cost no thread
-    /// switch each). Otherwise `false`, having changed nothing `forget` would not do again.
+    /// there may be I/O), the file's locks free, and, once closed, nothing to write back and no
+    /// descriptor of BACKING left to close (a close may flush to a network server, or free a
+    /// deleted inode): done, and `true`. That is the usual case of a written-back file an
+    /// `rm -rf` removes, whose FORGET then costs no thread switch; an open file's forget is
+    /// left to its last release, as `forget` does. Otherwise `false`, and nothing changed.
     pub(crate) fn try_forget(&self, file: FileId) -> bool {
         self.lower().is_none() && self.forget_waiting(file, false).is_some()
     }
 
-    /// `forget`, waiting for the file's locks and writing back if `wait`; without, `None` where
-    /// it would have to.
+    /// `forget`, waiting for the file's locks and writing back if `wait`; without, `None`
+    /// (nothing changed) where it would have to.
     fn forget_waiting(&self, file: FileId, wait: bool) -> Option<usize> {
         let Ok(shared) = self.shared(file) else {
             return Some(0);
         };
         let (_io, _op) = if wait {
-            (
-                crate::cache::lock(&shared.io),
-                crate::cache::write_lock(&shared.op),
-            )
+            (lock(&shared.io), write_lock(&shared.op))
         } else {
-            (
-                crate::locks::try_lock(&shared.io)?,
-                crate::locks::try_write_lock(&shared.op)?,
-            )
+            (try_lock(&shared.io)?, try_write_lock(&shared.op)?)
         };
-        // (`forget_start` only resets the read-ahead before handing the descriptor back.)
-        let fd = match self.forget_start(file, &shared) {
-            Ok(Some(_)) if !wait => return None,
+        let fd = match self.forget_start(file, &shared, wait)? {
             Ok(fd) => fd,
             Err(dropped) => return Some(dropped),
         };
@@ -98,32 +93,38 @@ impl Inner {
 
     /// `forget`'s first step, on the quiesced file: with handles open it is left to the last
     /// release (`Err`: the blocks dropped now); else returns the descriptor to write the
-    /// pending blocks back through (`None`: nothing pending).
+    /// pending blocks back through (`None`: nothing pending). Without `wait`, `None` before
+    /// any change for a closed file whose forget is I/O: blocks to write back, or a
+    /// descriptor of BACKING the state still holds (dropped by the forget).
     fn forget_start(
         &self,
         file: FileId,
         shared: &Arc<FileShared>,
-    ) -> Result<Option<Arc<File>>, usize> {
+        wait: bool,
+    ) -> Option<Result<Option<Arc<File>>, usize>> {
         let mut eng = self.lock();
         let Some(f) = eng.files_mut().get_mut(&file) else {
-            return Err(0);
+            return Some(Err(0));
         };
         if !Arc::ptr_eq(f.shared(), shared) {
-            return Err(0); // opened anew meanwhile: not the file that was forgotten
+            return Some(Err(0)); // opened anew meanwhile: not the file that was forgotten
+        }
+        if !wait && f.handles() == 0 && (f.has_pending_writes() || f.backing().is_some()) {
+            return None;
         }
         f.reset_read_ahead();
         if f.handles() > 0 {
             f.forget_at_release();
             if f.born().is_some() {
-                return Err(0);
+                return Some(Err(0));
             }
-            return Err(eng.drop_file_blocks(file, false).0);
+            return Some(Err(eng.drop_file_blocks(file, false).0));
         }
-        Ok(if f.has_pending_writes() {
+        Some(Ok(if f.has_pending_writes() {
             f.backing().cloned()
         } else {
             None
-        })
+        }))
     }
 
     /// `forget`'s last step, after the write-back (`written`): keeps the clean blocks of a

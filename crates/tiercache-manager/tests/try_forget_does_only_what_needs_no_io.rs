@@ -1,6 +1,7 @@
 //! `MemCache::try_forget` (what a FUSE request thread calls before handing a FORGET to an I/O
-//! worker): it lets go of a closed file with nothing to write back, and refuses — changing
-//! nothing — a file with dirty blocks or a stack with a tier below, whose forget is I/O.
+//! worker): it lets go of a closed file with nothing to write back, leaves an open one's forget
+//! to its last release, and refuses — changing nothing — a file with dirty blocks or a stack
+//! with a tier below, whose forget is I/O.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -32,6 +33,31 @@ fn a_dirty_file_is_refused_and_a_written_back_one_is_forgotten() {
     let mut buf = vec![0u8; LEN];
     assert_eq!(cache.read_into(id, 0, &mut buf).unwrap(), LEN);
     assert_eq!(buf, vec![b'X'; LEN]);
+}
+
+/// The kernel may forget a node before the last RELEASE of its handles: the forget is left
+/// to that release (no I/O now), and the open handle keeps reading and writing its file.
+#[test]
+fn an_open_file_is_forgotten_at_its_last_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_file(dir.path(), "f", &[b'Z'; LEN]);
+    let cache = MemCache::with_real_device(small_config(64)).unwrap();
+    let id = open(&cache, &path, Class::NORMAL);
+    assert!(
+        cache.try_forget(id),
+        "deferred to the last release: nothing to wait for"
+    );
+    cache.write(id, 0, b"new").unwrap();
+    let mut buf = vec![0u8; LEN];
+    assert_eq!(cache.read_into(id, 0, &mut buf).unwrap(), LEN);
+    assert_eq!(&buf[..4], b"newZ");
+    cache.release(id);
+    cache.flush_all().unwrap();
+    assert_eq!(
+        &read_file(&path)[..4],
+        b"newZ",
+        "the handle's write reached BACKING"
+    );
 }
 
 #[test]

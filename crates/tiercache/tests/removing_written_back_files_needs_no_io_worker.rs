@@ -2,9 +2,9 @@
 //! switch each, a fifth of an `rm -rf`'s time), though letting go of a closed file with nothing
 //! left to write back needs no I/O.
 //!
-//! The I/O workers' `completed` counts show the hand-overs: removing files whose data is on
-//! BACKING must leave them at zero, the kernel's forgets must still reach the daemon (its known
-//! inodes go back down) and the files must be gone from BACKING.
+//! The I/O workers' counts (done, running, queued) show the hand-overs: removing files whose
+//! data is on BACKING must leave them at zero, the kernel's forgets must still reach the daemon
+//! (its known inodes go back down) and the files must be gone from BACKING.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -28,7 +28,7 @@ fn removing_written_back_files_forgets_them_on_the_request_thread() {
     let out = tc(&["flush", s(&m.mnt)]);
     assert!(out.status.success(), "{out:?}");
     // Every file is known to the tier (cached, clean) and to the inode table.
-    let (before, known_before) = (m.io_completed(), known(&m));
+    let (before, known_before) = (m.io_handed_over(), known(&m));
     assert!(known_before > FILES as u64, "{}", m.stats()["inodes"]);
     std::fs::remove_dir_all(&dir).unwrap();
     // The kernel sends FORGET once an unlinked inode's last reference goes: wait for them.
@@ -41,7 +41,7 @@ fn removing_written_back_files_forgets_them_on_the_request_thread() {
         "the forgets did not arrive: {}",
         m.stats()["inodes"]
     );
-    let handed_over = m.io_completed() - before;
+    let handed_over = m.io_handed_over() - before;
     assert_eq!(
         handed_over, 0,
         "{handed_over} forgets of {FILES} removed files went to I/O workers"

@@ -118,10 +118,15 @@ impl Mount {
         m
     }
 
-    /// Requests the I/O workers finished, both classes: what the request threads handed over.
-    pub fn io_completed(&self) -> u64 {
+    /// Requests the request threads handed to I/O workers, both classes: done, running or
+    /// still queued (a hand-over counts from the moment it is made).
+    pub fn io_handed_over(&self) -> u64 {
         let io = &self.stats()["io"];
-        io["normal"]["completed"].as_u64().unwrap() + io["priority"]["completed"].as_u64().unwrap()
+        ["normal", "priority"]
+            .iter()
+            .flat_map(|c| ["completed", "in_flight", "queued"].map(|k| &io[c][k]))
+            .map(|v| v.as_u64().unwrap())
+            .sum()
     }
 
     /// `tiercache stats --json`.
