@@ -99,6 +99,8 @@ fn create_write_close(dir: &Path, n: usize) -> Result<f64, BenchError> {
     let t = Instant::now();
     for i in 0..n {
         let p = dir.join(format!("f{i}"));
+        // Closed on drop, as a program that does not check `close` would (an error there is
+        // not looked at: a failed create or write already stops the run).
         std::fs::File::create(&p)
             .and_then(|mut f| f.write_all(&data))
             .map_err(|e| BenchError::io(format!("{}", p.display()), e))?;
