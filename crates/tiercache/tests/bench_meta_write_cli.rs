@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::{s, tc};
+use support::{s, tc_json};
 
 fn seconds(v: &serde_json::Value, at: &str) -> f64 {
     let x = v
@@ -19,7 +19,7 @@ fn seconds(v: &serde_json::Value, at: &str) -> f64 {
 #[test]
 fn write_side_prints_every_target_of_every_step() {
     let dir = tempfile::tempdir().unwrap();
-    let out = tc(&[
+    let v = tc_json(&[
         "bench",
         "meta",
         "--side",
@@ -34,12 +34,6 @@ fn write_side_prints_every_target_of_every_step() {
         "--dir",
         s(&dir.path().join("work")),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for step in ["untar_secs", "rm_secs", "create_write_close_secs"] {
         for target in ["tiercache", "bindfs", "native"] {
             seconds(&v[step][target], &format!("{step}.{target}"));

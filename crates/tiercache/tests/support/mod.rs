@@ -13,6 +13,17 @@ pub fn tc(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs the built binary with `args`, which must succeed, and parses what it printed as JSON.
+pub fn tc_json(args: &[&str]) -> serde_json::Value {
+    let out = tc(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Runs `args`, which must fail with a first stderr line (clap may add hints below) naming
 /// `flag` and saying `why`.
 pub fn fails_naming(args: &[&str], flag: &str, why: &str) {
