@@ -9,7 +9,7 @@
 
 mod support;
 
-use support::{s, tc, Mount};
+use support::{pin, s, tc, Mount};
 
 const FILES: usize = 200;
 
@@ -22,14 +22,20 @@ fn removing_written_back_files_forgets_them_on_the_request_thread() {
     let m = Mount::new(&[]);
     let dir = m.mnt.join("d");
     std::fs::create_dir(&dir).unwrap();
+    // Pinned until the removal, so that a drop_caches of another test makes no FORGET here
+    // before it (of a dirty file: a hand-over before the count starts, and fewer known).
+    let mut pins = Vec::new();
     for i in 0..FILES {
-        std::fs::write(dir.join(format!("f{i}")), format!("file {i}\n")).unwrap();
+        let p = dir.join(format!("f{i}"));
+        std::fs::write(&p, format!("file {i}\n")).unwrap();
+        pins.push(pin(&p));
     }
     let out = tc(&["flush", s(&m.mnt)]);
     assert!(out.status.success(), "{out:?}");
     // Every file is known to the tier (cached, clean) and to the inode table.
     let (before, known_before) = (m.io_handed_over(), known(&m));
     assert!(known_before > FILES as u64, "{}", m.stats()["inodes"]);
+    drop(pins);
     std::fs::remove_dir_all(&dir).unwrap();
     // The kernel sends FORGET once an unlinked inode's last reference goes: wait for them.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -2,25 +2,10 @@
 //! naming the file and line at fault.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn tiercache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(args: &[&str]) -> serde_json::Value {
-    let out = tiercache(args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use support::{tc as tiercache, tc_json as json};
 
 /// A sample trace stored (zstd-compressed) in the repository's `testdata/traces/`.
 fn sample_trace(name: &str) -> String {

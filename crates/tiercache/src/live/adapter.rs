@@ -373,7 +373,9 @@ impl DataPath for CacheDataPath {
         // I/O (closed, nothing to write back, no tier below: what `rm -rf` forgets). Should an
         // open of the same inode reach the tier meanwhile, this forget is stale and the tier's
         // state is the new handle's, which the tier keeps anyway (see `evict`).
-        if self.mem.class_of(FileId(ino)).is_some() && !self.mem.try_forget(FileId(ino)) {
+        // (`try_forget` answers an unknown file itself, under one lock; with a tier below it
+        // refuses at once, and only then is the tier asked whether it knows the file.)
+        if !self.mem.try_forget(FileId(ino)) && self.mem.class_of(FileId(ino)).is_some() {
             return false;
         }
         self.forget_known(ino);

@@ -13,6 +13,17 @@ pub fn tc(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// An `O_PATH` descriptor of `p` (a lookup, no FUSE open): while held, the kernel keeps the
+/// inode and sends no FORGET for it, not even when another test drops the caches.
+pub fn pin(p: &Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(p)
+        .unwrap()
+}
+
 /// Runs the built binary with `args`, which must succeed, and parses what it printed as JSON.
 pub fn tc_json(args: &[&str]) -> serde_json::Value {
     let out = tc(args);
