@@ -68,6 +68,7 @@ fn shards_estimate_is_within_two_points_of_the_exact_curve() {
             est.access(k);
         }
         assert!(est.tracked() <= 8192, "fixed memory: {}", est.tracked());
+        est.flush();
         let err = exact.curve().mean_abs_error(&est.curve(), 200_000);
         assert!(err <= 0.02, "alpha {alpha}: mean absolute error {err}");
     }
@@ -84,6 +85,7 @@ fn a_small_sample_budget_lowers_the_rate_and_keeps_memory_fixed() {
     assert!(est.rate() < 0.5, "rate stayed at {}", est.rate());
     let mut exact = ExactMrc::new(500);
     trace.iter().for_each(|&k| exact.access(k));
+    est.flush();
     let err = exact.curve().mean_abs_error(&est.curve(), 100_000);
     assert!(err <= 0.05, "error {err} with 512 samples");
 }
@@ -102,4 +104,67 @@ fn targets_map_to_the_fewest_blocks_or_are_reported_unreachable() {
     assert!((c.miss_ratio(100) - 0.1).abs() < 1e-9);
     assert_eq!(c.blocks_for_hit_ratio(0.9, 1000), Some(100));
     assert_eq!(c.blocks_for_hit_ratio(0.95, 1000), None);
+}
+
+proptest! {
+    /// A horizon only forgets what the curve never reads: up to it, the bounded estimate is
+    /// the unbounded one to the last bit (while neither lowers its rate).
+    #[test]
+    fn a_horizon_leaves_the_curve_below_it_unchanged(
+        trace in prop::collection::vec(0u64..3000, 1..6000),
+        horizon in 1u64..2000,
+        rate in 0.05f64..1.0,
+    ) {
+        let mut full = Shards::new(1 << 16, rate, 1);
+        let mut bounded = Shards::new(1 << 16, rate, 1).with_horizon(horizon);
+        for &k in &trace {
+            full.access(k);
+            bounded.access(k);
+        }
+        prop_assert!(bounded.tracked() <= (horizon as f64 * rate).ceil() as usize + 1);
+        full.flush();
+        bounded.flush();
+        let (f, b) = (full.curve(), bounded.curve());
+        for size in (0..=horizon).step_by(7).chain([horizon]) {
+            prop_assert_eq!(f.miss_ratio(size), b.miss_ratio(size), "size {}", size);
+        }
+    }
+}
+
+#[test]
+fn a_horizon_past_the_sample_budget_still_lowers_the_rate() {
+    // The recency bound (about 25,000 blocks) is above the budget: the fixed-size rule
+    // applies as without a horizon.
+    let trace = zipf(100_000, 0.9, 400_000, 5);
+    let mut est = Shards::new(512, 0.5, 500).with_horizon(50_000);
+    for &k in &trace {
+        est.access(k);
+    }
+    assert!(est.tracked() <= 512);
+    assert!(est.rate() < 0.5, "rate stayed at {}", est.rate());
+    let mut exact = ExactMrc::new(500);
+    trace.iter().for_each(|&k| exact.access(k));
+    est.flush();
+    let err = exact.curve().mean_abs_error(&est.curve(), 50_000);
+    assert!(err <= 0.05, "error {err} with 512 samples");
+}
+
+#[test]
+fn a_horizon_set_later_bounds_a_running_sampler() {
+    let trace = zipf(50_000, 0.9, 200_000, 6);
+    let mut est = Shards::new(8192, 0.2, 100);
+    let mut exact = ExactMrc::new(100);
+    for (i, &k) in trace.iter().enumerate() {
+        if i == 100_000 {
+            // A tier that shrinks: the tracker drops to its new bound at once.
+            est.set_horizon(10_000);
+            assert!(est.tracked() <= 2_001, "tracked {}", est.tracked());
+        }
+        est.access(k);
+        exact.access(k);
+    }
+    assert!(est.tracked() <= 2_001, "tracked {}", est.tracked());
+    est.flush();
+    let err = exact.curve().mean_abs_error(&est.curve(), 10_000);
+    assert!(err <= 0.03, "error {err}");
 }

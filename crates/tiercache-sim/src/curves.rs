@@ -39,13 +39,15 @@ pub fn class_curves(
     Class::all()
         .filter_map(|class| {
             let mut exact = ExactMrc::new(bucket);
-            let mut est = Shards::new(MAX_SAMPLES, initial_rate(capacity), bucket);
+            let mut est = Shards::new(MAX_SAMPLES, initial_rate(capacity), bucket)
+                .with_horizon(max_blocks.max(capacity));
             let mut n = 0u64;
             for a in requests.iter().filter(|a| a.class == class) {
                 exact.access(key(a));
                 est.access(key(a));
                 n += 1;
             }
+            est.flush();
             (n > 0).then(|| {
                 let estimate = est.curve();
                 ClassCurves {

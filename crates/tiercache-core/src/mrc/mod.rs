@@ -9,212 +9,27 @@
 //!   (SHARDS: Waldspurger, Park, Garthwaite, Ahmad, FAST '15, fixed-size variant with the
 //!   `adj` correction): only blocks whose hash falls under a threshold are tracked, their
 //!   distances scaled up by the sampling rate; when more than `max_samples` blocks are tracked,
-//!   the threshold drops to the largest tracked hash and those blocks are forgotten.
+//!   the threshold drops to the largest tracked hash and those blocks are forgotten. Given a
+//!   horizon (the largest cache size the curve is read at), it also forgets blocks whose
+//!   scaled reuse distance is already past it, least recent first: its tracker then holds
+//!   about `horizon × rate` blocks and stays in the first-level caches.
 //!
 //! Both only *observe*: they decide nothing and do no I/O, so the simulator and the mount can
 //! feed them the very same accesses.
 //!
 //! Invariants: a `ReuseTracker` holds at most one live mark per tracked block, at that
 //! block's last access; `Shards` tracks at most `max_samples` blocks, all with hash < the
-//! current threshold, and its heap by hash holds exactly the tracked blocks, once each; an
-//! estimated curve's histogram has at most [`MAX_BUCKETS`] buckets.
+//! current threshold, and at most `recent` of them, the most recently accessed; while
+//! `recent > max_samples` its heap by hash holds every tracked block (and at most
+//! `2 × max_samples` entries); an estimated curve's histogram has at most [`MAX_BUCKETS`]
+//! buckets.
 
 mod alloc;
+mod tracker;
 
 pub use alloc::{allocate, Allocation, ClassDemand};
-use rustc_hash::FxHashMap;
 use std::collections::BinaryHeap;
-
-/// A Fenwick (binary indexed) tree of counts: prefix sums and updates in O(log n).
-#[derive(Debug)]
-struct Fenwick {
-    tree: Vec<u32>,
-}
-
-impl Fenwick {
-    fn len(&self) -> usize {
-        self.tree.len() - 1
-    }
-
-    /// A tree holding `counts`, built in O(n).
-    fn from_counts(counts: &[u32]) -> Self {
-        let len = counts.len();
-        let mut tree = vec![0u32; len + 1];
-        for i in 1..=len {
-            tree[i] += counts[i - 1];
-            let parent = i + (i & i.wrapping_neg());
-            if parent <= len {
-                tree[parent] += tree[i];
-            }
-        }
-        Self { tree }
-    }
-
-    /// Adds `v` at position `i` (0-based).
-    fn add(&mut self, i: usize, v: i32) {
-        let mut i = i + 1;
-        while i < self.tree.len() {
-            self.tree[i] = self.tree[i].wrapping_add_signed(v);
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    /// Sum of positions `0..i`.
-    fn prefix(&self, i: usize) -> u64 {
-        let mut i = i.min(self.len());
-        let mut s = 0u64;
-        while i > 0 {
-            s += u64::from(self.tree[i]);
-            i &= i - 1;
-        }
-        s
-    }
-}
-
-/// 0/1 marks over access times, for counting the distinct blocks touched since a given time:
-/// a bit per time, and a Fenwick tree of the marks per 64-bit word — a query is one tree walk
-/// over `len / 64` counts (small enough to stay in the first-level cache) and one popcount.
-/// Invariant: the tree's count of word `w` is the popcount of `bits[w]`.
-#[derive(Debug)]
-struct Marks {
-    bits: Vec<u64>,
-    /// Marks per word of `bits`.
-    words: Fenwick,
-}
-
-impl Marks {
-    fn with_len(n: usize) -> Self {
-        Self::ones(0, n)
-    }
-
-    /// `len` positions (rounded up to whole words), the first `ones` marked; O(len / 64).
-    fn ones(ones: usize, len: usize) -> Self {
-        let words = len.div_ceil(64).max(1);
-        let mut bits = vec![0u64; words];
-        let mut counts = vec![0u32; words];
-        for (w, (b, c)) in bits.iter_mut().zip(&mut counts).enumerate() {
-            let n = ones.saturating_sub(w * 64).min(64);
-            *b = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-            *c = n as u32;
-        }
-        Self {
-            bits,
-            words: Fenwick::from_counts(&counts),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.bits.len() * 64
-    }
-
-    /// Marks position `i`, which is not marked.
-    fn set(&mut self, i: usize) {
-        debug_assert_eq!((self.bits[i / 64] >> (i % 64)) & 1, 0, "mark {i} set twice");
-        self.bits[i / 64] |= 1 << (i % 64);
-        self.words.add(i / 64, 1);
-    }
-
-    /// Unmarks position `i`, which is marked.
-    fn clear(&mut self, i: usize) {
-        debug_assert_eq!((self.bits[i / 64] >> (i % 64)) & 1, 1, "mark {i} not set");
-        self.bits[i / 64] &= !(1 << (i % 64));
-        self.words.add(i / 64, -1);
-    }
-
-    /// Marks at positions `0..i`.
-    fn prefix(&self, i: usize) -> u64 {
-        let i = i.min(self.len());
-        let (w, b) = (i / 64, i % 64);
-        let partial = match self.bits.get(w) {
-            Some(&word) if b > 0 => u64::from((word & ((1u64 << b) - 1)).count_ones()),
-            _ => 0,
-        };
-        self.words.prefix(w) + partial
-    }
-}
-
-/// Reuse distances of the accesses it is given, over the blocks it tracks.
-#[derive(Debug)]
-struct ReuseTracker {
-    /// Each tracked block's last access time (its one live mark in `marks`).
-    last: FxHashMap<u64, usize>,
-    marks: Marks,
-    /// The next access time; `<= marks.len()` (compacted at the next access when equal).
-    now: usize,
-}
-
-// Every tracked block has exactly one mark, so the marks number `last.len()`: a reuse
-// distance is that count less the marks up to the previous access (one tree query, not two).
-
-impl ReuseTracker {
-    fn new() -> Self {
-        Self::with_capacity(0)
-    }
-
-    /// Room for `blocks` tracked blocks without rehashing.
-    fn with_capacity(blocks: usize) -> Self {
-        Self {
-            last: FxHashMap::with_capacity_and_hasher(blocks, Default::default()),
-            marks: Marks::with_len((blocks * 4).max(1024)),
-            now: 0,
-        }
-    }
-
-    /// Records an access to `key`: `Some(d)` with `d` distinct tracked blocks touched since its
-    /// previous access, or `None` for its first (a cold miss).
-    fn access(&mut self, key: u64) -> Option<u64> {
-        if self.now == self.marks.len() {
-            self.compact();
-        }
-        let t = self.now;
-        self.now += 1;
-        let marked = self.last.len() as u64;
-        let prev = self.last.insert(key, t);
-        let d = prev.map(|p| {
-            // All marks lie before `t`: those after `p` were touched since.
-            let since = marked - self.marks.prefix(p + 1);
-            self.marks.clear(p);
-            since
-        });
-        self.marks.set(t);
-        d
-    }
-
-    /// Stops tracking `key`.
-    fn forget(&mut self, key: u64) {
-        if let Some(p) = self.last.remove(&key) {
-            self.marks.clear(p);
-        }
-    }
-
-    /// Renumbers the live marks 0.. in time order, into new marks with room to grow: O(n) in
-    /// the old length (a rank per old time, no sort; the new tree built in one pass), once per
-    /// `3 × live` accesses, so amortized O(1) per access on top of the tree's O(log n); memory
-    /// proportional to the tracked blocks.
-    fn compact(&mut self) {
-        let old = self.marks.len();
-        // rank[t]: live marks before old time t, the mark's new time.
-        let mut live = vec![false; old];
-        for &t in self.last.values() {
-            live[t] = true;
-        }
-        let mut rank = vec![0usize; old];
-        let mut n = 0;
-        for (r, &l) in rank.iter_mut().zip(&live) {
-            *r = n;
-            n += usize::from(l);
-        }
-        for t in self.last.values_mut() {
-            *t = rank[*t];
-        }
-        self.marks = Marks::ones(n, (n * 4).max(1024));
-        self.now = n;
-    }
-
-    fn tracked(&self) -> usize {
-        self.last.len()
-    }
-}
+use tracker::ReuseTracker;
 
 /// A histogram of reuse distances in buckets of `bucket` blocks; what a curve is made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -421,8 +236,15 @@ pub const MAX_BUCKETS: usize = 4096;
 pub struct Shards {
     tracker: ReuseTracker,
     curve: MissRatioCurve,
-    /// Tracked blocks by hash, largest evicted first when over `max_samples`.
+    /// Tracked blocks by hash, largest evicted first when over `max_samples`; kept only while
+    /// `recent > max_samples` (below, the recency bound keeps the tracked blocks within
+    /// `max_samples` and the rate never drops). It may hold blocks forgotten by recency since
+    /// (forgetting one twice is harmless), at most `2 × max_samples` entries.
     by_hash: BinaryHeap<(u64, u64)>,
+    /// Tracked blocks kept by recency: the sampled blocks of the last `recent` distinct ones
+    /// accessed. A block further back has a scaled reuse distance past the horizon, a miss at
+    /// every size the curve is read at, whether tracked or not (LRU inclusion).
+    recent: usize,
     threshold: u64,
     /// `1 / rate()`, kept with `threshold` (a sampled access's weight).
     weight: f64,
@@ -436,7 +258,16 @@ pub struct Shards {
     /// float one on the hot path's dependency chain).
     seen_new: u64,
     sampled_weight: f64,
+    /// Sampled accesses not yet processed (keys and hashes, in order): `access` appends
+    /// without a branch on the sampling decision, which is random by design and would be
+    /// mispredicted on a quarter of the accesses at a 25 % rate. Processed when full and
+    /// before anything reads or ages the counts. `pending_len < PENDING` between calls.
+    pending: [(u64, u64); PENDING],
+    pending_len: usize,
 }
+
+/// Sampled accesses `Shards` holds before processing them.
+const PENDING: usize = 32;
 
 impl Shards {
     /// Tracks at most `max_samples` blocks (memory is proportional to it); starts at
@@ -445,9 +276,10 @@ impl Shards {
     pub fn new(max_samples: usize, initial_rate: f64, bucket: u64) -> Self {
         let threshold = ((initial_rate.clamp(1e-6, 1.0) * P as f64) as u64).max(1);
         Self {
-            tracker: ReuseTracker::with_capacity(max_samples.clamp(1, 1 << 16) + 1),
+            tracker: ReuseTracker::with_capacity(max_samples.clamp(1, 1024) + 1),
             curve: MissRatioCurve::new(bucket),
             by_hash: BinaryHeap::new(),
+            recent: usize::MAX,
             threshold,
             weight: P as f64 / threshold as f64,
             per_bucket: P as f64 / threshold as f64 / bucket.max(1) as f64,
@@ -455,7 +287,48 @@ impl Shards {
             seen: 0.0,
             seen_new: 0,
             sampled_weight: 0.0,
+            pending: [(0, 0); PENDING],
+            pending_len: 0,
         }
+    }
+
+    /// The curve is read only up to `blocks` (an LRU cache of at most that size): blocks whose
+    /// scaled reuse distance is past it are forgotten, so the tracker holds about
+    /// `blocks × rate` blocks however large the working set (fewer cache misses on the
+    /// sampled path). Sizes past the horizon read as misses. A larger horizon later (a tier
+    /// that grows) fills in as blocks are reused.
+    pub fn with_horizon(mut self, blocks: u64) -> Self {
+        self.set_horizon(blocks);
+        self
+    }
+
+    /// As [`Shards::with_horizon`], on a running sampler.
+    pub fn set_horizon(&mut self, blocks: u64) {
+        self.flush();
+        let need = (blocks as f64 * self.rate()).ceil() as usize + 1;
+        let was_bounded = self.recent <= self.max_samples;
+        self.recent = need.max(1);
+        // Forgotten blocks stay in the tracker's map until its next compaction, which comes
+        // after at most 3 × tracked accesses: room for that many, no rehash on the way.
+        self.tracker.reserve(4 * self.recent.min(self.max_samples));
+        while self.tracker.tracked() > self.recent {
+            self.tracker.forget_oldest();
+        }
+        if was_bounded && self.recent > self.max_samples {
+            self.rebuild_by_hash();
+        } else if self.recent <= self.max_samples {
+            self.by_hash = BinaryHeap::new();
+        }
+    }
+
+    /// `by_hash` from the blocks tracked now: O(n).
+    fn rebuild_by_hash(&mut self) {
+        let tracked: Vec<(u64, u64)> = self
+            .tracker
+            .tracked_keys()
+            .map(|k| (spatial_hash(k), k))
+            .collect();
+        self.by_hash = BinaryHeap::from(tracked);
     }
 
     /// The current sampling rate.
@@ -468,25 +341,46 @@ impl Shards {
         self.tracker.tracked()
     }
 
-    /// Records an access to block `key`; most are dismissed by one hash and compare (inlined
-    /// into the caller; the sampled path is not).
+    /// Records an access to block `key`: one hash, and a store and a count with no branch on
+    /// the sampling decision (inlined into the caller; the sampled path is not).
     #[inline]
     pub fn access(&mut self, key: u64) {
         self.seen_new += 1;
         let h = spatial_hash(key);
-        if h < self.threshold {
-            self.sampled(key, h);
+        // Written always, kept only if sampled (the index stays below PENDING: full is
+        // processed at once).
+        self.pending[self.pending_len % PENDING] = (key, h);
+        self.pending_len += usize::from(h < self.threshold);
+        if self.pending_len == PENDING {
+            self.flush();
         }
     }
 
-    /// An access to a sampled block (hash `h`).
+    /// Processes the sampled accesses held back by [`Shards::access`], in order. Reading
+    /// [`Shards::curve`] without it leaves them out (as if not yet made).
     #[inline(never)]
+    pub fn flush(&mut self) {
+        for k in 0..self.pending_len {
+            let (key, h) = self.pending[k];
+            // The threshold may have dropped since (fixed-size SHARDS).
+            if h < self.threshold {
+                self.sampled(key, h);
+            }
+        }
+        self.pending_len = 0;
+    }
+
+    /// An access to a sampled block (hash `h`).
+    #[inline]
     fn sampled(&mut self, key: u64, h: u64) {
         let w = self.weight;
         let d = self.tracker.access(key);
-        if d.is_none() {
+        if d.is_none() && self.recent > self.max_samples {
             // First access since tracked (a block forgotten is untracked in both).
             self.by_hash.push((h, key));
+            if self.by_hash.len() > 2 * self.max_samples {
+                self.rebuild_by_hash();
+            }
         }
         match d {
             // The bucket of the scaled distance, by one multiply (no division on this path).
@@ -501,15 +395,17 @@ impl Shards {
             None => self.curve.record(None, w),
         }
         self.sampled_weight += w;
-        while self.tracker.tracked() > self.max_samples {
-            self.lower_threshold();
+        if self.tracker.tracked() > self.recent {
+            self.tracker.forget_oldest();
         }
+        while self.tracker.tracked() > self.max_samples && self.lower_threshold() {}
     }
 
-    /// Drops the tracked blocks with the largest hash and makes it the new threshold.
-    fn lower_threshold(&mut self) {
+    /// Drops the tracked blocks with the largest hash and makes it the new threshold; `false`
+    /// if no block was left to drop.
+    fn lower_threshold(&mut self) -> bool {
         let Some(&(h, _)) = self.by_hash.peek() else {
-            return;
+            return false;
         };
         while let Some(&(hh, k)) = self.by_hash.peek() {
             if hh < h {
@@ -521,12 +417,14 @@ impl Shards {
         self.threshold = h.max(1);
         self.weight = P as f64 / self.threshold as f64;
         self.per_bucket = self.weight / self.curve.bucket as f64;
+        true
     }
 
     /// Ages what was counted so far by `keep` (0..=1): an online user (the `mrc` partitioner)
     /// calls it once per window, so the curve follows a phase change within a few windows.
     /// The reuse distances of the tracked blocks are kept: only the weights age.
     pub fn decay(&mut self, keep: f64) {
+        self.flush();
         let keep = keep.clamp(0.0, 1.0);
         self.curve.hist.iter_mut().for_each(|w| *w *= keep);
         self.curve.cold *= keep;
@@ -539,10 +437,12 @@ impl Shards {
     /// The estimated curve, with SHARDS' `adj` correction: the difference between the
     /// accesses seen and the sampled weight is credited to the first bucket (an excess of
     /// sampled weight comes off the shortest distances, bucket after bucket), which removes
-    /// the bias a lucky or unlucky sample puts on every size.
+    /// the bias a lucky or unlucky sample puts on every size. Accesses held back since the
+    /// last [`Shards::flush`] (fewer than 32 sampled ones) are left out.
     pub fn curve(&self) -> MissRatioCurve {
         let mut c = self.curve.clone();
-        let seen = self.seen + self.seen_new as f64;
+        // Held-back accesses count as not yet seen: their weight is not sampled yet either.
+        let seen = self.seen + self.seen_new as f64 - self.pending_len as f64 * self.weight;
         let mut diff = seen - self.sampled_weight;
         if c.hist.is_empty() {
             c.hist.push(0.0);
@@ -571,18 +471,6 @@ impl Shards {
 mod tests {
     use super::*;
 
-    #[test]
-    fn reuse_distance_counts_distinct_blocks_in_between() {
-        let mut t = ReuseTracker::new();
-        assert_eq!(t.access(1), None);
-        assert_eq!(t.access(2), None);
-        assert_eq!(t.access(2), Some(0));
-        assert_eq!(t.access(3), None);
-        // 2 and 3 were touched since 1's last access; 2 twice counts once.
-        assert_eq!(t.access(1), Some(2));
-        assert_eq!(t.access(3), Some(1));
-    }
-
     /// Keys whose spatial hash falls under (`true`) or above a sampler's threshold.
     fn keys_sampled(s: &Shards, sampled: bool, n: usize) -> Vec<u64> {
         (0u64..)
@@ -607,6 +495,7 @@ mod tests {
             est.access(k);
             exact.access(k);
         }
+        est.flush();
         let (e, x) = (est.curve(), exact.curve());
         // (Sampled distances are scaled by 1 / rate: the loop of 50 shows at 100.)
         for size in [100, 200, 1000] {
@@ -617,55 +506,5 @@ mod tests {
                 x.miss_ratio(size)
             );
         }
-    }
-
-    #[test]
-    fn marks_built_whole_count_as_marks_set_one_by_one() {
-        for (ones, len) in [(0, 1), (1, 1), (5, 8), (64, 64), (65, 200), (1000, 4096)] {
-            let fast = Marks::ones(ones, len);
-            let mut slow = Marks::with_len(len);
-            (0..ones).for_each(|i| slow.set(i));
-            assert_eq!(fast.bits, slow.bits, "{ones} of {len}");
-            assert_eq!(fast.words.tree, slow.words.tree, "{ones} of {len}");
-            for i in [0, 1, ones / 2, ones, len] {
-                assert_eq!(
-                    fast.prefix(i),
-                    i.min(ones) as u64,
-                    "prefix {i}, {ones} of {len}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn compaction_keeps_distances() {
-        let mut t = ReuseTracker::new();
-        let mut m = ReuseTracker::new();
-        m.marks = Marks::with_len(1 << 16);
-        for i in 0..5000u64 {
-            let k = (i * 7919) % 37;
-            assert_eq!(t.access(k), m.access(k), "access {i}");
-        }
-    }
-
-    #[test]
-    fn compaction_keeps_distances_with_blocks_forgotten() {
-        let mut t = ReuseTracker::new();
-        let mut m = ReuseTracker::new();
-        m.marks = Marks::with_len(1 << 20);
-        let mut x = 12345u64;
-        for i in 0..200_000u64 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let k = (x >> 33) % 3000;
-            if i % 7 == 0 {
-                t.forget(k);
-                m.forget(k);
-            } else {
-                assert_eq!(t.access(k), m.access(k), "access {i}");
-            }
-        }
-        assert_eq!(t.tracked(), m.tracked());
     }
 }

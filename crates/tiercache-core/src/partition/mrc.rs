@@ -124,6 +124,7 @@ impl SamplingOnly {
         if self.seen >= self.omega {
             self.seen = 0;
             for s in &mut self.shards {
+                s.flush();
                 std::hint::black_box(s.curve());
                 s.decay(KEEP);
             }
@@ -151,7 +152,9 @@ impl MrcPartitioner {
     fn samplers(capacity: u64, pools: usize) -> Vec<Shards> {
         let bucket = (capacity / (4 * STEPS)).max(1);
         (0..pools)
-            .map(|_| Shards::new(MAX_SAMPLES, initial_rate(capacity), bucket))
+            .map(|_| {
+                Shards::new(MAX_SAMPLES, initial_rate(capacity), bucket).with_horizon(capacity)
+            })
             .collect()
     }
 
@@ -166,6 +169,7 @@ impl MrcPartitioner {
     /// Sizes the pools from their curves, corrected by what the tier measured; ages the counts.
     fn end_window(&mut self) {
         let pools = self.sized_pools();
+        self.shards.iter_mut().for_each(Shards::flush);
         let curves: Vec<_> = pools
             .iter()
             .map(|p| self.shards[p.index()].curve())
@@ -320,6 +324,9 @@ impl Partitioner for MrcPartitioner {
     /// New bounds; the curves are in blocks and stay valid, the bucket width stays.
     fn set_capacity(&mut self, blocks: u64) {
         self.targets.set_capacity(blocks);
+        for s in &mut self.shards {
+            s.set_horizon(blocks);
+        }
     }
     /// A pool new to the table gets a fresh sampler (a renumbered one keeps its old counts
     /// until they age out).
