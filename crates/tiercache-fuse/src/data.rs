@@ -129,6 +129,19 @@ pub enum Attempt<T> {
     Wait(IoClass),
 }
 
+/// What the FUSE layer knows of a file whose node the kernel forgot (see `DataPath::evict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Forgotten {
+    /// The kernel let go of an idle inode (memory pressure, `drop_caches`): the file may be
+    /// looked up again, and what is cached of it may serve again.
+    Idle,
+    /// BACKING's inode had no link left when its node went (read from the node's own
+    /// descriptor, which pinned the inode): no name leads to its data any more. Its id may
+    /// name another file by the time `evict` runs, so this is a hint about *clean* data only.
+    Unlinked,
+}
+
 /// One open file, as seen by the data path.
 #[derive(Debug)]
 pub struct FileHandleInfo {
@@ -236,12 +249,13 @@ pub trait DataPath: Send + Sync + 'static {
     fn try_release(&self, _fh: &FileHandleInfo) -> bool {
         false
     }
-    /// The kernel forgot node `ino`; its id may be reused for another file.
-    fn evict(&self, _ino: u64) {}
+    /// The kernel forgot node `ino` (`how`: what the FUSE layer saw of its file then); its id
+    /// may be reused for another file.
+    fn evict(&self, _ino: u64, _how: Forgotten) {}
     /// `evict` if that needs no I/O and no wait (nothing is cached for `ino`, say): done, and
     /// `true`. Otherwise nothing is done, `false`, and `evict` follows on an I/O worker. The
     /// default always leaves it to `evict`.
-    fn try_evict(&self, _ino: u64) -> bool {
+    fn try_evict(&self, _ino: u64, _how: Forgotten) -> bool {
         false
     }
 }
@@ -251,7 +265,7 @@ pub trait DataPath: Send + Sync + 'static {
 pub struct PassThrough;
 
 impl DataPath for PassThrough {
-    fn try_evict(&self, _ino: u64) -> bool {
+    fn try_evict(&self, _ino: u64, _how: Forgotten) -> bool {
         true // nothing cached
     }
 

@@ -85,7 +85,7 @@ impl DataPath for ReadCache {
         Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 
-    fn evict(&self, ino: u64) {
+    fn evict(&self, ino: u64, _how: tiercache_fuse::Forgotten) {
         self.files.lock().unwrap().remove(&ino);
     }
 }

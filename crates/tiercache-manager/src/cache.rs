@@ -650,7 +650,16 @@ impl MemCache {
     /// of `file` takes it for a different file unless its stamp matches exactly. With handles
     /// still open, this happens at [`MemCache::release`]. Returns the blocks dropped.
     pub fn forget(&self, file: FileId) -> usize {
-        self.inner.forget(file)
+        self.inner.forget(file, false)
+    }
+
+    /// [`MemCache::forget`] of a file whose last link the caller saw go (the FUSE layer reads
+    /// BACKING's link count from the node's descriptor as the node goes): its clean blocks
+    /// are not kept for a next open, which no name can lead to — they would only take room
+    /// until evicted. Dirty blocks are treated as by `forget` (the id may name a new file by
+    /// now; whether the data is meaningless is asked of the state's own descriptor).
+    pub fn forget_unlinked(&self, file: FileId) -> usize {
+        self.inner.forget(file, true)
     }
 
     /// [`MemCache::forget`] if it needs no I/O and no wait (no tier below; a closed file with
@@ -658,7 +667,12 @@ impl MemCache {
     /// waits for its last release): done, and `true`; otherwise nothing is done and `false`
     /// (make the ordinary call where waiting is fine).
     pub fn try_forget(&self, file: FileId) -> bool {
-        self.inner.try_forget(file)
+        self.inner.try_forget(file, false)
+    }
+
+    /// [`MemCache::try_forget`] as [`MemCache::forget_unlinked`] does it.
+    pub fn try_forget_unlinked(&self, file: FileId) -> bool {
+        self.inner.try_forget(file, true)
     }
 
     /// Cached and dirty blocks of `file`.

@@ -1,0 +1,82 @@
+//! Bug: the clean blocks of removed files stayed in the memory tier — kept, as for an inode the
+//! kernel merely dropped, for a next open that no name could lead to — until eviction took
+//! them, after older live data (they were the most recently written).
+//!
+//! Removing written-back files must give their blocks back as the kernel forgets them, while
+//! a file the kernel forgets but that still exists keeps its blocks for its next open.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use support::{pin, s, tc, Mount};
+
+const FILES: usize = 100;
+/// Two blocks a file.
+const LEN: usize = 8192;
+
+fn normal_blocks(m: &Mount) -> u64 {
+    m.stats()["classes"]["normal"]["blocks"].as_u64().unwrap()
+}
+
+fn known(m: &Mount) -> u64 {
+    m.stats()["inodes"]["known"].as_u64().unwrap()
+}
+
+/// Waits until the daemon knows at most `n` inodes (the kernel's forgets arrived).
+fn wait_known_at_most(m: &Mount, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while known(m) > n && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        known(m) <= n,
+        "the forgets did not arrive: {}",
+        m.stats()["inodes"]
+    );
+}
+
+#[test]
+fn removed_files_give_their_blocks_back_and_kept_ones_keep_theirs() {
+    let m = Mount::new(&[]);
+    for d in ["gone", "kept"] {
+        std::fs::create_dir(m.mnt.join(d)).unwrap();
+    }
+    // Pinned while written and flushed, so that a drop_caches elsewhere sends no FORGET first.
+    let mut pins = Vec::new();
+    for i in 0..FILES {
+        for d in ["gone", "kept"] {
+            let p = m.mnt.join(d).join(format!("f{i}"));
+            std::fs::write(&p, vec![i as u8; LEN]).unwrap();
+            pins.push(pin(&p));
+        }
+    }
+    let out = tc(&["flush", s(&m.mnt)]);
+    assert!(out.status.success(), "{out:?}");
+    let cached = normal_blocks(&m);
+    let per_dir = (FILES * LEN / 4096) as u64;
+    assert!(cached >= 2 * per_dir, "{}", m.stats()["classes"]);
+    let known_before = known(&m);
+    drop(pins);
+
+    std::fs::remove_dir_all(m.mnt.join("gone")).unwrap();
+    wait_known_at_most(&m, known_before - FILES as u64 - 1);
+    let after_rm = normal_blocks(&m);
+    assert!(
+        after_rm <= cached - per_dir,
+        "{after_rm} blocks cached after removing {per_dir} blocks' worth of {cached}"
+    );
+
+    // The kept files' inodes are dropped by the kernel (as under memory pressure), not the
+    // files: their blocks stay and serve the next read without BACKING.
+    std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    wait_known_at_most(&m, known_before - 2 * FILES as u64 - 1);
+    assert!(
+        normal_blocks(&m) >= per_dir,
+        "{} blocks left of the kept files' {per_dir}",
+        normal_blocks(&m)
+    );
+    for i in 0..FILES {
+        let p = m.mnt.join("kept").join(format!("f{i}"));
+        assert_eq!(std::fs::read(&p).unwrap(), vec![i as u8; LEN]);
+    }
+}
