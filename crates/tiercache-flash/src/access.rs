@@ -54,6 +54,31 @@ impl FlashTier {
         seq_of(id, st.idx.sets[id as usize].epoch)
     }
 
+    /// Reads block `b` of set `id` into `buf` (one block): its parked copy while its write is
+    /// pending, else the device's bytes, checked against their sum. A corrupt block leaves
+    /// zeros in `buf` (the bad bytes go nowhere); a device error counts against the device.
+    pub(crate) fn read_block(
+        &self,
+        st: &mut State,
+        id: u32,
+        b: usize,
+        buf: &mut [u8],
+    ) -> Result<Checked, TierError> {
+        if let Some(data) = Self::parked(st, id, b) {
+            buf.copy_from_slice(data);
+            return Ok(Checked::Good);
+        }
+        if let Err(e) = self.dev.read_at(buf, self.geo.block_off(id, b)) {
+            return Err(self.fail(st, e));
+        }
+        let checked = self.check_sum(st, id, b, buf)?;
+        if checked == Checked::Corrupt {
+            buf.fill(0);
+        }
+        Ok(checked)
+    }
+
+    /// `read`, and `take` (which also lets go of a clean block it served, as it moves up).
     pub(crate) fn lookup_read(
         &self,
         key: &TierKey,
@@ -91,12 +116,7 @@ impl FlashTier {
             return Ok(Lookup::Miss);
         }
         let dirty = st.idx.is_dirty(id, b);
-        if let Some(data) = Self::parked(&st, id, b) {
-            buf[..bs].copy_from_slice(data);
-        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
-            return Err(self.fail(&mut st, e));
-        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
-            buf[..bs].fill(0); // the bad bytes go nowhere
+        if self.read_block(&mut st, id, b, &mut buf[..bs])? == Checked::Corrupt {
             if dirty {
                 return Err(self.corrupt_err(id, b));
             }

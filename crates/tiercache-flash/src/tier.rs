@@ -583,12 +583,7 @@ impl Cleaning for FlashTier {
         if st.closed || !st.idx.is_dirty(id, b) || st.idx.sets[id as usize].version != version {
             return Ok(None);
         }
-        if let Some(data) = Self::parked(&st, id, b) {
-            buf[..bs].copy_from_slice(data);
-        } else if let Err(e) = self.dev.read_at(&mut buf[..bs], self.geo.block_off(id, b)) {
-            return Err(self.fail(&mut st, e));
-        } else if self.check_sum(&mut st, id, b, &buf[..bs])? == Checked::Corrupt {
-            buf[..bs].fill(0); // the bad bytes go nowhere
+        if self.read_block(&mut st, id, b, &mut buf[..bs])? == Checked::Corrupt {
             return Err(self.corrupt_err(id, b));
         }
         Ok(Some(Self::epoch_seq(&mut st, id)))
