@@ -76,18 +76,31 @@ fn shards_estimate_is_within_two_points_of_the_exact_curve() {
 
 #[test]
 fn a_small_sample_budget_lowers_the_rate_and_keeps_memory_fixed() {
-    let trace = zipf(100_000, 0.9, 400_000, 4);
-    let mut est = Shards::new(512, 0.5, 500);
-    for &k in &trace {
-        est.access(k);
+    // Without a horizon, and with one whose recency bound (about 25,000 blocks) is above the
+    // budget: the fixed-size rule applies the same way.
+    for (horizon, seed) in [(None, 4), (Some(50_000), 5)] {
+        let trace = zipf(100_000, 0.9, 400_000, seed);
+        let mut est = Shards::new(512, 0.5, 500);
+        if let Some(h) = horizon {
+            est = est.with_horizon(h);
+        }
+        for &k in &trace {
+            est.access(k);
+        }
+        assert!(est.tracked() <= 512, "{horizon:?}");
+        assert!(
+            est.rate() < 0.5,
+            "{horizon:?}: rate stayed at {}",
+            est.rate()
+        );
+        let mut exact = ExactMrc::new(500);
+        trace.iter().for_each(|&k| exact.access(k));
+        est.flush();
+        let err = exact
+            .curve()
+            .mean_abs_error(&est.curve(), horizon.unwrap_or(100_000));
+        assert!(err <= 0.05, "{horizon:?}: error {err} with 512 samples");
     }
-    assert!(est.tracked() <= 512);
-    assert!(est.rate() < 0.5, "rate stayed at {}", est.rate());
-    let mut exact = ExactMrc::new(500);
-    trace.iter().for_each(|&k| exact.access(k));
-    est.flush();
-    let err = exact.curve().mean_abs_error(&est.curve(), 100_000);
-    assert!(err <= 0.05, "error {err} with 512 samples");
 }
 
 #[test]
@@ -129,24 +142,6 @@ proptest! {
             prop_assert_eq!(f.miss_ratio(size), b.miss_ratio(size), "size {}", size);
         }
     }
-}
-
-#[test]
-fn a_horizon_past_the_sample_budget_still_lowers_the_rate() {
-    // The recency bound (about 25,000 blocks) is above the budget: the fixed-size rule
-    // applies as without a horizon.
-    let trace = zipf(100_000, 0.9, 400_000, 5);
-    let mut est = Shards::new(512, 0.5, 500).with_horizon(50_000);
-    for &k in &trace {
-        est.access(k);
-    }
-    assert!(est.tracked() <= 512);
-    assert!(est.rate() < 0.5, "rate stayed at {}", est.rate());
-    let mut exact = ExactMrc::new(500);
-    trace.iter().for_each(|&k| exact.access(k));
-    est.flush();
-    let err = exact.curve().mean_abs_error(&est.curve(), 50_000);
-    assert!(err <= 0.05, "error {err} with 512 samples");
 }
 
 #[test]
