@@ -79,7 +79,7 @@ pub struct AttrSnapshot {
     pub ino: u64,
 }
 
-/// A backing file's size, times and inode number after a change of metadata (see
+/// A backing file's size, times, inode number and link count after a change of metadata (see
 /// [`DataPath::change_metadata`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackingStamp {
@@ -88,6 +88,8 @@ pub struct BackingStamp {
     /// `st_ctime`.
     pub ctime: SystemTime,
     pub ino: u64,
+    /// `st_nlink`: 0 once an unlink or a rename over the file took its last name.
+    pub links: u64,
 }
 
 impl BackingStamp {
@@ -98,6 +100,7 @@ impl BackingStamp {
             mtime: crate::attr::system_time(st.st_mtime, st.st_mtime_nsec),
             ctime: crate::attr::system_time(st.st_ctime, st.st_ctime_nsec),
             ino: st.st_ino,
+            links: st.st_nlink,
         }
     }
 }
@@ -127,19 +130,6 @@ pub enum Attempt<T> {
     /// Nothing done: it has to wait (for BACKING, a slower tier, write-back); queue it in this
     /// class and make the ordinary call on an I/O worker.
     Wait(IoClass),
-}
-
-/// What the FUSE layer knows of a file whose node the kernel forgot (see `DataPath::evict`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Forgotten {
-    /// The kernel let go of an idle inode (memory pressure, `drop_caches`): the file may be
-    /// looked up again, and what is cached of it may serve again.
-    Idle,
-    /// BACKING's inode had no link left when its node went (read from the node's own
-    /// descriptor, which pinned the inode): no name leads to its data any more. Its id may
-    /// name another file by the time `evict` runs, so this is a hint about *clean* data only.
-    Unlinked,
 }
 
 /// One open file, as seen by the data path.
@@ -249,13 +239,12 @@ pub trait DataPath: Send + Sync + 'static {
     fn try_release(&self, _fh: &FileHandleInfo) -> bool {
         false
     }
-    /// The kernel forgot node `ino` (`how`: what the FUSE layer saw of its file then); its id
-    /// may be reused for another file.
-    fn evict(&self, _ino: u64, _how: Forgotten) {}
+    /// The kernel forgot node `ino`; its id may be reused for another file.
+    fn evict(&self, _ino: u64) {}
     /// `evict` if that needs no I/O and no wait (nothing is cached for `ino`, say): done, and
     /// `true`. Otherwise nothing is done, `false`, and `evict` follows on an I/O worker. The
     /// default always leaves it to `evict`.
-    fn try_evict(&self, _ino: u64, _how: Forgotten) -> bool {
+    fn try_evict(&self, _ino: u64) -> bool {
         false
     }
 }
@@ -265,7 +254,7 @@ pub trait DataPath: Send + Sync + 'static {
 pub struct PassThrough;
 
 impl DataPath for PassThrough {
-    fn try_evict(&self, _ino: u64, _how: Forgotten) -> bool {
+    fn try_evict(&self, _ino: u64) -> bool {
         true // nothing cached
     }
 

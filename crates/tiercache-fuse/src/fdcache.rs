@@ -94,9 +94,10 @@ impl FdCache {
         fd
     }
 
-    /// Removes `serial`'s descriptor (the node is gone); returns it, to close after a last use.
-    pub(crate) fn remove(&self, serial: u64) -> Option<Arc<OwnedFd>> {
-        self.lock().map.remove(&serial).map(|e| e.fd)
+    /// Removes `serial`'s descriptor (the node is gone).
+    pub(crate) fn remove(&self, serial: u64) {
+        let e = self.lock().map.remove(&serial);
+        drop(e);
     }
 
     /// Closes the least recently used half: called when the process ran out of descriptors.

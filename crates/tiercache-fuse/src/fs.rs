@@ -184,9 +184,9 @@ impl TierFs {
     /// The data path's eviction may write back; it runs on an I/O worker, or with the
     /// daemon's rights also when called while acting for a caller (readdirplus).
     pub(crate) fn forget_node(&self, id: u64, n: u64) {
-        if let Some(how) = self.inodes.forget(id, n) {
+        if self.inodes.forget(id, n) {
             self.kcache.forget(id);
-            self.evict_data(id, how);
+            self.evict_data(id);
         }
     }
 

@@ -33,7 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::data::Forgotten;
 use crate::fdcache::FdCache;
 use crate::handle::{self, Handle};
 
@@ -394,18 +393,19 @@ impl InodeTable {
         Some(Arc::clone(&node.inode))
     }
 
-    /// Drops `n` lookups; if that removed the node, what became of its file: a regular file
-    /// whose descriptor (the node's own, or a cached one) shows no link left is
-    /// [`Forgotten::Unlinked`] — the descriptor pinned the inode, so the number still named it;
-    /// without a descriptor at hand nothing is asked of BACKING ([`Forgotten::Idle`]).
-    pub(crate) fn forget(&self, id: u64, n: u64) -> Option<Forgotten> {
+    /// Drops `n` lookups; returns `true` if the node was removed.
+    pub(crate) fn forget(&self, id: u64, n: u64) -> bool {
         let mut inner = self.lock();
-        let node = inner.nodes.get_mut(&id)?;
+        let Some(node) = inner.nodes.get_mut(&id) else {
+            return false;
+        };
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups > 0 || id == ROOT_ID {
-            return None;
+            return false;
         }
-        let node = inner.nodes.remove(&id)?;
+        let Some(node) = inner.nodes.remove(&id) else {
+            return false;
+        };
         if inner.by_key.get(&node.inode.key) == Some(&id) {
             inner.by_key.remove(&node.inode.key);
         }
@@ -414,19 +414,8 @@ impl InodeTable {
             inner.pinned = inner.pinned.saturating_sub(1);
         }
         drop(inner);
-        let cached = self.fds.remove(node.inode.serial);
-        let fd = match (&node.inode.src, &cached) {
-            (Source::Pinned(fd), _) => Some(fd.as_raw_fd()),
-            (Source::Handle(_), Some(fd)) => Some(fd.as_raw_fd()),
-            (Source::Handle(_), None) => None,
-        };
-        let unlinked = node.inode.is_reg()
-            && fd.is_some_and(|fd| crate::sys::fstat(fd).is_ok_and(|st| st.st_nlink == 0));
-        Some(if unlinked {
-            Forgotten::Unlinked
-        } else {
-            Forgotten::Idle
-        })
+        self.fds.remove(node.inode.serial);
+        true
     }
 
     /// Number of live nodes (root included); for tests and diagnostics.
@@ -482,26 +471,6 @@ mod tests {
         sys::open_path_at(fd.raw(), name).unwrap()
     }
 
-    /// A forgotten node tells whether its file still has a link (its descriptor, or the
-    /// cached one of a handle node, pinned the inode, so the link count is the file's own).
-    #[test]
-    fn a_forgotten_node_tells_an_unlinked_file_from_an_idle_one() {
-        let dir = tempfile::tempdir().unwrap();
-        for name in ["kept", "gone"] {
-            std::fs::write(dir.path().join(name), b"x").unwrap();
-        }
-        let table = table(dir.path());
-        let node = |name: &std::ffi::CStr| {
-            let fd = open(&table, name);
-            let st = stat_of(&fd);
-            table.lookup(fd, &st)
-        };
-        let (kept, gone) = (node(c"kept"), node(c"gone"));
-        std::fs::remove_file(dir.path().join("gone")).unwrap();
-        assert_eq!(table.forget(kept.id, 1), Some(Forgotten::Idle));
-        assert_eq!(table.forget(gone.id, 1), Some(Forgotten::Unlinked));
-    }
-
     #[test]
     fn lookup_forget_cycle() {
         let dir = tempfile::tempdir().unwrap();
@@ -515,12 +484,12 @@ mod tests {
         let again = table.lookup(open(&table, c"a"), &st_a);
         assert_eq!(again.id, a.id);
         assert_eq!(table.len(), 2);
-        assert!(table.forget(a.id, 1).is_none());
-        assert!(table.forget(a.id, 1).is_some());
+        assert!(!table.forget(a.id, 1));
+        assert!(table.forget(a.id, 1));
         assert!(table.get(a.id).is_none());
         assert_eq!(table.len(), 1);
         // the root is never removed
-        assert!(table.forget(ROOT_ID, 100).is_none());
+        assert!(!table.forget(ROOT_ID, 100));
         assert!(table.get(ROOT_ID).is_some());
     }
 
@@ -568,7 +537,7 @@ mod tests {
         assert_ne!(new.id, old.id, "a different inode under the same number");
         assert_ne!(new.id & SYNTHETIC, 0);
         // forgetting the old node leaves the new one reachable by key
-        assert!(table.forget(old.id, 1).is_some());
+        assert!(table.forget(old.id, 1));
         let again = table.lookup(open(&table, c"b"), &st_b);
         assert_eq!(again.id, new.id);
         // `a` is told apart from `b` by its handle: a node of its own, under its number again

@@ -48,7 +48,7 @@ mod writers;
 
 pub use creds::BackingIdentity;
 pub use data::{
-    Attempt, AttrSnapshot, BackingStamp, DataPath, FileHandleInfo, Forgotten, PassThrough, StatFn,
+    Attempt, AttrSnapshot, BackingStamp, DataPath, FileHandleInfo, PassThrough, StatFn,
     TimesOverride,
 };
 pub use error::FuseError;

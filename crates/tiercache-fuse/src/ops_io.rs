@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use fuser::{FileHandle, ReplyData, ReplyEmpty, ReplyWrite};
 
-use crate::data::{Attempt, DataPath, FileHandleInfo, Forgotten};
+use crate::data::{Attempt, DataPath, FileHandleInfo};
 use crate::fs::{errno, OpResult, TierFs};
 use crate::iopool::IoClass;
 
@@ -225,15 +225,14 @@ impl TierFs {
 
     /// The data path's eviction of node `id` (the kernel forgot it), which may write back: on
     /// an I/O worker (whose rights are the daemon's) unless the data path had nothing to do.
-    pub(crate) fn evict_data(&self, id: u64, how: Forgotten) {
+    pub(crate) fn evict_data(&self, id: u64) {
         if !self.pool.enabled() {
-            return crate::creds::as_daemon(|| self.data.evict(id, how));
+            return crate::creds::as_daemon(|| self.data.evict(id));
         }
-        if self.data.try_evict(id, how) {
+        if self.data.try_evict(id) {
             return;
         }
         let data = Arc::clone(&self.data);
-        self.pool
-            .submit(IoClass::Normal, move || data.evict(id, how));
+        self.pool.submit(IoClass::Normal, move || data.evict(id));
     }
 }

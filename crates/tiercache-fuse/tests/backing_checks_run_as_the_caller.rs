@@ -85,7 +85,7 @@ impl DataPath for ReadCache {
         Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 
-    fn evict(&self, ino: u64, _how: tiercache_fuse::Forgotten) {
+    fn evict(&self, ino: u64) {
         self.files.lock().unwrap().remove(&ino);
     }
 }

@@ -614,6 +614,16 @@ impl MemCache {
         self.inner.change_metadata(file, apply, stat)
     }
 
+    /// `file`'s inode has no link left on BACKING after a change made through the cache (an
+    /// unlink or a rename over it; BACKING's link count read after it): when the kernel forgets
+    /// it — at once, or at the last release — its clean blocks go instead of being kept for a
+    /// next open that no name can lead to. Dirty blocks are treated as before (whether their
+    /// data is meaningless is asked of the state's own descriptor at forget). A later open of
+    /// the inode (a name given back with `linkat`) clears the mark.
+    pub fn mark_unlinked(&self, file: FileId) {
+        self.inner.mark_unlinked(file);
+    }
+
     /// Runs `op`, which changes `file`'s bytes or size on BACKING directly (fallocate, hole
     /// punching, zeroing), after writing back its dirty blocks and with every other request on
     /// the file held off; then drops its cached blocks and takes its size from BACKING.
@@ -650,16 +660,7 @@ impl MemCache {
     /// of `file` takes it for a different file unless its stamp matches exactly. With handles
     /// still open, this happens at [`MemCache::release`]. Returns the blocks dropped.
     pub fn forget(&self, file: FileId) -> usize {
-        self.inner.forget(file, false)
-    }
-
-    /// [`MemCache::forget`] of a file whose last link the caller saw go (the FUSE layer reads
-    /// BACKING's link count from the node's descriptor as the node goes): its clean blocks
-    /// are not kept for a next open, which no name can lead to — they would only take room
-    /// until evicted. Dirty blocks are treated as by `forget` (the id may name a new file by
-    /// now; whether the data is meaningless is asked of the state's own descriptor).
-    pub fn forget_unlinked(&self, file: FileId) -> usize {
-        self.inner.forget(file, true)
+        self.inner.forget(file)
     }
 
     /// [`MemCache::forget`] if it needs no I/O and no wait (no tier below; a closed file with
@@ -667,12 +668,7 @@ impl MemCache {
     /// waits for its last release): done, and `true`; otherwise nothing is done and `false`
     /// (make the ordinary call where waiting is fine).
     pub fn try_forget(&self, file: FileId) -> bool {
-        self.inner.try_forget(file, false)
-    }
-
-    /// [`MemCache::try_forget`] as [`MemCache::forget_unlinked`] does it.
-    pub fn try_forget_unlinked(&self, file: FileId) -> bool {
-        self.inner.try_forget(file, true)
+        self.inner.try_forget(file)
     }
 
     /// Cached and dirty blocks of `file`.

@@ -377,7 +377,7 @@ impl Inner {
                 // state, forgotten, goes once written back (its handle pins the inode until then).
                 f.mark_forgotten();
                 kick = !f.dirty().is_empty();
-                if f.born().is_none() {
+                if !f.keeps_clean_when_forgotten() {
                     if let (Some(fk), true) = (f.fkey(), f.lower_dirty().is_empty()) {
                         // Clean copies only; dropped after the engine lock.
                         invalidate_below = Some(fk);

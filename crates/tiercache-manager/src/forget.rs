@@ -33,22 +33,14 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use tiercache_core::FileId;
 
-/// What `forget_locked` decides by: BACKING's link count as the state's own descriptor
-/// showed it, the caller's word that the file's last link went, the write-back's outcome.
-struct Keep<'a> {
-    unlinked: bool,
-    gone: bool,
-    written: &'a std::io::Result<()>,
-}
-
 impl Inner {
     /// The kernel forgot `file`, whose id may name another file from now on: writes its dirty
     /// blocks back (synchronously; not for an unlinked inode, whose data nobody can reach any
     /// more) and drops all its blocks and its state. If the write-back fails, the state stays
     /// forgotten (see the module docs). With handles still open, clean blocks go now and the
     /// rest at the last release. Returns the blocks dropped.
-    pub(crate) fn forget(&self, file: FileId, gone: bool) -> usize {
-        self.forget_waiting(file, true, gone).unwrap_or(0)
+    pub(crate) fn forget(&self, file: FileId) -> usize {
+        self.forget_waiting(file, true).unwrap_or(0)
     }
 
     /// [`Inner::forget`] when it needs no I/O and no wait — no tier below (dropping copies
@@ -57,16 +49,13 @@ impl Inner {
     /// deleted inode): done, and `true`. That is the usual case of a written-back file an
     /// `rm -rf` removes, whose FORGET then costs no thread switch; an open file's forget is
     /// left to its last release, as `forget` does. Otherwise `false`, and nothing changed.
-    pub(crate) fn try_forget(&self, file: FileId, gone: bool) -> bool {
-        self.lower().is_none() && self.forget_waiting(file, false, gone).is_some()
+    pub(crate) fn try_forget(&self, file: FileId) -> bool {
+        self.lower().is_none() && self.forget_waiting(file, false).is_some()
     }
 
     /// `forget`, waiting for the file's locks and writing back if `wait`; without, `None`
-    /// (nothing changed) where it would have to. `gone`: the caller saw the file's last link
-    /// go, so its clean blocks are not kept for a next open (which cannot come by a name);
-    /// only clean ones, as the id may name a new file by now — whether dirty data is
-    /// meaningless is asked of the state's own descriptor.
-    fn forget_waiting(&self, file: FileId, wait: bool, gone: bool) -> Option<usize> {
+    /// (nothing changed) where it would have to.
+    fn forget_waiting(&self, file: FileId, wait: bool) -> Option<usize> {
         let Ok(shared) = self.shared(file) else {
             return Some(0);
         };
@@ -93,12 +82,8 @@ impl Inner {
             _ => Ok(()),
         };
         let mut invalidate_below = None;
-        let keep = Keep {
-            unlinked,
-            gone,
-            written: &written,
-        };
-        let (dropped, fd) = self.forget_locked(file, &shared, keep, &mut invalidate_below);
+        let (dropped, fd) =
+            self.forget_locked(file, &shared, unlinked, &written, &mut invalidate_below);
         drop(fd);
         if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
@@ -130,7 +115,7 @@ impl Inner {
         f.reset_read_ahead();
         if f.handles() > 0 {
             f.forget_at_release();
-            if f.born().is_some() {
+            if f.keeps_clean_when_forgotten() {
                 return Some(Err(0));
             }
             return Some(Err(eng.drop_file_blocks(file, false).0));
@@ -149,14 +134,10 @@ impl Inner {
         &self,
         file: FileId,
         shared: &Arc<FileShared>,
-        keep: Keep<'_>,
+        unlinked: bool,
+        written: &std::io::Result<()>,
         invalidate_below: &mut Option<tiercache_tier::FileKey>,
     ) -> (usize, Option<Arc<File>>) {
-        let Keep {
-            unlinked,
-            gone,
-            written,
-        } = keep;
         let mut eng = self.lock();
         if !eng.files().is_same(&file, shared) {
             return (0, None);
@@ -168,11 +149,10 @@ impl Inner {
             return (0, None);
         }
         let keep_clean = !unlinked
-            && !gone
             && eng
                 .files()
                 .get(&file)
-                .is_some_and(|f| f.born().is_some() && written.is_ok());
+                .is_some_and(|f| f.keeps_clean_when_forgotten() && written.is_ok());
         if keep_clean {
             // The kernel dropped its inode (memory pressure, drop_caches), not the file:
             // the clean blocks stay, forgotten, and the next open reuses them only for the
@@ -220,11 +200,19 @@ impl Inner {
                     Err(e) => e.to_string(),
                     Ok(()) => "blocks busy".to_string(),
                 };
-                log::warn!(
-                    "file {}: forgotten with {left} dirty blocks not written back ({why}); \
-                     they are kept and retried",
-                    file.0
-                );
+                if left == 0 {
+                    // Only the tier below still holds dirty copies: its cleaning goes on.
+                    log::debug!(
+                        "file {}: forgotten; kept until the tier below has written it back",
+                        file.0
+                    );
+                } else {
+                    log::warn!(
+                        "file {}: forgotten with {left} dirty blocks not written back ({why}); \
+                         they are kept and retried",
+                        file.0
+                    );
+                }
                 (clean, None)
             }
             None => (clean + dirty, None),

@@ -448,7 +448,7 @@ impl Inner {
                     }
                 }
             }
-            if f.lower_dirty().is_empty() && f.forgotten() && f.born().is_none() {
+            if f.lower_dirty().is_empty() && f.forgotten() && !f.keeps_clean_when_forgotten() {
                 // Forgotten without a birth time: its identity may name another file later,
                 // so nothing of it stays below once its data is on BACKING.
                 drop_all_below = true;

@@ -41,6 +41,14 @@ impl Inner {
         Ok(())
     }
 
+    /// BACKING's inode of `file` has no link left after a change the cache made (an unlink or a
+    /// rename over it through the mount): its clean blocks are not kept when it is forgotten.
+    pub(crate) fn mark_unlinked(&self, file: FileId) {
+        if let Some(f) = self.lock().files_mut().get_mut(&file) {
+            f.mark_unlinked();
+        }
+    }
+
     /// Records `now`, read after a change of the cache's own, as `file`'s stamp — unless a
     /// newer one is recorded already, or BACKING showed `before` (read before the change) and
     /// that is not the recorded stamp: then someone else changed the file first, and recording

@@ -404,7 +404,7 @@ impl Inner {
                 None if !snap.list.is_empty() => done.recovered = f.log_success(),
                 None => {}
             }
-            if f.forgotten() && f.dirty().is_empty() && f.born().is_none() {
+            if f.forgotten() && f.dirty().is_empty() && !f.keeps_clean_when_forgotten() {
                 // written back at last: nothing of a forgotten file stays (unless its birth
                 // time can tell it from a later inode with the same number)
                 eng.drop_file_blocks(file, false);

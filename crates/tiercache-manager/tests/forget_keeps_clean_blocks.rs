@@ -4,8 +4,8 @@
 //! inode: same stamp (size, mtime, inode number) *and* the same birth time. A new file that
 //! reuses the inode number, with the same size and mtime, is told apart by its birth time. The
 //! temp dir must be on a file system that reports birth times and reuses freed inode numbers
-//! (ext4, xfs, btrfs); the tests fail saying so otherwise. A file whose last link went
-//! (`forget_unlinked`) keeps no clean blocks: no name leads to a next open.
+//! (ext4, xfs, btrfs); the tests fail saying so otherwise. A file whose last link went through
+//! the mount (`mark_unlinked`) keeps no clean blocks: no name leads to a next open.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -156,37 +156,58 @@ fn clean_blocks_kept_across_a_forget_hold_no_descriptor() {
     assert!(reopen(&cache, ids[0], &paths[0]) > 0);
 }
 
-/// A file whose last link went (the FUSE layer saw BACKING's link count at 0 as its node went)
-/// keeps nothing: no name leads to it, so its clean blocks would only take room.
+/// A file whose last link went through the mount (the FUSE layer read BACKING's link count
+/// after the unlink) keeps nothing when forgotten: no name leads to it, so its clean blocks
+/// would only take room — also when the forget waits for the last release.
 #[test]
 fn an_unlinked_file_leaves_its_clean_blocks_too() {
     let dir = tempfile::tempdir().unwrap();
-    let path = make_file(dir.path(), "gone", &[b'G'; LEN]);
-    require_birth_time(&path);
-    let cache = MemCache::with_real_device(small_config(64)).unwrap();
-    let id = open(&cache, &path, Class::NORMAL);
-    cache.read(id, 0, LEN).unwrap();
-    cache.release(id);
-    assert!(cache.file_blocks(id).0 > 0);
-    assert!(cache.try_forget_unlinked(id), "clean and closed: no I/O");
-    assert_eq!(cache.file_blocks(id), (0, 0));
-    cache.check_invariants().unwrap();
+    for open_while_removed in [false, true] {
+        let path = make_file(dir.path(), "gone", &[b'G'; LEN]);
+        require_birth_time(&path);
+        let cache = MemCache::with_real_device(small_config(64)).unwrap();
+        let id = open(&cache, &path, Class::NORMAL);
+        cache.read(id, 0, LEN).unwrap();
+        if !open_while_removed {
+            cache.release(id);
+        }
+        assert!(cache.file_blocks(id).0 > 0);
+        std::fs::remove_file(&path).unwrap();
+        cache.mark_unlinked(id);
+        assert!(cache.try_forget(id), "clean: no I/O");
+        if open_while_removed {
+            assert_eq!(cache.read(id, 0, LEN).unwrap(), vec![b'G'; LEN]);
+            cache.release(id); // the forget is carried out here
+        }
+        assert_eq!(cache.file_blocks(id), (0, 0), "open: {open_while_removed}");
+        cache.check_invariants().unwrap();
+    }
 }
 
-/// The word "unlinked" may come late, when the id already names a new file (a FORGET carried
-/// out after a lookup and write of a new inode with the same number): its dirty blocks are
-/// still written back — only clean blocks are let go on that word.
+/// The mark is about the inode the state names at the time; should it reach a file that has
+/// a name after all (a later open), its data is kept: dirty blocks are written back at forget
+/// and an open clears the mark.
 #[test]
-fn an_unlinked_word_for_a_file_still_linked_loses_no_data() {
+fn an_unlinked_mark_loses_no_data_and_an_open_clears_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "f", b"");
+    require_birth_time(&path);
     let cache = MemCache::with_real_device(small_config(64)).unwrap();
     let id = open(&cache, &path, Class::NORMAL);
     cache.write(id, 0, &[b'N'; LEN]).unwrap();
     cache.release(id);
-    assert!(!cache.try_forget_unlinked(id), "dirty: a write-back first");
-    cache.forget_unlinked(id);
+    cache.mark_unlinked(id);
+    cache.forget(id);
     assert_eq!(std::fs::read(&path).unwrap(), vec![b'N'; LEN]);
     assert_eq!(cache.file_blocks(id), (0, 0));
+
+    let id = open(&cache, &path, Class::NORMAL);
+    cache.read(id, 0, LEN).unwrap();
+    cache.mark_unlinked(id);
+    reopen(&cache, id, &path); // a name led to it after all
+    cache.release(id);
+    cache.release(id);
+    cache.forget(id);
+    assert!(cache.file_blocks(id).0 > 0, "kept for the next open");
     cache.check_invariants().unwrap();
 }

@@ -2,7 +2,8 @@
 //! kernel merely dropped, for a next open that no name could lead to — until eviction took
 //! them, after older live data (they were the most recently written).
 //!
-//! Removing written-back files must give their blocks back as the kernel forgets them, while
+//! Removing written-back files through the mount must give their blocks back as the kernel
+//! forgets them (also a file removed while still open, at its last close), while
 //! a file the kernel forgets but that still exists keeps its blocks for its next open.
 #![allow(clippy::unwrap_used)]
 
@@ -67,7 +68,7 @@ fn removed_files_give_their_blocks_back_and_kept_ones_keep_theirs() {
     );
 
     // The kept files' inodes are dropped by the kernel (as under memory pressure), not the
-    // files: their blocks stay and serve the next read without BACKING.
+    // files: their blocks stay, and the files read their bytes.
     std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
     wait_known_at_most(&m, known_before - 2 * FILES as u64 - 1);
     assert!(
@@ -79,4 +80,34 @@ fn removed_files_give_their_blocks_back_and_kept_ones_keep_theirs() {
         let p = m.mnt.join("kept").join(format!("f{i}"));
         assert_eq!(std::fs::read(&p).unwrap(), vec![i as u8; LEN]);
     }
+}
+
+/// The temporary-file pattern: a file removed while open still reads through its descriptor,
+/// and gives its blocks back once the last descriptor closes.
+#[test]
+fn a_file_removed_while_open_gives_its_blocks_back_at_close() {
+    use std::io::{Read, Seek};
+    let m = Mount::new(&[]);
+    let p = m.mnt.join("tmpfile");
+    std::fs::write(&p, vec![7u8; 16 * LEN]).unwrap();
+    let out = tc(&["flush", s(&m.mnt)]);
+    assert!(out.status.success(), "{out:?}");
+    let mut f = std::fs::File::open(&p).unwrap();
+    let before = normal_blocks(&m);
+    assert!(before >= 32, "{}", m.stats()["classes"]);
+    std::fs::remove_file(&p).unwrap();
+    let mut buf = Vec::new();
+    f.rewind().unwrap();
+    f.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, vec![7u8; 16 * LEN], "still readable while open");
+    drop(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while normal_blocks(&m) > before - 32 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        normal_blocks(&m) <= before - 32,
+        "{} blocks cached of {before} after the removed file's last close",
+        normal_blocks(&m)
+    );
 }

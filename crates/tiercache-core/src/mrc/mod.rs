@@ -225,8 +225,8 @@ fn spatial_hash(key: u64) -> u64 {
 }
 
 /// Buckets an estimated curve holds: a sampled distance past them counts as a miss at every
-/// size (the `mrc` partitioner's buckets are a 256th of the tier, so its curves reach 16 times
-/// the tier; `sim --curves` reads up to 4 times it in buckets of a 25th). Without a bound, a
+/// size (the `mrc` partitioner's buckets are a 256th of the tier and its horizon the tier, so
+/// it uses about 256; `sim --curves` reads up to 4 times it in buckets of a 25th). Without a bound, a
 /// small rate scales the distances of a large working set far out and the histogram's tail —
 /// touched on every sampled access — leaves the cache.
 pub const MAX_BUCKETS: usize = 4096;
@@ -238,8 +238,8 @@ pub struct Shards {
     curve: MissRatioCurve,
     /// Tracked blocks by hash, largest evicted first when over `max_samples`; kept only while
     /// `recent > max_samples` (below, the recency bound keeps the tracked blocks within
-    /// `max_samples` and the rate never drops). It may hold blocks forgotten by recency since
-    /// (forgetting one twice is harmless), at most `2 × max_samples` entries.
+    /// `max_samples`, so the rate never drops). Then no block is forgotten by recency (the
+    /// tracked ones never exceed `max_samples < recent`), so it holds exactly the tracked ones.
     by_hash: BinaryHeap<(u64, u64)>,
     /// Tracked blocks kept by recency: the sampled blocks of the last `recent` distinct ones
     /// accessed. A block further back has a scaled reuse distance past the horizon, a miss at
@@ -296,7 +296,11 @@ impl Shards {
     /// scaled reuse distance is past it are forgotten, so the tracker holds about
     /// `blocks × rate` blocks however large the working set (fewer cache misses on the
     /// sampled path). Sizes past the horizon read as misses. A larger horizon later (a tier
-    /// that grows) fills in as blocks are reused.
+    /// that grows) fills in as blocks are reused. While `blocks × rate` (rounded up, plus one)
+    /// is within `max_samples` the rate then stays where it started — the fixed-size rule that
+    /// lowers it is never needed, memory being bounded by the recency rule — which keeps the
+    /// estimate up to the horizon as sampled as it started (without a horizon, a working set
+    /// past `max_samples / rate` blocks lowers the rate and the estimate's sample).
     pub fn with_horizon(mut self, blocks: u64) -> Self {
         self.set_horizon(blocks);
         self
@@ -305,7 +309,7 @@ impl Shards {
     /// As [`Shards::with_horizon`], on a running sampler.
     pub fn set_horizon(&mut self, blocks: u64) {
         self.flush();
-        let need = (blocks as f64 * self.rate()).ceil() as usize + 1;
+        let need = ((blocks as f64 * self.rate()).ceil() as usize).saturating_add(1);
         let was_bounded = self.recent <= self.max_samples;
         self.recent = need.max(1);
         // Forgotten blocks stay in the tracker's map until its next compaction, which comes
@@ -378,9 +382,6 @@ impl Shards {
         if d.is_none() && self.recent > self.max_samples {
             // First access since tracked (a block forgotten is untracked in both).
             self.by_hash.push((h, key));
-            if self.by_hash.len() > 2 * self.max_samples {
-                self.rebuild_by_hash();
-            }
         }
         match d {
             // The bucket of the scaled distance, by one multiply (no division on this path).
@@ -442,7 +443,8 @@ impl Shards {
     pub fn curve(&self) -> MissRatioCurve {
         let mut c = self.curve.clone();
         // Held-back accesses count as not yet seen: their weight is not sampled yet either.
-        let seen = self.seen + self.seen_new as f64 - self.pending_len as f64 * self.weight;
+        let seen =
+            (self.seen + self.seen_new as f64 - self.pending_len as f64 * self.weight).max(0.0);
         let mut diff = seen - self.sampled_weight;
         if c.hist.is_empty() {
             c.hist.push(0.0);

@@ -2,7 +2,8 @@
 //!
 //! Each pool's accesses feed its own fixed-size SHARDS sampler (spatially hashed: a block is
 //! sampled on every access or never; at most [`MAX_SAMPLES`] blocks tracked per pool, so
-//! memory is fixed). Every ω accesses the partitioner reads each pool's estimated LRU curve
+//! memory is fixed), with the tier as its horizon: blocks whose sampled reuse distance is past
+//! the tier are forgotten, so a sampler tracks about the tier × its rate. Every ω accesses the partitioner reads each pool's estimated LRU curve
 //! and [`allocate`]s the tier: each reachable hit-ratio target gets the fewest blocks its curve
 //! says meet it, strictest first — the curve corrected by the hit ratio the tier measured at
 //! the pool's size, and the target aimed one standard error of a window's measurement above
@@ -36,8 +37,8 @@ pub const MAX_SAMPLES: usize = 8192;
 /// 20,000-block tier, with a curve error near 0.01).
 pub const SAMPLED_WITHIN_TIER: f64 = 1000.0;
 /// Bounds of the starting rate: SHARDS' 0.1 % for the largest tiers, a quarter for the
-/// smallest (fixed-size SHARDS lowers it further once more blocks than [`MAX_SAMPLES`] are
-/// seen).
+/// smallest (fixed-size SHARDS lowers it further only where the tier × the rate passes
+/// [`MAX_SAMPLES`]: tiers past about 8 million blocks).
 const RATE_BOUNDS: (f64, f64) = (0.001, 0.25);
 
 /// The rate a sampler for a tier of `capacity` blocks starts at: `SAMPLED_WITHIN_TIER`

@@ -198,6 +198,12 @@ pub(crate) struct FileState {
     /// forgotten file keeps its clean blocks, as a reused inode number shows a new birth time.
     /// Changed by [`Self::attach`].
     born: Option<BirthTime>,
+    /// A change the cache made through the mount (unlink, rename over it) left BACKING's inode
+    /// with no link: no name leads to a next open, so clean blocks are not kept when it is
+    /// forgotten ([`Self::keeps_clean_when_forgotten`]). Set by [`Self::mark_unlinked`]
+    /// (`own_changes`); cleared by [`Self::attach`], [`Self::remembered`] and
+    /// [`Self::reset_to`] (an open came by a name after all: `linkat` of an open descriptor).
+    unlinked: bool,
     /// Identity in the tiers below memory (only computed when there are some). Fixed.
     fkey: Option<FileKey>,
     /// Content version lower copies are stored with: a fingerprint of the stamp the state
@@ -247,6 +253,7 @@ impl FileState {
             forgotten: false,
             forget_at_release: false,
             born,
+            unlinked: false,
         }
     }
 
@@ -315,6 +322,11 @@ impl FileState {
     pub(crate) fn born(&self) -> Option<BirthTime> {
         self.born
     }
+    /// Whether a forget keeps the clean blocks for a next open: only when the birth time can
+    /// tell this inode from a later one with the same number, and a name still leads to it.
+    pub(crate) fn keeps_clean_when_forgotten(&self) -> bool {
+        self.born.is_some() && !self.unlinked
+    }
     pub(crate) fn fkey(&self) -> Option<FileKey> {
         self.fkey
     }
@@ -344,6 +356,7 @@ impl FileState {
         self.handles += 1;
         self.born = born;
         self.forget_at_release = false;
+        self.unlinked = false;
         let unused = self.offer_backing(fd, mode);
         let reclass = self.class != class;
         self.class = class;
@@ -572,6 +585,11 @@ impl FileState {
     /// `open` found the forgotten state is the same file: it is remembered again.
     pub(crate) fn remembered(&mut self) {
         self.forgotten = false;
+        self.unlinked = false;
+    }
+    /// BACKING's inode has no link left after a change the cache made.
+    pub(crate) fn mark_unlinked(&mut self) {
+        self.unlinked = true;
     }
     /// `forget` came while handles are open: carried out at the last release.
     pub(crate) fn forget_at_release(&mut self) {
@@ -589,6 +607,7 @@ impl FileState {
         let blocks: Vec<u64> = self.blocks.iter().copied().collect();
         let old = self.stamp;
         self.forgotten = false;
+        self.unlinked = false;
         self.stamp = now;
         self.backing_size = now.size;
         self.size = if self.dirty.is_empty() {

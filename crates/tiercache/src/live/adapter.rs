@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::SystemTime;
 use tiercache_core::{Class, FileId};
 use tiercache_fuse::{
-    Attempt, BackingStamp, DataPath, FileHandleInfo, Forgotten, IoClass, KernelCacheHandle,
-    OpenAdvice, StatFn, TimesOverride,
+    Attempt, BackingStamp, DataPath, FileHandleInfo, IoClass, KernelCacheHandle, OpenAdvice,
+    StatFn, TimesOverride,
 };
 use tiercache_manager::{FileStamp, MemCache, NoWait};
 
@@ -332,9 +332,21 @@ impl DataPath for CacheDataPath {
         stat: &mut StatFn<'_>,
     ) -> io::Result<()> {
         // The memory tier records the change time it moved (its staleness check at open and
-        // the version lower tiers keep blocks with include it).
+        // the version lower tiers keep blocks with include it). The last stat it asks for is
+        // after the change: no link left then (an unlink, a rename over the file) means no
+        // name leads to a next open, and the tier lets the clean blocks go at forget.
+        let mut links = None;
+        let mut seen = || {
+            stat().inspect(|s| {
+                links = Some(s.links);
+            })
+        };
         self.mem
-            .change_metadata(FileId(ino), apply, &mut stamp_of(stat))
+            .change_metadata(FileId(ino), apply, &mut stamp_of(&mut seen))?;
+        if links == Some(0) {
+            self.mem.mark_unlinked(FileId(ino));
+        }
+        Ok(())
     }
 
     fn release(&self, fh: &FileHandleInfo) {
@@ -356,21 +368,18 @@ impl DataPath for CacheDataPath {
         true
     }
 
-    fn evict(&self, ino: u64, how: Forgotten) {
+    fn evict(&self, ino: u64) {
         // The inode number may name another file later: the tier writes the file's dirty blocks
         // back and drops everything it has of it (at the last release if handles are still
         // open: FORGET may overtake RELEASE). The FUSE layer calls this after removing the
         // node, without a lock, so a new lookup and open of the same inode may come first: the
         // tier never drops the state of an open handle, and a forget overtaken by an open stops
         // (see `tiercache_manager::MemCache::forget`).
-        match how {
-            Forgotten::Unlinked => self.mem.forget_unlinked(FileId(ino)),
-            _ => self.mem.forget(FileId(ino)),
-        };
+        self.mem.forget(FileId(ino));
         self.forget_known(ino);
     }
 
-    fn try_evict(&self, ino: u64, how: Forgotten) -> bool {
+    fn try_evict(&self, ino: u64) -> bool {
         // Either the tier has nothing of the file (a directory, a file never opened, or one
         // whose blocks all went): only this map's entry; or it can let go of the file without
         // I/O (closed, nothing to write back, no tier below: what `rm -rf` forgets). Should an
@@ -378,12 +387,7 @@ impl DataPath for CacheDataPath {
         // state is the new handle's, which the tier keeps anyway (see `evict`).
         // (`try_forget` answers an unknown file itself, under one lock; with a tier below it
         // refuses at once, and only then is the tier asked whether it knows the file.)
-        // A file whose last link went leaves its clean blocks too (`forget_unlinked`).
-        let done = match how {
-            Forgotten::Unlinked => self.mem.try_forget_unlinked(FileId(ino)),
-            _ => self.mem.try_forget(FileId(ino)),
-        };
-        if !done && self.mem.class_of(FileId(ino)).is_some() {
+        if !self.mem.try_forget(FileId(ino)) && self.mem.class_of(FileId(ino)).is_some() {
             return false;
         }
         self.forget_known(ino);
