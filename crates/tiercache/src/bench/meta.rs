@@ -174,8 +174,7 @@ fn timed_walk(root: &Path, want: usize, caller: Option<(u32, u32)>) -> Result<f6
 
 /// Drops the page, dentry and inode caches (root only).
 fn drop_caches() -> Result<(), BenchError> {
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
+    crate::bench::sync_file_systems();
     std::fs::write("/proc/sys/vm/drop_caches", b"3")
         .map_err(|e| BenchError::io("/proc/sys/vm/drop_caches (the benchmark needs root)", e))
 }

@@ -93,8 +93,7 @@ fn archive(work: &Path, name: &str, dirs: usize, files: usize) -> Result<PathBuf
 fn create_write_close(dir: &Path, n: usize) -> Result<f64, BenchError> {
     use std::io::Write as _;
     mkdir(dir)?;
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
+    crate::bench::sync_file_systems();
     let data = [b'x'; 100];
     let t = Instant::now();
     for i in 0..n {
@@ -113,8 +112,7 @@ fn create_write_close(dir: &Path, n: usize) -> Result<f64, BenchError> {
 /// `tar x` of `tar` into `dest`, then `rm -rf` of what it made: (untar, rm) seconds.
 fn untar_and_rm(tar: &Path, dest: &Path) -> Result<(f64, f64), BenchError> {
     // Earlier runs' dirty pages do not land on this one.
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
+    crate::bench::sync_file_systems();
     let untar = timed(Command::new("tar").arg("xf").arg(tar).arg("-C").arg(dest))?;
     let rm = timed(Command::new("rm").arg("-rf").arg(dest.join("tree")))?;
     Ok((untar, rm))
@@ -167,8 +165,7 @@ pub(super) fn run(
         mp.clone(),
     ));
     let before = counter(&stats(&mp)?, "backing", "syncs");
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
+    crate::bench::sync_file_systems();
     r.untar_secs.tiercache = timed(Command::new("tar").arg("xf").arg(&tar).arg("-C").arg(&mp))?;
     r.untar_backing_syncs = counter(&stats(&mp)?, "backing", "syncs").saturating_sub(before);
     r.rm_secs.tiercache = timed(Command::new("rm").arg("-rf").arg(mp.join("tree")))?;
@@ -211,8 +208,7 @@ fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, BenchError>
     let child = start_tiercache(&backing, &mp, DEFAULT_MEMORY, &["--emulate", "hdd"])?;
     mounts.daemons.push((child, mp.clone()));
     let before = counter(&stats(&mp)?, "device_model", "seeks");
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
+    crate::bench::sync_file_systems();
     let t = Instant::now();
     timed(Command::new("tar").arg("xf").arg(&tar).arg("-C").arg(&mp))?;
     let returned = t.elapsed().as_secs_f64();

@@ -17,3 +17,10 @@ pub mod web_env;
 pub mod zerocopy;
 
 pub use error::BenchError;
+
+/// `sync(2)`: every file system's dirty data out before a timed run, so an earlier step's
+/// write-back does not land in it.
+pub(crate) fn sync_file_systems() {
+    // SAFETY: sync(2) takes no arguments, touches no memory of ours and cannot fail.
+    unsafe { libc::sync() };
+}

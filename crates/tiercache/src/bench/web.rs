@@ -344,8 +344,7 @@ pub fn run(a: WebBenchArgs) -> Result<(), BenchError> {
     );
     env.parts = write_tree(&env.backing, a.pages, env.page_bytes, bulk)?;
     // The tree on disk before measuring: its write-back would otherwise run during the runs.
-    // SAFETY: sync(2) has no arguments and cannot fail.
-    unsafe { libc::sync() };
+    crate::bench::sync_file_systems();
     progress::done(&bar);
     let before = loadavg();
     let mut runs: Vec<(Kind, WebRun)> = Vec::new();
