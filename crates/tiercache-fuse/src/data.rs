@@ -186,7 +186,8 @@ pub trait DataPath: Send + Sync + 'static {
     fn io_class(&self, _fh: &FileHandleInfo) -> IoClass {
         IoClass::Normal
     }
-    /// `close()` of one file descriptor referring to the handle.
+    /// `close()` of one file descriptor referring to the handle. Called only for handles whose
+    /// [`OpenAdvice::flush_on_close`] was set (the others are opened with `FOPEN_NOFLUSH`).
     fn flush(&self, _fh: &FileHandleInfo) -> io::Result<()> {
         Ok(())
     }

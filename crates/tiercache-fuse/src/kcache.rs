@@ -92,6 +92,10 @@ pub struct OpenAdvice {
     /// requests through this mount in between. `None`: the data path cannot tell, and pages
     /// the kernel holds are kept (libfuse's `kernel_cache`).
     pub content: Option<u64>,
+    /// A `close()` of the handle has something to report ([`crate::DataPath::flush`]). When
+    /// false the open is answered with `FOPEN_NOFLUSH` and the kernel sends no FLUSH at all:
+    /// one round trip less per `close()`.
+    pub flush_on_close: bool,
 }
 
 /// What the kernel may hold of one node.
@@ -288,6 +292,7 @@ mod tests {
         OpenAdvice {
             kernel_cache: hot,
             content: Some(content),
+            flush_on_close: false,
         }
     }
 

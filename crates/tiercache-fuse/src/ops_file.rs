@@ -86,9 +86,12 @@ impl TierFs {
                 return Err(errno(e));
             }
         }
-        let fopen = self
+        let mut fopen = self
             .kcache
             .open_flags(ino, flags, advice, info.snapshot.size);
+        if !advice.flush_on_close {
+            fopen |= FopenFlags::FOPEN_NOFLUSH;
+        }
         self.insert_file(info);
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.writers.opened();
