@@ -343,15 +343,16 @@ impl Inner {
         if self.closed_fds_near_bound() {
             return false;
         }
-        if self.lower().is_some() {
-            let eng = self.lock();
-            let last_after_forget = eng
-                .files()
-                .get(&file)
-                .is_some_and(|f| f.is_forget_at_release() && f.handles() <= 1);
-            if last_after_forget {
-                return false;
-            }
+        let lower = self.lower().is_some();
+        let eng = self.lock();
+        let to_worker = eng.files().get(&file).is_some_and(|f| {
+            f.is_forget_at_release()
+                && f.handles() <= 1
+                && (lower || f.forget_discards_at_release())
+        });
+        drop(eng);
+        if to_worker {
+            return false;
         }
         self.release(file);
         true
@@ -359,6 +360,7 @@ impl Inner {
 
     pub(crate) fn release(&self, file: FileId) {
         let mut invalidate_below = None;
+        let mut forget_now = false;
         let (fd, kick, holds) = {
             let mut eng = self.lock();
             let Some(f) = eng.files_mut().get_mut(&file) else {
@@ -370,7 +372,12 @@ impl Inner {
                 return;
             }
             let mut kick = false;
-            if f.take_forget_at_release() {
+            if f.forget_discards_at_release() {
+                // Removed while open, and forgotten: its pending writes would go to an inode
+                // nobody can reach. The forget, carried out below, checks that BACKING agrees
+                // (no link left) and discards them; with a link after all it writes back.
+                forget_now = f.take_forget_at_release();
+            } else if f.take_forget_at_release() {
                 // The kernel forgot the file while it was open. Without blocking the close:
                 // dirty blocks are left to the flusher; clean blocks stay if the birth time can
                 // tell this inode from a later one with the same number, else they go and the
@@ -393,6 +400,10 @@ impl Inner {
             (fd, kick, holds)
         };
         drop(fd);
+        if forget_now {
+            self.forget(file);
+            return;
+        }
         if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
         }

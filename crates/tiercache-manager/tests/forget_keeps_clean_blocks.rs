@@ -211,3 +211,37 @@ fn an_unlinked_mark_loses_no_data_and_an_open_clears_it() {
     assert!(cache.file_blocks(id).0 > 0, "kept for the next open");
     cache.check_invariants().unwrap();
 }
+
+/// A file removed while open, whose FORGET comes before its RELEASE (the kernel hands out
+/// FORGETs ahead of queued requests): its dirty blocks were left to the flusher, which wrote
+/// them to an inode nobody can reach. The last release now carries the forget out, and
+/// BACKING gets no write; a wrong mark (the file still has a name) still loses nothing.
+#[test]
+fn a_file_removed_while_open_is_not_written_back_after_its_last_release() {
+    let dir = tempfile::tempdir().unwrap();
+    for removed in [true, false] {
+        let path = make_file(dir.path(), "tmp", b"");
+        let cache = MemCache::with_real_device(small_config(64)).unwrap();
+        let id = open(&cache, &path, Class::NORMAL);
+        cache.write(id, 0, &[b'T'; LEN]).unwrap();
+        if removed {
+            std::fs::remove_file(&path).unwrap();
+        }
+        cache.mark_unlinked(id);
+        cache.forget(id); // before the release: carried out there
+        let writes = cache.stats().backing.writes;
+        // Carrying the forget out closes BACKING's descriptor, maybe the inode's last (and
+        // checks the link count): not on a request thread.
+        assert!(!cache.try_release(id), "removed: {removed}");
+        cache.release(id);
+        assert_eq!(cache.file_blocks(id), (0, 0));
+        assert_eq!(cache.stats().dirty_blocks, 0);
+        cache.flush_all().unwrap();
+        if removed {
+            assert_eq!(cache.stats().backing.writes, writes, "nothing written");
+        } else {
+            assert_eq!(std::fs::read(&path).unwrap(), vec![b'T'; LEN]);
+        }
+        cache.check_invariants().unwrap();
+    }
+}

@@ -319,6 +319,12 @@ impl FileState {
     pub(crate) fn is_forget_at_release(&self) -> bool {
         self.forget_at_release
     }
+    /// Whether the last release carries out a forget that came while the file was open in
+    /// full: the file was marked unlinked ([`Self::mark_unlinked`]) and has writes pending,
+    /// which a forget discards once BACKING confirms that no link is left.
+    pub(crate) fn forget_discards_at_release(&self) -> bool {
+        self.forget_at_release && self.unlinked && self.has_pending_writes()
+    }
     pub(crate) fn born(&self) -> Option<BirthTime> {
         self.born
     }
