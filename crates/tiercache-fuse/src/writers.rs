@@ -23,6 +23,9 @@ struct Counts {
     open: usize,
     /// Of those, the ones whose release is queued or running on a worker.
     releasing: usize,
+    /// Creates and opens waiting in `wait_for_room`: a release wakes them only if there are
+    /// some (a notify is a system call even when nobody waits, one per writer's close).
+    waiting: usize,
 }
 
 /// The writable handles' counts (one per mount).
@@ -59,11 +62,13 @@ impl Writers {
                 break;
             };
             waited = true;
+            c.waiting += 1;
             c = self
                 .done
                 .wait_timeout(c, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            c.waiting -= 1;
         }
         waited
     }
@@ -85,8 +90,12 @@ impl Writers {
         if queued {
             c.releasing = c.releasing.saturating_sub(1);
         }
+        // Read under the lock: a waiter counts itself before its wait lets the lock go.
+        let wake = c.waiting > 0;
         drop(c);
-        self.done.notify_all();
+        if wake {
+            self.done.notify_all();
+        }
     }
 }
 
