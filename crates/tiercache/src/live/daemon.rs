@@ -434,6 +434,9 @@ fn announce(s: &Settings, backing: &std::path::Path, emulation: Option<&str>) {
         s.kernel_cache,
         emulation.map_or(String::new(), |e| format!(", BACKING behind device {e}"))
     );
+    if let Some(hint) = super::vcpu::halt_hint() {
+        log::info!("{hint}");
+    }
 }
 
 /// The signals the main loop acts on: stop (SIGTERM, SIGINT) and reload (SIGHUP).

@@ -25,5 +25,6 @@ pub mod remote;
 pub mod size;
 mod stack;
 pub mod stats;
+mod vcpu;
 pub mod zerocopy;
 pub mod zerocopy_open;
