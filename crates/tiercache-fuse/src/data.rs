@@ -11,7 +11,8 @@
 //!   kernel page cache may hold the file and whether what it holds is still valid: the
 //!   content version must move whenever the file may have changed other than through this
 //!   mount (see `kcache.rs`).
-//! * `read`/`write`/`flush`/`fsync`/`fallocate` with that handle. Offsets are
+//! * `read`/`write`/`flush`/`fsync`/`fallocate` with that handle (`flush` at each `close()`,
+//!   unless the advice said `no_flush`). Offsets are
 //!   the kernel's; for `O_APPEND` handles the kernel has already resolved the
 //!   offset to the end of file, so the backing file is never opened with
 //!   `O_APPEND`. `read` returns fewer bytes than asked only at end of file.
@@ -154,7 +155,8 @@ pub struct FileHandleInfo {
 pub trait DataPath: Send + Sync + 'static {
     /// A handle was opened. The advice says whether the kernel should cache the file
     /// (with [`KernelCacheMode::Priority`](crate::KernelCacheMode)) and its content version
-    /// (see `kcache.rs`); the default: not hot, no version.
+    /// (see `kcache.rs`), and whether closes need a FLUSH; the default: not hot, no version,
+    /// FLUSH at every close.
     fn open(&self, _fh: &FileHandleInfo) -> io::Result<OpenAdvice> {
         Ok(OpenAdvice::default())
     }
@@ -186,8 +188,8 @@ pub trait DataPath: Send + Sync + 'static {
     fn io_class(&self, _fh: &FileHandleInfo) -> IoClass {
         IoClass::Normal
     }
-    /// `close()` of one file descriptor referring to the handle. Called only for handles whose
-    /// [`OpenAdvice::flush_on_close`] was set (the others are opened with `FOPEN_NOFLUSH`).
+    /// `close()` of one file descriptor referring to the handle. Not called for handles whose
+    /// [`OpenAdvice::no_flush`] was set (opened with `FOPEN_NOFLUSH`).
     fn flush(&self, _fh: &FileHandleInfo) -> io::Result<()> {
         Ok(())
     }
@@ -255,6 +257,14 @@ pub trait DataPath: Send + Sync + 'static {
 pub struct PassThrough;
 
 impl DataPath for PassThrough {
+    fn open(&self, _fh: &FileHandleInfo) -> io::Result<OpenAdvice> {
+        // `flush` is the default no-op: no close needs the round trip.
+        Ok(OpenAdvice {
+            no_flush: true,
+            ..OpenAdvice::default()
+        })
+    }
+
     fn try_evict(&self, _ino: u64) -> bool {
         true // nothing cached
     }

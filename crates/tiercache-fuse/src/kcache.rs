@@ -92,10 +92,10 @@ pub struct OpenAdvice {
     /// requests through this mount in between. `None`: the data path cannot tell, and pages
     /// the kernel holds are kept (libfuse's `kernel_cache`).
     pub content: Option<u64>,
-    /// A `close()` of the handle has something to report ([`crate::DataPath::flush`]). When
-    /// false the open is answered with `FOPEN_NOFLUSH` and the kernel sends no FLUSH at all:
-    /// one round trip less per `close()`.
-    pub flush_on_close: bool,
+    /// A `close()` of the handle has nothing to report: its [`crate::DataPath::flush`] would
+    /// do nothing. The open is then answered with `FOPEN_NOFLUSH` and the kernel sends no
+    /// FLUSH at all, one round trip less per `close()`. The default (false) keeps the FLUSH.
+    pub no_flush: bool,
 }
 
 /// What the kernel may hold of one node.
@@ -292,7 +292,7 @@ mod tests {
         OpenAdvice {
             kernel_cache: hot,
             content: Some(content),
-            flush_on_close: false,
+            no_flush: false,
         }
     }
 

@@ -89,7 +89,7 @@ impl TierFs {
         let mut fopen = self
             .kcache
             .open_flags(ino, flags, advice, info.snapshot.size);
-        if !advice.flush_on_close {
+        if advice.no_flush {
             fopen |= FopenFlags::FOPEN_NOFLUSH;
         }
         self.insert_file(info);

@@ -191,22 +191,20 @@ impl TierFs {
         });
     }
 
-    /// `release`: the handle is gone at once; the data path's release of a handle open for
-    /// writing (which may write back to bound the descriptors closed files keep) runs on this
-    /// thread when it needs no I/O (`DataPath::try_release`: a `tar x` closes every file it
-    /// writes, and a hand-over to a worker costs two thread switches), else on an I/O worker,
-    /// counted as pending until done (`writers.rs`).
+    /// `release`: the handle is gone at once; the data path's release (which may write back to
+    /// bound the descriptors closed files keep, or carry out a forget that came first) runs on
+    /// this thread when it needs no I/O (`DataPath::try_release`: a `tar x` closes every file
+    /// it writes, and a hand-over to a worker costs two thread switches), else on an I/O
+    /// worker; a writable handle's is counted as pending until done (`writers.rs`).
     pub(crate) fn io_release(&self, fh: FileHandle, reply: ReplyEmpty) {
         let Some(h) = self.remove_file(fh) else {
             return reply.ok();
         };
         let writable = h.flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if writable && self.pool.enabled() && self.data.try_release(&h) {
-            self.writers.released(false);
-            return reply.ok();
-        }
-        if !self.pool.enabled() || !writable {
-            self.data.release(&h);
+        if !self.pool.enabled() || self.data.try_release(&h) {
+            if !self.pool.enabled() {
+                self.data.release(&h);
+            }
             if writable {
                 self.writers.released(false);
             }
@@ -214,11 +212,15 @@ impl TierFs {
         }
         let (data, writers) = (Arc::clone(&self.data), Arc::clone(&self.writers));
         let class = data.io_class(&h);
-        writers.releasing();
+        if writable {
+            writers.releasing();
+        }
         self.pool.submit(class, move || {
             data.release(&h);
             drop(h);
-            writers.released(true);
+            if writable {
+                writers.released(true);
+            }
             reply.ok();
         });
     }

@@ -1,6 +1,6 @@
 //! Every `close()` through the mount cost a FLUSH round trip to the daemon, also for readers, whose
-//! close has nothing to report; now a handle is opened with `FOPEN_NOFLUSH` unless its data path
-//! asks for the FLUSH (`OpenAdvice::flush_on_close`), and the kernel sends none for it.
+//! close has nothing to report; now a handle whose data path says so (`OpenAdvice::no_flush`) is
+//! opened with `FOPEN_NOFLUSH`, and the kernel sends none for it (Linux 5.16 or later).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use tiercache_fuse::{DataPath, FileHandleInfo, MountOptions, OpenAdvice, PassThrough};
 
-/// Pass-through that wants closes of writable handles only, and counts the FLUSHes it gets
-/// per access mode.
+/// Pass-through that wants the closes of writable handles only, and counts the FLUSHes it
+/// gets per access mode.
 #[derive(Default)]
 struct WritersFlush {
     reader_flushes: AtomicU64,
@@ -27,7 +27,7 @@ fn writable(fh: &FileHandleInfo) -> bool {
 impl DataPath for WritersFlush {
     fn open(&self, fh: &FileHandleInfo) -> io::Result<OpenAdvice> {
         Ok(OpenAdvice {
-            flush_on_close: writable(fh),
+            no_flush: !writable(fh),
             ..OpenAdvice::default()
         })
     }

@@ -455,7 +455,11 @@ impl MemCache {
 
     /// A handle of `file` closed: call once per successful [`MemCache::open`]. At the last
     /// close cached blocks stay; the backing handle is kept until the file's dirty blocks are
-    /// written back and BACKING is synced (by the flusher, `fsync` or `flush_all`).
+    /// written back and BACKING is synced (by the flusher, `fsync` or `flush_all`). The last
+    /// release also carries out a forget that came while the file was open, which may wait
+    /// and do I/O (for a file the mount removed: a link-count `fstat`, a write-back if it has a
+    /// name after all, the close of its descriptor); latency-sensitive callers use
+    /// [`MemCache::try_release`] first.
     pub fn release(&self, file: FileId) {
         self.inner.release(file);
     }
@@ -617,9 +621,10 @@ impl MemCache {
     /// `file`'s inode has no link left on BACKING after a change made through the cache (an
     /// unlink or a rename over it; BACKING's link count read after it): when the kernel forgets
     /// it — at once, or at the last release — its clean blocks go instead of being kept for a
-    /// next open that no name can lead to. Dirty blocks are treated as before (whether their
-    /// data is meaningless is asked of the state's own descriptor at forget). A later open of
-    /// the inode (a name given back with `linkat`) clears the mark.
+    /// next open that no name can lead to. Dirty blocks are discarded by a forget that finds
+    /// no link on the state's own descriptor (`fstat`), else written back; a forget that waited
+    /// for the last release is carried out there in full when writes are pending. A later open
+    /// of the inode (a name given back with `linkat`) clears the mark.
     pub fn mark_unlinked(&self, file: FileId) {
         self.inner.mark_unlinked(file);
     }

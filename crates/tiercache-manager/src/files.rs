@@ -337,46 +337,52 @@ impl Inner {
     }
 
     /// [`Inner::release`] unless it may wait: when the closing thread may have to write back
-    /// and sync to bound the descriptors closed files hold, or a forget that came first must
-    /// drop the file's copies in the tiers below. Returns whether it released.
+    /// and sync to bound the descriptors closed files hold, or the last release must carry out
+    /// a forget that came first — dropping the file's copies in the tiers below, or a removed
+    /// file's full forget (a link-count `fstat`, the close of what may be the inode's last
+    /// descriptor). Returns whether it released; if not, nothing changed.
     pub(crate) fn try_release(&self, file: FileId) -> bool {
-        if self.closed_fds_near_bound() {
-            return false;
-        }
-        let lower = self.lower().is_some();
-        let eng = self.lock();
-        let to_worker = eng.files().get(&file).is_some_and(|f| {
-            f.is_forget_at_release()
-                && f.handles() <= 1
-                && (lower || f.forget_discards_at_release())
-        });
-        drop(eng);
-        if to_worker {
-            return false;
-        }
-        self.release(file);
-        true
+        !self.closed_fds_near_bound() && self.release_unless(file, true)
     }
 
+    /// A handle of `file` closed (see [`crate::MemCache::release`]); the last one carries out
+    /// a forget that came while the file was open, which may wait and do I/O.
     pub(crate) fn release(&self, file: FileId) {
+        self.release_unless(file, false);
+    }
+
+    /// The release; with `no_wait`, only if it is not a last release that must do a forget's
+    /// waiting work (decided under the same engine lock as the count, so a concurrent close
+    /// or FORGET cannot slip in between). Returns whether it released.
+    fn release_unless(&self, file: FileId, no_wait: bool) -> bool {
+        let lower = self.lower().is_some();
         let mut invalidate_below = None;
-        let mut forget_now = false;
+        let mut forget_now = None;
         let (fd, kick, holds) = {
             let mut eng = self.lock();
             let Some(f) = eng.files_mut().get_mut(&file) else {
-                return;
+                return true;
             };
+            if no_wait
+                && f.handles() <= 1
+                && f.is_forget_at_release()
+                && (lower || f.forget_discards_at_release())
+            {
+                return false;
+            }
             // One release per successful open: counted under the engine lock, like the opens,
             // so a release racing another open of the file cannot close the new handle's state.
             if f.release_handle() > 0 {
-                return;
+                return true;
             }
             let mut kick = false;
             if f.forget_discards_at_release() {
                 // Removed while open, and forgotten: its pending writes would go to an inode
-                // nobody can reach. The forget, carried out below, checks that BACKING agrees
-                // (no link left) and discards them; with a link after all it writes back.
-                forget_now = f.take_forget_at_release();
+                // nobody can reach. The forget, carried out below for this state only, checks
+                // that BACKING agrees (no link left) and discards them; with a link after all
+                // it writes back.
+                f.take_forget_at_release();
+                forget_now = Some(Arc::clone(f.shared()));
             } else if f.take_forget_at_release() {
                 // The kernel forgot the file while it was open. Without blocking the close:
                 // dirty blocks are left to the flusher; clean blocks stay if the birth time can
@@ -400,9 +406,9 @@ impl Inner {
             (fd, kick, holds)
         };
         drop(fd);
-        if forget_now {
-            self.forget(file);
-            return;
+        if let Some(shared) = forget_now {
+            self.forget_released(file, &shared);
+            return true;
         }
         if let (Some(lower), Some(fk)) = (self.lower(), invalidate_below) {
             lower.invalidate_file(fk, 0);
@@ -413,6 +419,7 @@ impl Inner {
         if holds {
             self.help_bound_closed_fds();
         }
+        true
     }
 
     pub(crate) fn set_class(&self, file: FileId, class: Class) {

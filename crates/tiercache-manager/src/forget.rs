@@ -19,7 +19,9 @@
 //! without a birth time goes as soon as it is clean. A forget that arrives while handles are
 //! still open (the kernel may send FORGET before the last RELEASE is handled) is carried out
 //! at the last release, leaving dirty blocks to the flusher (a close does not wait for
-//! write-back); without a birth time it drops the clean blocks at once. A forget may also come
+//! write-back) — unless the mount removed the file's last name (`mark_unlinked`): then the
+//! release carries the forget out in full, which discards them once BACKING shows no link;
+//! without a birth time it drops the clean blocks at once. A forget may also come
 //! late: node ids are inode numbers, so the kernel can look the inode up and open it again
 //! before the forget of its previous node is carried out. An open that comes while `forget`
 //! writes back makes `forget` stop there and leave the state to the handle; one that came
@@ -40,7 +42,14 @@ impl Inner {
     /// forgotten (see the module docs). With handles still open, clean blocks go now and the
     /// rest at the last release. Returns the blocks dropped.
     pub(crate) fn forget(&self, file: FileId) -> usize {
-        self.forget_waiting(file, true).unwrap_or(0)
+        self.forget_waiting(file, true, None).unwrap_or(0)
+    }
+
+    /// The forget a last release carries out for a removed file with writes pending
+    /// ([`Inner::release`]): only while `shared` is still the file's state and no handle is
+    /// open again — a new open means the kernel knows the inode again, and this forget is stale.
+    pub(crate) fn forget_released(&self, file: FileId, shared: &Arc<FileShared>) {
+        self.forget_waiting(file, true, Some(shared));
     }
 
     /// [`Inner::forget`] when it needs no I/O and no wait — no tier below (dropping copies
@@ -50,21 +59,30 @@ impl Inner {
     /// `rm -rf` removes, whose FORGET then costs no thread switch; an open file's forget is
     /// left to its last release, as `forget` does. Otherwise `false`, and nothing changed.
     pub(crate) fn try_forget(&self, file: FileId) -> bool {
-        self.lower().is_none() && self.forget_waiting(file, false).is_some()
+        self.lower().is_none() && self.forget_waiting(file, false, None).is_some()
     }
 
     /// `forget`, waiting for the file's locks and writing back if `wait`; without, `None`
-    /// (nothing changed) where it would have to.
-    fn forget_waiting(&self, file: FileId, wait: bool) -> Option<usize> {
+    /// (nothing changed) where it would have to. With `released`, only for that state and
+    /// while it has no handle ([`Inner::forget_released`]).
+    fn forget_waiting(
+        &self,
+        file: FileId,
+        wait: bool,
+        released: Option<&Arc<FileShared>>,
+    ) -> Option<usize> {
         let Ok(shared) = self.shared(file) else {
             return Some(0);
         };
+        if released.is_some_and(|r| !Arc::ptr_eq(r, &shared)) {
+            return Some(0);
+        }
         let (_io, _op) = if wait {
             (lock(&shared.io), write_lock(&shared.op))
         } else {
             (try_lock(&shared.io)?, try_write_lock(&shared.op)?)
         };
-        let fd = match self.forget_start(file, &shared, wait)? {
+        let fd = match self.forget_start(file, &shared, wait, released.is_some())? {
             Ok(fd) => fd,
             Err(dropped) => return Some(dropped),
         };
@@ -95,12 +113,14 @@ impl Inner {
     /// release (`Err`: the blocks dropped now); else returns the descriptor to write the
     /// pending blocks back through (`None`: nothing pending). Without `wait`, `None` before
     /// any change for a closed file whose forget is I/O: blocks to write back, or a
-    /// descriptor of BACKING the state still holds (dropped by the forget).
+    /// descriptor of BACKING the state still holds (dropped by the forget). `released`: a
+    /// release's forget, which an open handle makes stale (nothing done).
     fn forget_start(
         &self,
         file: FileId,
         shared: &Arc<FileShared>,
         wait: bool,
+        released: bool,
     ) -> Option<Result<Option<Arc<File>>, usize>> {
         let mut eng = self.lock();
         let Some(f) = eng.files_mut().get_mut(&file) else {
@@ -111,6 +131,9 @@ impl Inner {
         }
         if !wait && f.handles() == 0 && (f.has_pending_writes() || f.backing().is_some()) {
             return None;
+        }
+        if released && f.handles() > 0 {
+            return Some(Err(0));
         }
         f.reset_read_ahead();
         if f.handles() > 0 {

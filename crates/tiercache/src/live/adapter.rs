@@ -232,7 +232,7 @@ impl DataPath for CacheDataPath {
             kernel_cache: class == Class::PRIORITY,
             content: Some(out.content_version),
             // `flush` reports background write-back errors to writers' closes only.
-            flush_on_close: fh.flags & libc::O_ACCMODE != libc::O_RDONLY,
+            no_flush: fh.flags & libc::O_ACCMODE == libc::O_RDONLY,
         })
     }
 
