@@ -125,18 +125,7 @@ impl DataPath for GatedData {
         }
         PassThrough.read(fh, offset, size)
     }
-    fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {
-        PassThrough.write(fh, offset, data)
-    }
-    fn fsync(&self, fh: &FileHandleInfo, datasync: bool) -> io::Result<()> {
-        PassThrough.fsync(fh, datasync)
-    }
-    fn truncate(&self, ino: u64, file: &File, new_size: u64) -> io::Result<()> {
-        PassThrough.truncate(ino, file, new_size)
-    }
-    fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-        PassThrough.fallocate(fh, mode, offset, len)
-    }
+    pass_through!(write, fsync, truncate, fallocate);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tiercache_fuse::{DataPath, FileHandleInfo, MountOptions, OpenAdvice, PassThrough};
+use tiercache_fuse::{DataPath, FileHandleInfo, MountOptions, OpenAdvice};
 
 /// Pass-through that wants the closes of writable handles only, and counts the FLUSHes it
 /// gets per access mode.
@@ -40,21 +40,7 @@ impl DataPath for WritersFlush {
         n.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
-    fn read(&self, fh: &FileHandleInfo, offset: u64, size: u32) -> io::Result<Vec<u8>> {
-        PassThrough.read(fh, offset, size)
-    }
-    fn write(&self, fh: &FileHandleInfo, offset: u64, data: &[u8]) -> io::Result<u32> {
-        PassThrough.write(fh, offset, data)
-    }
-    fn fsync(&self, fh: &FileHandleInfo, datasync: bool) -> io::Result<()> {
-        PassThrough.fsync(fh, datasync)
-    }
-    fn truncate(&self, ino: u64, file: &File, new_size: u64) -> io::Result<()> {
-        PassThrough.truncate(ino, file, new_size)
-    }
-    fn fallocate(&self, fh: &FileHandleInfo, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-        PassThrough.fallocate(fh, mode, offset, len)
-    }
+    pass_through!(read, write, fsync, truncate, fallocate);
 }
 
 #[test]

@@ -158,3 +158,51 @@ pub fn diff(a: &str, b: &str) -> String {
     }
     out
 }
+
+/// The required `DataPath` calls a test data path leaves alone, forwarded to `PassThrough`:
+/// `pass_through!(write, fsync, truncate, fallocate);` inside its `impl DataPath`.
+#[macro_export]
+macro_rules! pass_through {
+    ($($call:ident),* $(,)?) => { $( $crate::pass_through!(@ $call); )* };
+    (@ read) => {
+        fn read(
+            &self,
+            fh: &tiercache_fuse::FileHandleInfo,
+            offset: u64,
+            size: u32,
+        ) -> std::io::Result<Vec<u8>> {
+            tiercache_fuse::DataPath::read(&tiercache_fuse::PassThrough, fh, offset, size)
+        }
+    };
+    (@ write) => {
+        fn write(
+            &self,
+            fh: &tiercache_fuse::FileHandleInfo,
+            offset: u64,
+            data: &[u8],
+        ) -> std::io::Result<u32> {
+            tiercache_fuse::DataPath::write(&tiercache_fuse::PassThrough, fh, offset, data)
+        }
+    };
+    (@ fsync) => {
+        fn fsync(&self, fh: &tiercache_fuse::FileHandleInfo, datasync: bool) -> std::io::Result<()> {
+            tiercache_fuse::DataPath::fsync(&tiercache_fuse::PassThrough, fh, datasync)
+        }
+    };
+    (@ truncate) => {
+        fn truncate(&self, ino: u64, file: &std::fs::File, new_size: u64) -> std::io::Result<()> {
+            tiercache_fuse::DataPath::truncate(&tiercache_fuse::PassThrough, ino, file, new_size)
+        }
+    };
+    (@ fallocate) => {
+        fn fallocate(
+            &self,
+            fh: &tiercache_fuse::FileHandleInfo,
+            mode: i32,
+            offset: u64,
+            len: u64,
+        ) -> std::io::Result<()> {
+            tiercache_fuse::DataPath::fallocate(&tiercache_fuse::PassThrough, fh, mode, offset, len)
+        }
+    };
+}
