@@ -201,10 +201,13 @@ impl TierFs {
             return reply.ok();
         };
         let writable = h.flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if !self.pool.enabled() || self.data.try_release(&h) {
-            if !self.pool.enabled() {
-                self.data.release(&h);
-            }
+        let done = if self.pool.enabled() {
+            self.data.try_release(&h)
+        } else {
+            self.data.release(&h);
+            true
+        };
+        if done {
             if writable {
                 self.writers.released(false);
             }
