@@ -57,6 +57,14 @@ pub enum FuseError {
         #[source]
         source: io::Error,
     },
+    /// `--transport io-uring`, but the kernel does not serve this mount through rings.
+    #[error("FUSE over io_uring for {mountpoint}: {why}")]
+    NoRing {
+        /// The mount point.
+        mountpoint: PathBuf,
+        /// What is missing, and how to get it.
+        why: String,
+    },
     /// The kernel refused the mount or the FUSE handshake failed.
     #[error("mounting FUSE on {path} failed: {source}")]
     Mount {

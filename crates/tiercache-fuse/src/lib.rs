@@ -43,6 +43,7 @@ mod ops_file;
 mod ops_io;
 mod ops_xattr;
 mod sys;
+mod transport;
 mod validate;
 mod writers;
 
@@ -62,5 +63,8 @@ pub use kcache::{
 pub use killpriv::clear_setid_for_write;
 pub use mount::{
     mount, run, InodeStatsReader, MountFlags, MountHandle, MountOptions, DEFAULT_IO_WORKERS,
+};
+pub use transport::{
+    kernel_ring_switch, Transport, TransportReader, TransportStats, ENABLE_URING_PARAM,
 };
 pub use validate::unescape_mountinfo;

@@ -26,6 +26,7 @@ use crate::inode::{InodeStats, InodeTable};
 use crate::iopool::{IoPool, IoStatsReader};
 use crate::kcache::{KernelCache, KernelCacheHandle, KernelCacheMode};
 use crate::sys;
+use crate::transport::{kernel_ring_switch, Transport, TransportReader, ENABLE_URING_PARAM};
 
 /// Options of one mount. Construct with `MountOptions::default()` and adjust
 /// the fields.
@@ -64,6 +65,8 @@ pub struct MountOptions {
     pub backing_identity: BackingIdentity,
     /// The generic mount flags (`ro`, `nodev`, ...) of the mount itself.
     pub flags: MountFlags,
+    /// How requests reach the daemon (`transport.rs`): `/dev/fuse` by default.
+    pub transport: Transport,
 }
 
 /// Generic mount flags, as `mount(8)` spells them. The default is `rw,nodev,nosuid,exec`:
@@ -125,6 +128,7 @@ impl Default for MountOptions {
             inode_handles: true,
             backing_identity: BackingIdentity::Auto,
             flags: MountFlags::default(),
+            transport: Transport::DevFuse,
         }
     }
 }
@@ -167,6 +171,7 @@ struct NewSession {
     inodes: Arc<InodeTable>,
     io: IoStatsReader,
     kcache: Arc<KernelCache>,
+    ring: TransportReader,
 }
 
 /// Validates, builds the file system and mounts it (handshake included).
@@ -177,6 +182,12 @@ fn new_session(
     data: Arc<dyn DataPath>,
 ) -> Result<NewSession, FuseError> {
     opts.check()?;
+    if opts.transport == Transport::IoUring && kernel_ring_switch() == Some(false) {
+        return Err(no_ring(
+            mountpoint,
+            format!("the kernel has it switched off (echo Y > {ENABLE_URING_PARAM})"),
+        ));
+    }
     let limit = match crate::handle::raise_nofile_limit() {
         Ok((before, now)) => {
             log::info!("open-files limit (RLIMIT_NOFILE): soft {before} raised to {now}");
@@ -256,10 +267,23 @@ fn new_session(
     };
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
+    config.io_uring = opts.transport != Transport::DevFuse;
     let session = Session::new(fs, &mountpoint, &config).map_err(|source| FuseError::Mount {
         path: mountpoint.clone(),
         source,
     })?;
+    let ring = TransportReader(session.io_uring_stats());
+    if opts.transport == Transport::IoUring && ring.0.is_none() {
+        // Dropping the session takes the mount off again: no half-done mount.
+        drop(session);
+        return Err(no_ring(
+            &mountpoint,
+            "the kernel did not offer it at the handshake (Linux 6.14 or later, with \
+             CONFIG_FUSE_IO_URING)"
+                .to_owned(),
+        ));
+    }
+    log::info!("requests travel through {}", ring.stats().kind);
     Ok(NewSession {
         session,
         mountpoint,
@@ -267,7 +291,15 @@ fn new_session(
         inodes,
         io,
         kcache,
+        ring,
     })
+}
+
+fn no_ring(mountpoint: &Path, why: String) -> FuseError {
+    FuseError::NoRing {
+        mountpoint: mountpoint.to_owned(),
+        why,
+    }
 }
 
 /// Mounts BACKING on MOUNTPOINT and serves it from background threads.
@@ -287,6 +319,7 @@ pub fn mount(
         inodes,
         io,
         kcache,
+        ring,
     } = new_session(backing, mountpoint, &opts, data)?;
     let unmounter = session.unmount_callable();
     let kcache = KernelCacheHandle::new(kcache, session.notifier());
@@ -305,6 +338,7 @@ pub fn mount(
         inodes: InodeStatsReader(inodes),
         io,
         kcache,
+        ring,
     })
 }
 
@@ -349,6 +383,7 @@ pub struct MountHandle {
     inodes: InodeStatsReader,
     io: IoStatsReader,
     kcache: KernelCacheHandle,
+    ring: TransportReader,
 }
 
 /// Reads the inode table's statistics of a mount; cheap to clone and keep.
@@ -371,6 +406,11 @@ impl MountHandle {
     /// A reader of the I/O workers' figures (queued and running requests per class).
     pub fn io_stats(&self) -> IoStatsReader {
         self.io.clone()
+    }
+
+    /// A reader of the transport's figures (`/dev/fuse` or the rings, and what they served).
+    pub fn transport(&self) -> TransportReader {
+        self.ring.clone()
     }
 
     /// The kernel page cache of the mount: invalidation of ranges the daemon changed for

@@ -123,3 +123,24 @@ fn stats_and_unmount_tell_a_missing_path_a_plain_directory_and_a_subdirectory_ap
         "the mount still serves"
     );
 }
+
+#[test]
+fn an_unknown_transport_is_named_with_the_choices() {
+    let d = tempfile::tempdir().unwrap();
+    let (b, m) = (d.path().join("b"), d.path().join("m"));
+    std::fs::create_dir(&b).unwrap();
+    std::fs::create_dir(&m).unwrap();
+    support::fails_naming(
+        &["mount", s(&b), s(&m), "--transport", "uring"],
+        "--transport",
+        "unknown transport 'uring' (expected one of: dev-fuse, io-uring, auto)",
+    );
+    assert!(!support::mounted(&m));
+    for bench in ["meta", "fuse"] {
+        support::fails_naming(
+            &["bench", bench, "--transport", "ring"],
+            "--transport",
+            "unknown transport 'ring'",
+        );
+    }
+}

@@ -610,3 +610,125 @@ fn permissions_on_cache() {
     let st = std::fs::metadata(m.backing.join("a/open/new")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&st), 65534);
 }
+
+// ---------------------------------------------------------------------------------------------
+// (f): the same suites with requests on FUSE over io_uring
+
+/// The kernel's switch for the rings, set for the life of the guard and put back as found. Only
+/// `posix_suites_over_io_uring` touches it, and every other test mounts with `/dev/fuse`, which
+/// the switch does not change.
+struct RingSwitch(String);
+
+impl RingSwitch {
+    fn set(on: bool) -> Self {
+        let param = tiercache_fuse::ENABLE_URING_PARAM;
+        let was = std::fs::read_to_string(param).unwrap_or_else(|e| {
+            panic!("no FUSE over io_uring here ({param}: {e}): it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING")
+        });
+        std::fs::write(param, if on { "Y" } else { "N" }).unwrap();
+        RingSwitch(was.trim().to_owned())
+    }
+}
+
+impl Drop for RingSwitch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(tiercache_fuse::ENABLE_URING_PARAM, &self.0);
+    }
+}
+
+fn assert_ring_served(m: &CacheMount) {
+    let t = &m.stats()["transport"];
+    eprintln!("transport: {t}");
+    assert_eq!(t["kind"], "io_uring", "{t}");
+    assert!(t["queues"].as_u64().unwrap() >= 1, "{t}");
+    assert!(t["ring_requests"].as_u64().unwrap() > 1000, "{t}");
+    // The small tier misses: I/O workers answer on the rings too.
+    assert!(t["ring_worker_replies"].as_u64().unwrap() > 0, "{t}");
+    assert_eq!(t["ring_entries_replaced"], 0, "{t}");
+}
+
+/// A daemon killed with requests on the rings: the mount fails fast (ENOTCONN), nothing hangs,
+/// and what was fsync'd is on BACKING.
+fn killed_ring_daemon_fails_fast() {
+    let m = CacheMount::new(&SMALL, &["--transport", "io-uring"], None);
+    let p = m.mnt.join("synced");
+    let mut f = std::fs::File::create(&p).unwrap();
+    std::io::Write::write_all(&mut f, &vec![7u8; 300_000]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let pid = m.stats()["pid"].as_i64().unwrap();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let probe = m.mnt.clone();
+    std::thread::spawn(move || {
+        // Until the kernel sees the daemon gone, a stat may still succeed.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // A request the kernel had handed to a ring of the dead daemon may fail ECANCELED;
+        // once the connection is torn down, every request fails ENOTCONN.
+        let errno = || {
+            std::fs::metadata(&probe)
+                .err()
+                .and_then(|e| e.raw_os_error())
+        };
+        let mut last = errno();
+        while last != Some(libc::ENOTCONN) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            last = errno();
+        }
+        let _ = tx.send(last);
+    });
+    let errno = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the mount hangs after its daemon was killed");
+    assert_eq!(errno, Some(libc::ENOTCONN));
+    assert_eq!(
+        std::fs::read(m.backing.join("synced")).unwrap(),
+        vec![7u8; 300_000]
+    );
+}
+
+#[test]
+fn posix_suites_over_io_uring() {
+    let off = RingSwitch::set(false);
+    // Asked for and not offered: one line naming the switch, and nothing mounted.
+    let dir = tempfile::tempdir().unwrap();
+    let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
+    std::fs::create_dir(&b).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let out = tc(&["mount", s(&b), s(&mnt), "--transport", "io-uring"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("enable_uring"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!mounted(&mnt));
+    // `auto` serves through /dev/fuse then.
+    let m = CacheMount::new(&SMALL, &["--transport", "auto"], None);
+    assert_eq!(m.stats()["transport"]["kind"], "dev_fuse");
+    m.unmount();
+    drop(off);
+
+    let _on = RingSwitch::set(true);
+    let ring = ["--transport", "io-uring", "--partition", "none"];
+    workload_then(&SMALL, &ring, Some(EAGER_FLUSH), assert_ring_served);
+    random_ops_then(
+        &ring,
+        Some(EAGER_FLUSH),
+        [0x0fed_cba9_8765_4321, 0x1357_9bdf_2468_ace0],
+        assert_ring_served,
+    );
+    // Every file in the kernel page cache: invalidations travel on /dev/fuse beside the rings.
+    random_ops_then(
+        &["--transport", "io-uring", "--kernel-cache"],
+        Some(EAGER_FLUSH),
+        [0x2468_1357_aceb_dfca, 0x9999_0000_7777_3333],
+        assert_ring_served,
+    );
+    mmap_roundtrip(&["--transport", "io-uring"]);
+    killed_ring_daemon_fails_fast();
+}

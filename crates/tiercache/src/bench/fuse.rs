@@ -33,12 +33,18 @@ pub struct FuseBenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// How requests reach the tiercache mounts (`tiercache mount --transport`): dev-fuse,
+    /// io-uring (needs the kernel's `enable_uring` switch) or auto.
+    #[arg(long, value_name = "HOW", default_value = "dev-fuse", value_parser = crate::bench::meta::parse_transport)]
+    pub transport: tiercache_fuse::Transport,
 }
 
 #[derive(Serialize, Debug)]
 struct FuseBench {
     file_bytes: u64,
     runtime_secs: u64,
+    /// `--transport` of the tiercache mounts.
+    transport: &'static str,
     tiercache_4k_iops: f64,
     /// The same file in a priority directory: the kernel page cache serves its hits.
     tiercache_priority_4k_iops: f64,
@@ -249,10 +255,15 @@ fn warm(file: &Path) -> Result<(), BenchError> {
 /// quarter of it (real BACKING, no model), then the same pass natively; both start with the
 /// file out of the page cache. Returns (tiercache MB/s, native MB/s, MiB the tiercache pass
 /// left cached).
-fn seq_over_memory(backing: &Path, mp: &Path, size: u64) -> Result<(f64, f64, f64), BenchError> {
+fn seq_over_memory(
+    backing: &Path,
+    mp: &Path,
+    size: u64,
+    how: &[&str],
+) -> Result<(f64, f64, f64), BenchError> {
     let data = backing.join("data.bin");
     pages::drop_cached(&data)?;
-    let child = start_tiercache(backing, mp, (size / 4).max(1 << 20), &[])?;
+    let child = start_tiercache(backing, mp, (size / 4).max(1 << 20), how)?;
     let mounts = Mounts {
         daemons: vec![(child, mp.to_path_buf())],
         bindfs: Vec::new(),
@@ -273,8 +284,10 @@ fn cold_run(
     rw: &str,
     bs: &str,
     runtime: u64,
+    how: &[&str],
 ) -> Result<(f64, f64), BenchError> {
-    let child = start_tiercache(backing, mp, memory, &["--emulate", "hdd"])?;
+    let args = [how, &["--emulate", "hdd"]].concat();
+    let child = start_tiercache(backing, mp, memory, &args)?;
     let _mounts = Mounts {
         daemons: vec![(child, mp.to_path_buf())],
         bindfs: Vec::new(),
@@ -286,18 +299,19 @@ fn cold_run(
 /// 1 MiB MB/s per target, tiercache's priority file 4 KiB IOPS). The mounts go at the end.
 fn warm_runs(
     backing: &Path,
-    mp_tc: &Path,
-    mp_bind: &Path,
+    (mp_tc, mp_bind): (&Path, &Path),
     data: &Path,
     memory: u64,
     runtime: u64,
     bar: &Option<indicatif::ProgressBar>,
+    how: &[&str],
 ) -> Result<(Vec<f64>, Vec<f64>, f64), BenchError> {
     let mut mounts = Mounts {
         daemons: Vec::new(),
         bindfs: Vec::new(),
     };
-    let tc = start_tiercache(backing, mp_tc, memory, &["--priority", "hot"])?;
+    let args = [how, &["--priority", "hot"]].concat();
+    let tc = start_tiercache(backing, mp_tc, memory, &args)?;
     mounts.daemons.push((tc, mp_tc.to_path_buf()));
     mounts.start_bindfs(backing, mp_bind)?;
     let targets = [
@@ -342,6 +356,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), BenchError> {
     if a.runtime == 0 {
         return Err(BenchError::scenario("--runtime: at least 1 second"));
     }
+    let how = ["--transport", a.transport.name()];
     let root = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tiercache-bench-{}", std::process::id()))
     });
@@ -368,21 +383,28 @@ pub fn run(a: FuseBenchArgs) -> Result<(), BenchError> {
     progress::step(&bar, "mounting tiercache and bindfs");
     // Memory holds both files plus room: the warm runs measure hits.
     let memory = 2 * size + size / 4 + (16 << 20);
-    let (r4, r1, priority4) =
-        warm_runs(&backing, &mp_tc, &mp_bind, &data, memory, a.runtime, &bar)?;
+    let (r4, r1, priority4) = warm_runs(
+        &backing,
+        (&mp_tc, &mp_bind),
+        &data,
+        memory,
+        a.runtime,
+        &bar,
+        &how,
+    )?;
     // Cold: each run on a fresh tiercache mount behind the HDD device MODEL; the sequential run
     // makes one pass, since a timed run would wrap around and re-read what it just cached.
     progress::step(&bar, "cold 4 KiB random reads, HDD model");
-    let cold4 = cold_run(&backing, &mp_tc, memory, "randread", "4k", a.runtime)?.0;
+    let cold4 = cold_run(&backing, &mp_tc, memory, "randread", "4k", a.runtime, &how)?.0;
     progress::done(&bar);
     progress::step(&bar, "cold 1 MiB sequential pass, HDD model");
-    let cold1 = cold_run(&backing, &mp_tc, memory, "read", "1m", 0)?.1;
+    let cold1 = cold_run(&backing, &mp_tc, memory, "read", "1m", 0, &how)?.1;
     progress::done(&bar);
     progress::step(
         &bar,
         "cold sequential pass, memory a quarter of the file, no model",
     );
-    let (over, over_native, over_left) = seq_over_memory(&backing, &mp_tc, size)?;
+    let (over, over_native, over_left) = seq_over_memory(&backing, &mp_tc, size, &how)?;
     progress::finish(bar);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&root);
@@ -390,6 +412,7 @@ pub fn run(a: FuseBenchArgs) -> Result<(), BenchError> {
     let r = FuseBench {
         file_bytes: size,
         runtime_secs: a.runtime,
+        transport: a.transport.name(),
         tiercache_4k_iops: r4[0],
         tiercache_priority_4k_iops: priority4,
         bindfs_4k_iops: r4[1],

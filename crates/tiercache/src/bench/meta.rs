@@ -45,6 +45,15 @@ pub struct MetaBenchArgs {
     /// Files in the tree `tar x` writes through the HDD model (0: skip that run).
     #[arg(long, default_value_t = 5_000)]
     pub hdd_files: usize,
+    /// How requests reach the tiercache mounts (`tiercache mount --transport`): dev-fuse,
+    /// io-uring (needs the kernel's `enable_uring` switch) or auto.
+    #[arg(long, value_name = "HOW", default_value = "dev-fuse", value_parser = parse_transport)]
+    pub transport: tiercache_fuse::Transport,
+}
+
+pub(crate) fn parse_transport(s: &str) -> Result<tiercache_fuse::Transport, BenchError> {
+    s.parse()
+        .map_err(|e: String| BenchError::flag("transport", e))
 }
 
 /// Which side of the benchmark runs.
@@ -249,6 +258,7 @@ pub fn run(a: MetaBenchArgs) -> Result<(), BenchError> {
             };
             let w = crate::bench::meta_write::run(
                 &work,
+                &["--transport", a.transport.name()],
                 a.write_dirs,
                 a.write_files,
                 a.hdd_files,
@@ -309,7 +319,8 @@ fn read_side(a: &MetaBenchArgs, root: &Path) -> Result<ReadSide, BenchError> {
     } else {
         &[]
     };
-    let tc = start_tiercache(&backing, &mp_tc, 64 << 20, extra)?;
+    let extra = [extra, &["--transport", a.transport.name()]].concat();
+    let tc = start_tiercache(&backing, &mp_tc, 64 << 20, &extra)?;
     mounts.daemons.push((tc, mp_tc.clone()));
     let tiercache = cold_and_warm(&mp_tc, want, a.caller)?;
     drop(mounts);

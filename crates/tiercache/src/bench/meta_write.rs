@@ -51,6 +51,9 @@ pub(super) struct WriteSide {
     /// Files of the create + 100-byte write + close loop, and its seconds per target.
     pub create_files: usize,
     pub create_write_close_secs: PerTarget,
+    /// What carried tiercache's requests in its `tar x` run (`transport.kind` of `stats`):
+    /// `dev_fuse` or `io_uring`.
+    pub tiercache_transport: String,
 }
 
 /// Runs `cmd`, which must succeed; returns its wall time.
@@ -129,6 +132,7 @@ fn mkdir(d: &Path) -> Result<(), BenchError> {
 /// Runs the write side in `work` (which must not be on a FUSE mount).
 pub(super) fn run(
     work: &Path,
+    mount_args: &[&str],
     dirs: usize,
     files: usize,
     hdd_files: usize,
@@ -161,10 +165,12 @@ pub(super) fn run(
         bindfs: Vec::new(),
     };
     mounts.daemons.push((
-        start_tiercache(&backing, &mp, DEFAULT_MEMORY, &[])?,
+        start_tiercache(&backing, &mp, DEFAULT_MEMORY, mount_args)?,
         mp.clone(),
     ));
-    let before = counter(&stats(&mp)?, "backing", "syncs");
+    let v = stats(&mp)?;
+    let before = counter(&v, "backing", "syncs");
+    r.tiercache_transport = v["transport"]["kind"].as_str().unwrap_or("?").to_owned();
     crate::bench::sync_file_systems();
     r.untar_secs.tiercache = timed(Command::new("tar").arg("xf").arg(&tar).arg("-C").arg(&mp))?;
     r.untar_backing_syncs = counter(&stats(&mp)?, "backing", "syncs").saturating_sub(before);
@@ -190,13 +196,18 @@ pub(super) fn run(
         step(format!(
             "tar x of {hdd_files} files through tiercache, HDD model"
         ));
-        r.untar_hdd_model_secs = hdd_run(work, dirs.min(hdd_files), hdd_files)?;
+        r.untar_hdd_model_secs = hdd_run(work, mount_args, dirs.min(hdd_files), hdd_files)?;
     }
     Ok(r)
 }
 
 /// `tar x` through a fresh mount with `--emulate hdd`, then `tiercache flush`.
-fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, BenchError> {
+fn hdd_run(
+    work: &Path,
+    mount_args: &[&str],
+    dirs: usize,
+    files: usize,
+) -> Result<HddRun, BenchError> {
     let tar = archive(work, "hdd", dirs, files)?;
     let (backing, mp) = (work.join("backing-hdd"), work.join("mnt-hdd"));
     mkdir(&backing)?;
@@ -205,7 +216,8 @@ fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, BenchError>
         daemons: Vec::new(),
         bindfs: Vec::new(),
     };
-    let child = start_tiercache(&backing, &mp, DEFAULT_MEMORY, &["--emulate", "hdd"])?;
+    let args = [mount_args, &["--emulate", "hdd"]].concat();
+    let child = start_tiercache(&backing, &mp, DEFAULT_MEMORY, &args)?;
     mounts.daemons.push((child, mp.clone()));
     let before = counter(&stats(&mp)?, "device_model", "seeks");
     crate::bench::sync_file_systems();
@@ -228,8 +240,8 @@ fn hdd_run(work: &Path, dirs: usize, files: usize) -> Result<HddRun, BenchError>
 /// The write side as a table.
 pub(super) fn print(w: &WriteSide) {
     println!(
-        "tar x and rm -rf of {} files (0-9 KB each), seconds:",
-        w.untar_files
+        "tar x and rm -rf of {} files (0-9 KB each), seconds (tiercache over {}):",
+        w.untar_files, w.tiercache_transport
     );
     println!("{:<12} {:>10} {:>10}", "", "tar x", "rm -rf");
     for (name, u, r) in [

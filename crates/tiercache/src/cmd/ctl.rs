@@ -151,9 +151,10 @@ pub fn stats_cmd(a: StatsArgs) -> Result<(), String> {
             );
         } else {
             print!(
-                "{}{}{}",
+                "{}{}{}{}",
                 stats::text(&v),
                 crate::live::io::text(&v),
+                crate::live::transport::text(&v),
                 crate::live::kernel_cache::text(&v)
             );
             if a.curves {

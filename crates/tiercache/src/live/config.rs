@@ -7,7 +7,7 @@
 //! `b_nmin`, `policy`, `emulate`, `backing_cache`, `kernel_cache`, `allow_other`, `trace_out`,
 //! `metrics`, `readahead`, `flush_interval_ms`, `dirty_expire_ms`, `threads`, `io_workers`,
 //! `entry_timeout`,
-//! `backing_identity`, `zero_copy`, `zero_copy_group`,
+//! `backing_identity`, `transport`, `zero_copy`, `zero_copy_group`,
 //! `attr_timeout`, `log_level`, `backing` and `mountpoint` (used when the command line does
 //! not give them; relative to the file's directory), `mount_flags` (`"ro,noexec"`:
 //! `--mount-flags`), `[[tier]]` tables (see [`TierTable`]) and `[[class]]` tables (`name`,
@@ -60,6 +60,8 @@ pub struct MountOptions {
     pub attr_timeout: Option<f64>,
     /// `auto`, `caller` or `daemon` (see `tiercache_fuse::BackingIdentity`).
     pub backing_identity: Option<String>,
+    /// `dev-fuse`, `io-uring` or `auto` (see `tiercache_fuse::Transport`).
+    pub transport: Option<String>,
     /// Serve zero-copy clients (`tiercache-client`) from a shared memory tier.
     pub zero_copy: Option<bool>,
     /// A group whose members may use the zero-copy service too (by name or number).
@@ -110,6 +112,7 @@ impl MountOptions {
             entry_timeout,
             attr_timeout,
             backing_identity,
+            transport,
             zero_copy,
             zero_copy_group,
             backing,
@@ -145,6 +148,7 @@ impl MountOptions {
             entry_timeout: entry_timeout.or(file.entry_timeout),
             attr_timeout: attr_timeout.or(file.attr_timeout),
             backing_identity: backing_identity.or(file.backing_identity),
+            transport: transport.or(file.transport),
             zero_copy: zero_copy.or(file.zero_copy),
             zero_copy_group: zero_copy_group.or(file.zero_copy_group),
             backing: backing.or(file.backing),

@@ -25,7 +25,10 @@ fn unknown_key_names_its_line() {
 
 #[test]
 fn flags_win_field_by_field() {
-    let file = parse("memory = \"64M\"\npolicy = \"arc\"\nthreads = 4\nio_workers = 3\n").unwrap();
+    let file = parse(
+        "memory = \"64M\"\npolicy = \"arc\"\nthreads = 4\nio_workers = 3\ntransport = \"auto\"\n",
+    )
+    .unwrap();
     let flags = MountOptions {
         memory: Some(SizeValue::Text("8M".into())),
         threads: None,
@@ -37,6 +40,7 @@ fn flags_win_field_by_field() {
     assert_eq!(m.policy.as_deref(), Some("arc"));
     assert_eq!(m.threads, Some(4));
     assert_eq!(m.io_workers, Some(16));
+    assert_eq!(m.transport.as_deref(), Some("auto"));
 }
 
 fn file(text: &str) -> ConfigFile {

@@ -50,6 +50,8 @@ pub struct Settings {
     pub lower_tiers: Vec<LowerTierSpec>,
     /// With whose rights backing operations that check permissions or create objects run.
     pub backing_identity: tiercache_fuse::BackingIdentity,
+    /// `/dev/fuse` or the rings.
+    pub transport: tiercache_fuse::Transport,
     /// `--zero-copy`: the zero-copy service and its admission.
     pub zero_copy: Option<super::zerocopy::ZeroCopySettings>,
     /// `--mount-flags`: `ro`, `nodev`, ...
@@ -78,6 +80,7 @@ struct Live {
     emulation: Option<String>,
     inodes: tiercache_fuse::InodeStatsReader,
     io: tiercache_fuse::IoStatsReader,
+    transport: tiercache_fuse::TransportReader,
     kernel: tiercache_fuse::KernelCacheHandle,
     remotes: Vec<MountedRemote>,
     flashes: Vec<MountedFlash>,
@@ -103,6 +106,7 @@ impl Handler for Live {
                 v["log_file"] = serde_json::json!(self.log);
                 v["inodes"] = stats::inodes_json(&self.inodes.stats());
                 v["io"] = super::io::json(&self.io.stats());
+                v["transport"] = super::transport::json(&self.transport.stats());
                 v["kernel_cache"] = super::kernel_cache::json(&self.kernel.stats());
                 let (remote, all) = remote::stats_json(&self.remotes, ms.lower.as_ref());
                 v["remote"] = remote;
@@ -225,6 +229,7 @@ pub fn run_foreground(s: Settings, source: Option<reload::Source>) -> Result<(),
         emulation: emulation.clone(),
         inodes: handle.inode_stats(),
         io: handle.io_stats(),
+        transport: handle.transport(),
         kernel: handle.kernel_cache(),
         remotes,
         flashes: flashes.clone(),
@@ -377,6 +382,7 @@ fn mount_options(s: &Settings, fs_name: String) -> tiercache_fuse::MountOptions 
     }
     opts.entry_ttl = s.entry_timeout;
     opts.backing_identity = s.backing_identity;
+    opts.transport = s.transport;
     opts.attr_ttl = s.attr_timeout;
     opts.fs_name = fs_name;
     opts.flags = s.mount_flags;
@@ -405,6 +411,7 @@ fn serve_metrics(l: std::net::TcpListener, live: Arc<Live>) -> Result<(), Daemon
             + &remote::prometheus(&live.remotes, ms.lower.as_ref())
             + &flash::prometheus(&live.flashes)
             + &super::io::prometheus(&live.io.stats())
+            + &super::transport::prometheus(&live.transport.stats())
             + &super::kernel_cache::prometheus(&live.kernel.stats())
             + &stats::inodes_prometheus(&live.inodes.stats())
     });

@@ -25,6 +25,7 @@ pub mod remote;
 pub mod size;
 mod stack;
 pub mod stats;
+pub mod transport;
 mod vcpu;
 pub mod zerocopy;
 pub mod zerocopy_open;

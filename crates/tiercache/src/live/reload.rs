@@ -434,7 +434,7 @@ fn fixed_changes(cur: &Settings, new: &Settings) -> Vec<String> {
             rx.timeout = ry.timeout;
         }
     }
-    let checks: [(&str, bool); 19] = [
+    let checks: [(&str, bool); 20] = [
         ("memory", a.capacity_blocks != b.capacity_blocks),
         ("block_size", a.block_size != b.block_size),
         ("policy", a.policy != b.policy),
@@ -463,6 +463,7 @@ fn fixed_changes(cur: &Settings, new: &Settings) -> Vec<String> {
             "backing_identity",
             differs(&cur.backing_identity, &new.backing_identity),
         ),
+        ("transport", cur.transport != new.transport),
         ("zero_copy", differs(&cur.zero_copy, &new.zero_copy)),
         ("tier", lower_a != new.lower_tiers),
         ("mountpoint", cur.mountpoint != new.mountpoint),
