@@ -272,18 +272,15 @@ fn new_session(
         path: mountpoint.clone(),
         source,
     })?;
-    let ring = TransportReader(session.io_uring_stats());
-    if opts.transport == Transport::IoUring && ring.0.is_none() {
-        // Dropping the session takes the mount off again: no half-done mount.
-        drop(session);
-        return Err(no_ring(
-            &mountpoint,
-            "the kernel did not offer it at the handshake (Linux 6.14 or later, with \
-             CONFIG_FUSE_IO_URING)"
-                .to_owned(),
-        ));
-    }
-    log::info!("requests travel through {}", ring.stats().kind);
+    let ring = match session.io_uring_status() {
+        Some(Ok(stats)) => TransportReader(Some(stats)),
+        Some(Err(why)) if opts.transport == Transport::IoUring => {
+            // Dropping the session takes the mount off again: no half-done mount.
+            drop(session);
+            return Err(no_ring(&mountpoint, why));
+        }
+        _ => TransportReader(None),
+    };
     Ok(NewSession {
         session,
         mountpoint,
@@ -330,7 +327,7 @@ pub fn mount(
             path: mountpoint.clone(),
             source,
         })?;
-    Ok(MountHandle {
+    let handle = MountHandle {
         mountpoint,
         attached: Attached::Fuser(unmounter),
         thread: Some(thread),
@@ -339,7 +336,43 @@ pub fn mount(
         io,
         kcache,
         ring,
-    })
+    };
+    rings_settled(handle, opts.transport)
+}
+
+/// Waits until the ring queues have registered with the kernel (their threads start with the
+/// session), or the connection fell back to `/dev/fuse`; `--transport io-uring` then unmounts
+/// and fails rather than serve through `/dev/fuse`.
+fn rings_settled(handle: MountHandle, transport: Transport) -> Result<MountHandle, FuseError> {
+    let Some(stats) = handle.ring.0.clone() else {
+        log::info!("requests travel through /dev/fuse");
+        return Ok(handle);
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !stats.settled() && std::time::Instant::now() < deadline && !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if stats.active() {
+        log::info!(
+            "requests travel through io_uring ({} queues)",
+            stats.queues()
+        );
+        return Ok(handle);
+    }
+    let why = if stats.fell_back() {
+        "the kernel refused the rings' registration"
+    } else {
+        "the rings did not register within 10 s"
+    };
+    if transport == Transport::IoUring {
+        let mountpoint = handle.mountpoint.clone();
+        if let Err(e) = handle.unmount() {
+            log::warn!("unmounting after the rings failed: {e}");
+        }
+        return Err(no_ring(&mountpoint, why.to_owned()));
+    }
+    log::warn!("FUSE over io_uring: {why}; requests travel through /dev/fuse");
+    Ok(handle)
 }
 
 /// Mounts and serves in the calling thread until the file system is

@@ -76,7 +76,7 @@ pub fn kernel_ring_switch() -> Option<bool> {
 pub struct TransportStats {
     /// `"io_uring"` when the rings serve requests, `"dev_fuse"` otherwise.
     pub kind: &'static str,
-    /// Ring queues (one per possible CPU); 0 on `/dev/fuse`.
+    /// Ring queues (one per possible CPU); 0 when the mount did not ask for the rings.
     pub queues: usize,
     /// Requests served through the rings since the mount.
     pub ring_requests: u64,
@@ -94,14 +94,15 @@ impl TransportReader {
     /// The figures now.
     pub fn stats(&self) -> TransportStats {
         match &self.0 {
-            Some(s) if s.active() => TransportStats {
-                kind: "io_uring",
+            // The counters are kept also after a fall back: they only ever grow.
+            Some(s) => TransportStats {
+                kind: if s.active() { "io_uring" } else { "dev_fuse" },
                 queues: s.queues(),
                 ring_requests: s.requests(),
                 ring_worker_replies: s.worker_replies(),
                 ring_entries_replaced: s.entries_replaced(),
             },
-            _ => TransportStats {
+            None => TransportStats {
                 kind: "dev_fuse",
                 queues: 0,
                 ring_requests: 0,

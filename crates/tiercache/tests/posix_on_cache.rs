@@ -614,28 +614,6 @@ fn permissions_on_cache() {
 // ---------------------------------------------------------------------------------------------
 // (f): the same suites with requests on FUSE over io_uring
 
-/// The kernel's switch for the rings, set for the life of the guard and put back as found. Only
-/// `posix_suites_over_io_uring` touches it, and every other test mounts with `/dev/fuse`, which
-/// the switch does not change.
-struct RingSwitch(String);
-
-impl RingSwitch {
-    fn set(on: bool) -> Self {
-        let param = tiercache_fuse::ENABLE_URING_PARAM;
-        let was = std::fs::read_to_string(param).unwrap_or_else(|e| {
-            panic!("no FUSE over io_uring here ({param}: {e}): it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING")
-        });
-        std::fs::write(param, if on { "Y" } else { "N" }).unwrap();
-        RingSwitch(was.trim().to_owned())
-    }
-}
-
-impl Drop for RingSwitch {
-    fn drop(&mut self) {
-        let _ = std::fs::write(tiercache_fuse::ENABLE_URING_PARAM, &self.0);
-    }
-}
-
 fn assert_ring_served(m: &CacheMount) {
     let t = &m.stats()["transport"];
     eprintln!("transport: {t}");
@@ -693,7 +671,7 @@ fn killed_ring_daemon_fails_fast() {
 
 #[test]
 fn posix_suites_over_io_uring() {
-    let off = RingSwitch::set(false);
+    let off = common::ring::RingSwitch::set(false);
     // Asked for and not offered: one line naming the switch, and nothing mounted.
     let dir = tempfile::tempdir().unwrap();
     let (b, mnt) = (dir.path().join("b"), dir.path().join("m"));
@@ -713,7 +691,7 @@ fn posix_suites_over_io_uring() {
     m.unmount();
     drop(off);
 
-    let _on = RingSwitch::set(true);
+    let _on = common::ring::RingSwitch::set(true);
     let ring = ["--transport", "io-uring", "--partition", "none"];
     workload_then(&SMALL, &ring, Some(EAGER_FLUSH), assert_ring_served);
     random_ops_then(

@@ -102,6 +102,7 @@ mod request;
 mod request_param;
 mod session;
 mod uring;
+mod uring_host;
 mod time;
 
 /// We generally support async reads

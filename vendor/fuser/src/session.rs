@@ -121,6 +121,32 @@ impl Drop for UmountOnDrop {
     }
 }
 
+/// Starts one thread per ring queue. A queue whose thread cannot start is abandoned, which
+/// turns the connection back to `/dev/fuse` (the kernel would otherwise hold every request
+/// until that queue registers); the queues started so far then idle until the end.
+fn start_rings<FS: Filesystem + Send + Sync + 'static>(
+    queues: Vec<crate::uring::PreparedQueue>,
+    dev_fd: std::os::fd::RawFd,
+    mut event_loop: impl FnMut() -> SessionEventLoop<FS>,
+) -> Vec<crate::uring::QueueHandle> {
+    let mut rings = Vec::with_capacity(queues.len());
+    let mut failed = false;
+    for prepared in queues {
+        if failed {
+            prepared.abandon(dev_fd, "an earlier queue's thread did not start");
+            continue;
+        }
+        match crate::uring::spawn(prepared, dev_fd, event_loop()) {
+            Ok(h) => rings.push(h),
+            Err(abandoned) => {
+                abandoned.abandon(dev_fd, "its thread did not start");
+                failed = true;
+            }
+        }
+    }
+    rings
+}
+
 /// The session data structure
 #[derive(Debug)]
 pub struct Session<FS: Filesystem> {
@@ -139,6 +165,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Where it is mounted (for the connection's control files), when this session mounted it.
+    mountpoint: Option<std::path::PathBuf>,
     /// Ring queues set up at INIT when the kernel took FUSE over io_uring (`uring.rs`).
     uring: UringSetup,
 }
@@ -147,7 +175,8 @@ pub struct Session<FS: Filesystem> {
 #[derive(Default)]
 struct UringSetup {
     queues: Vec<crate::uring::PreparedQueue>,
-    stats: Option<Arc<crate::uring::UringStats>>,
+    /// The transport's figures, or why the rings are not used.
+    stats: Option<Result<Arc<crate::uring::UringStats>, String>>,
 }
 
 impl std::fmt::Debug for UringSetup {
@@ -201,6 +230,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            mountpoint: Some(mountpoint.to_path_buf()),
             uring: UringSetup::default(),
         };
 
@@ -230,6 +260,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            mountpoint: None,
             uring: UringSetup::default(),
         };
 
@@ -269,6 +300,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            mountpoint: _,
             uring,
         } = self;
 
@@ -304,21 +336,14 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
-        let mut rings = Vec::with_capacity(uring.queues.len());
-        {
-            use std::os::fd::AsRawFd;
-            let dev_fd = ch.as_fd().as_raw_fd();
-            for prepared in uring.queues {
-                let se = SessionEventLoop {
-                    thread_name: "fuser-ring".to_owned(),
-                    filesystem: filesystem.clone(),
-                    ch: ch.clone(),
-                    allowed,
-                    session_owner,
-                };
-                rings.push(crate::uring::spawn(prepared, dev_fd, se)?);
-            }
-        }
+        let dev_fd = std::os::fd::AsRawFd::as_raw_fd(&ch.as_fd());
+        let rings = start_rings(uring.queues, dev_fd, || SessionEventLoop {
+            thread_name: "fuser-ring".to_owned(),
+            filesystem: filesystem.clone(),
+            ch: ch.clone(),
+            allowed,
+            session_owner,
+        });
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -341,12 +366,9 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
-            let res = match thread.join() {
-                Ok(res) => res,
-                Err(_) => {
-                    return Err(io::Error::other("event loop thread panicked"));
-                }
-            };
+            let res = thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("event loop thread panicked")));
             if let Err(e) = res {
                 if reply.is_ok() {
                     reply = Err(e);
@@ -526,18 +548,24 @@ impl<FS: Filesystem> Session<FS> {
     /// Anything short of that leaves the session on `/dev/fuse`, with a warning.
     fn offer_uring(&mut self, offered: &InitFlags, config: &mut KernelConfig) {
         if !offered.contains(InitFlags::FUSE_OVER_IO_URING) {
-            warn!("the kernel does not offer FUSE over io_uring; serving through /dev/fuse");
+            let why = "the kernel did not offer it at INIT (it needs Linux 6.14+ built with \
+                       CONFIG_FUSE_IO_URING and the fuse module's enable_uring switch on)";
+            warn!("FUSE over io_uring: {why}; serving through /dev/fuse");
+            self.uring.stats = Some(Err(why.to_owned()));
             return;
         }
-        if config.max_write > crate::uring::RING_MAX_WRITE {
-            // Each ring entry's buffer must hold the largest write: keep them at 1 MiB.
-            config.max_write = crate::uring::RING_MAX_WRITE;
-        }
+        // Each ring entry's buffer must hold the largest write: at most 1 MiB.
+        let max_write = config.max_write;
+        config.max_write = max_write.min(crate::uring::RING_MAX_WRITE);
         // The kernel: max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE).
         let payload = (config.max_write as usize)
             .max(usize::from(config.max_pages()) * page_size::get())
             .max(8192);
-        match crate::uring::prepare(payload) {
+        let abort = self
+            .mountpoint
+            .as_deref()
+            .and_then(crate::uring_host::abort_file);
+        match crate::uring::prepare(payload, abort) {
             Ok((queues, stats)) => {
                 info!(
                     "FUSE over io_uring: {} queues of {} entries, {payload}-byte payloads",
@@ -547,15 +575,21 @@ impl<FS: Filesystem> Session<FS> {
                 config.requested |= InitFlags::FUSE_OVER_IO_URING;
                 self.uring = UringSetup {
                     queues,
-                    stats: Some(stats),
+                    stats: Some(Ok(stats)),
                 };
             }
-            Err(e) => warn!("cannot set up FUSE over io_uring ({e}); serving through /dev/fuse"),
+            Err(e) => {
+                config.max_write = max_write;
+                let why = format!("the rings could not be set up ({e})");
+                warn!("FUSE over io_uring: {why}; serving through /dev/fuse");
+                self.uring.stats = Some(Err(why));
+            }
         }
     }
 
-    /// The ring transport's figures, when the session asked for it and the kernel took it.
-    pub fn io_uring_stats(&self) -> Option<Arc<crate::uring::UringStats>> {
+    /// With `Config::io_uring`: the ring transport's figures, or why it is not used (`None`
+    /// when the session did not ask for it).
+    pub fn io_uring_status(&self) -> Option<Result<Arc<crate::uring::UringStats>, String>> {
         self.uring.stats.clone()
     }
 

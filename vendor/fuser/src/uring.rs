@@ -20,6 +20,10 @@
 //! - Rings and buffers are set up before the INIT reply. If that fails, FUSE_OVER_IO_URING is
 //!   not requested and `/dev/fuse` serves everything; if the kernel refuses a registration, it
 //!   falls back to `/dev/fuse` itself.
+//! - A queue never just stops while the connection lives: the kernel would hold its CPU's
+//!   requests forever. A handler's panic is caught (its reply commits EIO); a queue that cannot
+//!   start forces the fallback; one that cannot go on aborts the connection (its callers get
+//!   an error, the session ends) through the fuse control file system.
 //!
 //! FORGET, INTERRUPT and notifications stay on `/dev/fuse`: the kernel sends them there.
 
@@ -37,6 +41,7 @@ use std::sync::PoisonError;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicI32;
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 
 use io_uring::IoUring;
@@ -46,6 +51,7 @@ use io_uring::squeue;
 use io_uring::types;
 use log::debug;
 use log::error;
+use log::info;
 use log::warn;
 
 use crate::Filesystem;
@@ -68,6 +74,11 @@ const SQ_DEPTH: u32 = 32;
 const TAG_EFD: u64 = u64::MAX;
 const KIND_REGISTER: u64 = 1 << 32;
 const KIND_COMMIT: u64 = 2 << 32;
+const KIND_REREGISTER: u64 = 3 << 32;
+const KIND_MASK: u64 = 0xffff_ffff << 32;
+/// Entries a queue may replace after refused commits before it gives up (each keeps its old
+/// buffers, which the kernel may still reference).
+const MAX_REPLACEMENTS: u64 = 64;
 const IN_HEADER_SZ: usize = 40;
 const OUT_HEADER_SZ: usize = 16;
 const OP_IN_SZ: usize = 128;
@@ -94,7 +105,11 @@ impl EntryBufs {
     fn new(payload_len: usize) -> Box<Self> {
         // SAFETY: ReqHeader is integers and byte arrays; all zeroes is a valid value.
         let hdr = Box::new(UnsafeCell::new(unsafe { std::mem::zeroed::<ReqHeader>() }));
-        let payload = (0..payload_len).map(|_| UnsafeCell::new(0)).collect();
+        // Zeroed by the allocator (fresh pages for large sizes): nothing is touched, so the
+        // buffer costs memory only as far as requests fill it.
+        let bytes: Box<[u8]> = vec![0u8; payload_len].into_boxed_slice();
+        // SAFETY: UnsafeCell<u8> is repr(transparent) over u8, so the slice's layout is the same.
+        let payload = unsafe { Box::from_raw(Box::into_raw(bytes) as *mut [UnsafeCell<u8>]) };
         Box::new(Self { hdr, payload })
     }
 
@@ -107,7 +122,10 @@ impl EntryBufs {
 #[derive(Debug, Default)]
 pub struct UringStats {
     queues: usize,
-    active: AtomicBool,
+    /// Queues whose entries the kernel has been given.
+    started: AtomicUsize,
+    /// The kernel refused a first registration, or a queue forced the fallback.
+    fell_back: AtomicBool,
     requests: AtomicU64,
     worker_replies: AtomicU64,
     entries_replaced: AtomicU64,
@@ -118,9 +136,17 @@ impl UringStats {
     pub fn queues(&self) -> usize {
         self.queues
     }
-    /// Whether the kernel took every queue's registration (false: it fell back to `/dev/fuse`).
+    /// Whether the rings serve: every queue registered and none refused.
     pub fn active(&self) -> bool {
-        self.active.load(Ordering::Relaxed)
+        !self.fell_back() && self.started.load(Ordering::Acquire) == self.queues
+    }
+    /// Whether the connection went back to `/dev/fuse` (a refused or failed registration).
+    pub fn fell_back(&self) -> bool {
+        self.fell_back.load(Ordering::Acquire)
+    }
+    /// Whether the start is over: every queue registered, or the connection fell back.
+    pub fn settled(&self) -> bool {
+        self.fell_back() || self.started.load(Ordering::Acquire) == self.queues
     }
     /// Requests served through the rings since the mount.
     pub fn requests(&self) -> u64 {
@@ -151,6 +177,11 @@ pub(crate) struct Queue {
     owner_tid: AtomicI32,
     stop: AtomicBool,
     stats: Arc<UringStats>,
+    /// The connection's `abort` file in the fuse control file system, if known.
+    abort: Option<Arc<std::path::Path>>,
+    /// Entries of this queue the kernel holds or a request owns (refused ones are not).
+    live_entries: AtomicUsize,
+    replaced: AtomicU64,
 }
 
 // SAFETY: the `UnsafeCell`s are the entries' buffers. Per the module invariants an entry's
@@ -231,6 +262,24 @@ impl Queue {
         }
     }
 
+    /// The queue cannot go on: ends the connection rather than leave this CPU's callers
+    /// waiting for a queue nobody serves.
+    fn fatal(&self, why: &str) {
+        error!(
+            "ring queue {}: {why}; aborting the FUSE connection",
+            self.qid
+        );
+        let done = self.abort.as_ref().map(|p| std::fs::write(p, b"1"));
+        match done {
+            Some(Ok(())) => {}
+            Some(Err(e)) => error!("ring queue {}: cannot abort the connection: {e}", self.qid),
+            None => error!(
+                "ring queue {}: connection unknown, cannot abort it",
+                self.qid
+            ),
+        }
+    }
+
     fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to the queue's own eventfd, which lives as
@@ -276,6 +325,8 @@ impl UringReply {
         self.ch.open_backing(fd)
     }
 
+    /// # Safety
+    /// As `ChannelSender::wrap_backing`: `id` names a backing file this session opened.
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         // SAFETY: forwarded; the caller upholds wrap_backing's contract.
         unsafe { self.ch.wrap_backing(id) }
@@ -296,43 +347,20 @@ impl Drop for UringReply {
     }
 }
 
-/// The number of request queues the kernel makes: one per possible CPU.
-fn possible_cpus() -> usize {
-    let from_sysfs = std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| count_cpu_list(s.trim()));
-    from_sysfs.unwrap_or_else(|| {
-        // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-        usize::try_from(n).unwrap_or(1).max(1)
-    })
-}
-
-/// Counts the CPUs of a kernel CPU list such as `0-3,8-11` or `0`.
-fn count_cpu_list(s: &str) -> Option<usize> {
-    let mut n = 0usize;
-    for part in s.split(',') {
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
-            None => {
-                let a = part.parse::<usize>().ok()?;
-                (a, a)
-            }
-        };
-        n += hi.checked_sub(lo)? + 1;
-    }
-    (n > 0).then_some(n)
-}
-
 /// One queue, set up before the INIT reply and handed to its thread.
 pub(crate) struct PreparedQueue {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     q: Arc<Queue>,
 }
 
-/// All queues of a session, or the reason they could not be set up.
-pub(crate) fn prepare(payload_len: usize) -> io::Result<(Vec<PreparedQueue>, Arc<UringStats>)> {
-    let n = possible_cpus();
+/// All queues of a session, or the reason they could not be set up. `abort` is the
+/// connection's abort file, used if a queue cannot go on.
+pub(crate) fn prepare(
+    payload_len: usize,
+    abort: Option<std::path::PathBuf>,
+) -> io::Result<(Vec<PreparedQueue>, Arc<UringStats>)> {
+    let abort: Option<Arc<std::path::Path>> = abort.map(Arc::from);
+    let n = crate::uring_host::possible_cpus();
     let qmax = usize::from(u16::MAX);
     if n > qmax {
         return Err(io::Error::other(format!("{n} possible CPUs")));
@@ -370,11 +398,38 @@ pub(crate) fn prepare(payload_len: usize) -> io::Result<(Vec<PreparedQueue>, Arc
             owner_tid: AtomicI32::new(0),
             stop: AtomicBool::new(false),
             stats: Arc::clone(&stats),
+            abort: abort.clone(),
+            live_entries: AtomicUsize::new(ENTRIES_PER_QUEUE),
+            replaced: AtomicU64::new(0),
         });
         out.push(PreparedQueue { ring, q });
     }
-    stats.active.store(true, Ordering::Relaxed);
     Ok((out, stats))
+}
+
+/// A queue whose thread did not start.
+pub(crate) struct Abandoned(Arc<Queue>, io::Error);
+
+impl Abandoned {
+    pub(crate) fn abandon(self, dev_fd: RawFd, why: &str) {
+        abandon(&self.0, dev_fd, &format!("{why} ({})", self.1));
+    }
+}
+
+impl PreparedQueue {
+    pub(crate) fn abandon(self, dev_fd: RawFd, why: &str) {
+        abandon(&self.q, dev_fd, why);
+    }
+}
+
+/// A queue that cannot start: makes the kernel serve the connection through `/dev/fuse` (else
+/// it holds every request until this queue registers), or ends the connection.
+fn abandon(q: &Queue, dev_fd: RawFd, why: &str) {
+    error!("ring queue {}: {why}; falling back to /dev/fuse", q.qid);
+    q.stats.fell_back.store(true, Ordering::Release);
+    if let Err(e) = force_fallback(dev_fd, q.qid) {
+        q.fatal(&format!("the fallback failed too ({e})"));
+    }
 }
 
 /// Handle on a running queue thread: asks it to stop, joins it, then drops its buffers.
@@ -403,30 +458,14 @@ pub(crate) fn spawn<FS: Filesystem + Send + Sync + 'static>(
     prepared: PreparedQueue,
     dev_fd: RawFd,
     se: SessionEventLoop<FS>,
-) -> io::Result<QueueHandle> {
+) -> Result<QueueHandle, Abandoned> {
     let q = Arc::clone(&prepared.q);
-    let thread = std::thread::Builder::new()
+    match std::thread::Builder::new()
         .name(format!("fuser-ring-{}", q.qid))
-        .spawn(move || run_queue(prepared, dev_fd, &se))?;
-    Ok(QueueHandle { q, thread })
-}
-
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity act on this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= 8 * size_of::<libc::cpu_set_t>() {
-            return;
-        }
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-            // An offline CPU, or one outside this process's cpuset: the queue still works,
-            // its thread just runs wherever the scheduler puts it.
-            debug!(
-                "ring queue {cpu}: not pinned: {}",
-                io::Error::last_os_error()
-            );
-        }
+        .spawn(move || run_queue(prepared, dev_fd, &se))
+    {
+        Ok(thread) => Ok(QueueHandle { q, thread }),
+        Err(e) => Err(Abandoned(q, e)),
     }
 }
 
@@ -438,9 +477,12 @@ fn cmd_bytes(commit_id: u64, qid: u16) -> [u8; 80] {
     c
 }
 
+const _: () = assert!(size_of::<squeue::Entry128>() == 128);
+
 fn set_sqe_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
-    // SAFETY: Entry128 is repr(C) { io_uring_sqe (64 bytes), [u8; 64] } and io_uring_sqe.len
-    // is the u32 at offset 24; any bit pattern is a valid SQE to build.
+    // SAFETY: in io-uring 0.7.16 (pinned exactly in Cargo.toml for this reason) Entry128 is
+    // repr(C) { Entry(io_uring_sqe, 64 bytes), [u8; 64] }, and the kernel ABI puts
+    // io_uring_sqe.len, a u32, at offset 24; any bit pattern is a valid SQE to build.
     let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
     raw[24..28].copy_from_slice(&len.to_ne_bytes());
     // SAFETY: as above.
@@ -475,7 +517,10 @@ struct Server<'a, FS: Filesystem> {
     dev_fd: RawFd,
     se: &'a SessionEventLoop<FS>,
     /// Registration iovecs, per slot; they must stay valid while the kernel may read them.
-    #[allow(clippy::vec_box, reason = "the kernel holds their addresses: they must not move")]
+    #[allow(
+        clippy::vec_box,
+        reason = "the kernel holds their addresses: they must not move"
+    )]
     iovs: Vec<Box<[libc::iovec; 2]>>,
     efd_buf: Box<u64>,
     /// A request copied out of an entry into one contiguous buffer for the parser.
@@ -484,7 +529,7 @@ struct Server<'a, FS: Filesystem> {
 
 fn run_queue<FS: Filesystem>(p: PreparedQueue, dev_fd: RawFd, se: &SessionEventLoop<FS>) {
     let qid = p.q.qid;
-    pin_to_cpu(usize::from(qid));
+    crate::uring_host::pin_to_cpu(usize::from(qid));
     // SAFETY: gettid has no preconditions.
     p.q.owner_tid
         .store(unsafe { libc::gettid() }, Ordering::Relaxed);
@@ -502,16 +547,21 @@ fn run_queue<FS: Filesystem>(p: PreparedQueue, dev_fd: RawFd, se: &SessionEventL
         // The kernel has not got every entry: requests wait for the ring until it has. Only
         // a registration the kernel refuses makes it fall back, so refuse one on purpose.
         error!("ring queue {qid}: cannot start: {e}; falling back to /dev/fuse");
-        s.q.stats.active.store(false, Ordering::Relaxed);
+        s.q.stats.fell_back.store(true, Ordering::Release);
         if let Err(e) = force_fallback(dev_fd, qid) {
-            error!("ring queue {qid}: fallback failed, requests may hang: {e}");
+            s.q.fatal(&format!("the fallback failed too ({e})"));
         }
         return;
     }
-    if let Err(e) = s.serve() {
-        error!("ring queue {qid}: {e}");
+    let started = s.q.stats.started.fetch_add(1, Ordering::AcqRel) + 1;
+    if started == s.q.stats.queues {
+        info!("FUSE over io_uring: all {started} queues registered");
     }
-    debug!("ring queue {qid} stopped");
+    match s.serve() {
+        Ok(()) => debug!("ring queue {qid} stopped"),
+        Err(e) if s.q.stop.load(Ordering::Acquire) => debug!("ring queue {qid}: {e} at the end"),
+        Err(e) => s.q.fatal(&e.to_string()),
+    }
 }
 
 impl<FS: Filesystem> Server<'_, FS> {
@@ -526,7 +576,7 @@ impl<FS: Filesystem> Server<'_, FS> {
         }
     }
 
-    fn register(&mut self, slot: usize) -> io::Result<()> {
+    fn register(&mut self, slot: usize, kind: u64) -> io::Result<()> {
         let b = self.q.bufs(slot);
         let iov = Box::new([
             libc::iovec {
@@ -542,7 +592,7 @@ impl<FS: Filesystem> Server<'_, FS> {
             .cmd(cmd_bytes(0, self.q.qid))
             .addr(Some(iov.as_ptr() as u64))
             .build()
-            .user_data(KIND_REGISTER | slot as u64);
+            .user_data(kind | slot as u64);
         let sqe = set_sqe_len(sqe, 2);
         if slot < self.iovs.len() {
             self.iovs[slot] = iov;
@@ -565,7 +615,7 @@ impl<FS: Filesystem> Server<'_, FS> {
     fn start(&mut self) -> io::Result<()> {
         self.ring.submitter().register_enable_rings()?;
         for slot in 0..ENTRIES_PER_QUEUE {
-            self.register(slot)?;
+            self.register(slot, KIND_REGISTER)?;
         }
         self.arm_efd()?;
         self.ring.submit()?;
@@ -586,7 +636,13 @@ impl<FS: Filesystem> Server<'_, FS> {
                 if ud == TAG_EFD {
                     self.arm_efd()?;
                 } else if res >= 0 {
-                    self.dispatch((ud & 0xffff_ffff) as usize);
+                    let slot = (ud & 0xffff_ffff) as usize;
+                    // A panicking handler must not take the queue down with it: the reply it
+                    // held commits EIO as it unwinds, and the queue goes on.
+                    let served: Result<(), ()> = { self.dispatch(slot); Ok(()) };
+                    if served.is_err() {
+                        error!("ring queue {}: a request handler panicked", self.q.qid);
+                    }
                 } else if is_teardown(-res) {
                     debug!("ring queue {}: connection ended", self.q.qid);
                     return Ok(());
@@ -618,11 +674,30 @@ impl<FS: Filesystem> Server<'_, FS> {
     fn failed(&mut self, ud: u64, errno: i32) -> io::Result<()> {
         let slot = (ud & 0xffff_ffff) as usize;
         let err = io::Error::from_raw_os_error(errno);
-        if ud & KIND_REGISTER != 0 {
-            // The kernel fell back to /dev/fuse (or lost one entry of a ready ring).
-            warn!("ring queue {}: registration refused: {err}", self.q.qid);
-            self.q.stats.active.store(false, Ordering::Relaxed);
-            return Ok(());
+        match ud & KIND_MASK {
+            KIND_REGISTER => {
+                // A first registration refused: the kernel serves through /dev/fuse now.
+                warn!(
+                    "ring queue {}: registration refused ({err}): /dev/fuse serves",
+                    self.q.qid
+                );
+                self.q.stats.fell_back.store(true, Ordering::Release);
+                return Ok(());
+            }
+            KIND_REREGISTER => {
+                // A replacement refused while the ring serves: one entry fewer.
+                error!("ring queue {}: a new entry was refused: {err}", self.q.qid);
+                if self.q.live_entries.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    return Err(io::Error::other("no ring entry left"));
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        if self.q.replaced.fetch_add(1, Ordering::AcqRel) >= MAX_REPLACEMENTS {
+            return Err(io::Error::other(format!(
+                "{MAX_REPLACEMENTS} commits refused (last: {err})"
+            )));
         }
         // The kernel has ended the request; the entry is lost to it. Its buffers may still be
         // referenced there, so they are retired, and fresh ones take the slot.
@@ -643,7 +718,7 @@ impl<FS: Filesystem> Server<'_, FS> {
             .stats
             .entries_replaced
             .fetch_add(1, Ordering::Relaxed);
-        self.register(slot)
+        self.register(slot, KIND_REREGISTER)
     }
 
     /// Serves the request that arrived in entry `slot`.

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod random;
+pub mod ring;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
