@@ -253,25 +253,11 @@ fn new_session(
         pool,
         Arc::clone(&kcache),
     );
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName(opts.fs_name.clone()),
-        MountOption::Subtype("tiercache".to_owned()),
-        MountOption::DefaultPermissions,
-    ];
-    config.mount_options.extend(opts.flags.options());
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(opts.threads);
-    config.clone_fd = true;
-    config.io_uring = opts.transport != Transport::DevFuse;
-    let session = Session::new(fs, &mountpoint, &config).map_err(|source| FuseError::Mount {
-        path: mountpoint.clone(),
-        source,
-    })?;
+    let session =
+        Session::new(fs, &mountpoint, &fuser_config(opts)).map_err(|source| FuseError::Mount {
+            path: mountpoint.clone(),
+            source,
+        })?;
     let ring = match session.io_uring_status() {
         Some(Ok(stats)) => TransportReader(Some(stats)),
         Some(Err(why)) if opts.transport == Transport::IoUring => {
@@ -290,6 +276,26 @@ fn new_session(
         kcache,
         ring,
     })
+}
+
+/// fuser's session options for `opts`.
+fn fuser_config(opts: &MountOptions) -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fs_name.clone()),
+        MountOption::Subtype("tiercache".to_owned()),
+        MountOption::DefaultPermissions,
+    ];
+    config.mount_options.extend(opts.flags.options());
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads);
+    config.clone_fd = true;
+    config.io_uring = opts.transport != Transport::DevFuse;
+    config
 }
 
 fn no_ring(mountpoint: &Path, why: String) -> FuseError {

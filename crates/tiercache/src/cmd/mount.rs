@@ -107,10 +107,8 @@ pub struct MountArgs {
     #[arg(long, value_name = "WHO")]
     pub backing_identity: Option<String>,
     /// How requests reach the daemon: dev-fuse|io-uring|auto [default: dev-fuse]. `io-uring`
-    /// (Linux 6.14+, fuse module parameter `enable_uring` on) answers each request on the CPU
-    /// that made it: metadata-heavy work (untar, rm -rf, builds) about twice as fast here, and
-    /// faster under CPU load; on an idle machine 4 KiB random reads were slower. `auto` takes
-    /// the rings when the kernel offers them.
+    /// (Linux 6.14+, fuse `enable_uring` on) answers each on its caller's CPU: small-file work
+    /// about twice as fast, idle 4 KiB random reads slower. `auto`: the rings when offered.
     #[arg(long, value_name = "HOW")]
     pub transport: Option<String>,
     /// Serve zero-copy clients (`tiercache-client`, paper 003): the memory tier lives in shared
