@@ -639,7 +639,9 @@ impl<FS: Filesystem> Server<'_, FS> {
                     let slot = (ud & 0xffff_ffff) as usize;
                     // A panicking handler must not take the queue down with it: the reply it
                     // held commits EIO as it unwinds, and the queue goes on.
-                    let served: Result<(), ()> = { self.dispatch(slot); Ok(()) };
+                    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.dispatch(slot);
+                    }));
                     if served.is_err() {
                         error!("ring queue {}: a request handler panicked", self.q.qid);
                     }
