@@ -370,7 +370,9 @@ fn rings_settled(handle: MountHandle, transport: Transport) -> Result<MountHandl
     } else {
         "the rings did not register within 10 s"
     };
-    if transport == Transport::IoUring {
+    // Not settled: the kernel still holds every request for the rings, so the mount would
+    // hang; it goes, whatever was asked.
+    if transport == Transport::IoUring || !stats.fell_back() {
         let mountpoint = handle.mountpoint.clone();
         if let Err(e) = handle.unmount() {
             log::warn!("unmounting after the rings failed: {e}");
@@ -382,7 +384,9 @@ fn rings_settled(handle: MountHandle, transport: Transport) -> Result<MountHandl
 }
 
 /// Mounts and serves in the calling thread until the file system is
-/// unmounted from outside (`umount`, `fusermount3 -u`).
+/// unmounted from outside (`umount`, `fusermount3 -u`). With `transport` `IoUring` it fails
+/// only when the kernel does not offer the rings at the handshake; a registration the kernel
+/// refuses later leaves the session on `/dev/fuse` (logged). [`mount`] checks that too.
 pub fn run(
     backing: &Path,
     mountpoint: &Path,

@@ -76,7 +76,8 @@ pub fn kernel_ring_switch() -> Option<bool> {
 pub struct TransportStats {
     /// `"io_uring"` when the rings serve requests, `"dev_fuse"` otherwise.
     pub kind: &'static str,
-    /// Ring queues (one per possible CPU); 0 when the mount did not ask for the rings.
+    /// Ring queues (one per possible CPU) set up for the mount, also when it fell back to
+    /// `/dev/fuse` after; 0 when it did not ask for the rings.
     pub queues: usize,
     /// Requests served through the rings since the mount.
     pub ring_requests: u64,

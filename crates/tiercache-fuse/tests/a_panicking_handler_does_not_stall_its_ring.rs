@@ -41,8 +41,26 @@ fn on_cpu<T: Send + 'static>(cpu: usize, f: impl FnOnce() -> T + Send + 'static)
         }
         let _ = tx.send(f());
     });
-    rx.recv_timeout(Duration::from_secs(10))
-        .unwrap_or_else(|_| panic!("a request made on CPU {cpu} hangs"))
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("a request made on CPU {cpu} hangs"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the probe on CPU {cpu} failed"),
+    }
+}
+
+/// The CPUs this test may run on (its cpuset may be smaller than the machine).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid buffer for sched_getaffinity of this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
 }
 
 #[test]
@@ -58,8 +76,7 @@ fn a_panicking_handler_fails_its_request_and_the_queue_goes_on() {
     let path = m.mnt.join("f");
     std::fs::write(&path, vec![5u8; 16 * 4096]).unwrap();
 
-    let cpus = std::thread::available_parallelism().unwrap().get();
-    for cpu in 0..cpus {
+    for cpu in allowed_cpus() {
         // More panics than a queue has entries: none of them may be lost.
         for _ in 0..12 {
             let p = path.clone();

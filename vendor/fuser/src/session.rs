@@ -147,6 +147,17 @@ fn start_rings<FS: Filesystem + Send + Sync + 'static>(
     rings
 }
 
+/// Stops and joins the ring threads. They end with the connection anyway; `stop` also ends one
+/// whose last request is still being served when /dev/fuse has said the connection is gone.
+fn stop_rings(rings: Vec<crate::uring::QueueHandle>) {
+    for r in &rings {
+        r.stop();
+    }
+    for r in rings {
+        r.join();
+    }
+}
+
 /// The session data structure
 #[derive(Debug)]
 pub struct Session<FS: Filesystem> {
@@ -357,11 +368,16 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
             };
-            threads.push(
-                thread::Builder::new()
-                    .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
-            );
+            match thread::Builder::new()
+                .name(thread_name)
+                .spawn(move || event_loop.event_loop())
+            {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    stop_rings(rings);
+                    return Err(e);
+                }
+            }
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -376,14 +392,7 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
 
-        // The ring threads end with the connection; `stop` also ends one whose last request
-        // is still being served when /dev/fuse has already said the connection is gone.
-        for r in &rings {
-            r.stop();
-        }
-        for r in rings {
-            r.join();
-        }
+        stop_rings(rings);
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
             return Err(io::Error::other(
@@ -561,11 +570,22 @@ impl<FS: Filesystem> Session<FS> {
         let payload = (config.max_write as usize)
             .max(usize::from(config.max_pages()) * page_size::get())
             .max(8192);
+        // A ring that fails must be able to end the connection (else its CPU's callers would
+        // wait forever): no rings without the connection's abort file.
         let abort = self
             .mountpoint
             .as_deref()
-            .and_then(crate::uring_host::abort_file);
-        match crate::uring::prepare(payload, abort) {
+            .and_then(crate::uring_host::abort_file)
+            .filter(|p| p.exists());
+        let Some(abort) = abort else {
+            config.max_write = max_write;
+            let why = "the connection's abort file is missing (is the fuse control file system \
+                       mounted on /sys/fs/fuse/connections?)";
+            warn!("FUSE over io_uring: {why}; serving through /dev/fuse");
+            self.uring.stats = Some(Err(why.to_owned()));
+            return;
+        };
+        match crate::uring::prepare(payload, Some(abort)) {
             Ok((queues, stats)) => {
                 info!(
                     "FUSE over io_uring: {} queues of {} entries, {payload}-byte payloads",

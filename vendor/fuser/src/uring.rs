@@ -525,6 +525,8 @@ struct Server<'a, FS: Filesystem> {
     efd_buf: Box<u64>,
     /// A request copied out of an entry into one contiguous buffer for the parser.
     rbuf: Vec<u64>,
+    /// Completions read at the start, before the queue counted as started.
+    backlog: Vec<(u64, i32)>,
 }
 
 fn run_queue<FS: Filesystem>(p: PreparedQueue, dev_fd: RawFd, se: &SessionEventLoop<FS>) {
@@ -542,6 +544,7 @@ fn run_queue<FS: Filesystem>(p: PreparedQueue, dev_fd: RawFd, se: &SessionEventL
         iovs: Vec::new(),
         efd_buf: Box::new(0),
         rbuf: vec![0u64; words],
+        backlog: Vec::new(),
     };
     if let Err(e) = s.start() {
         // The kernel has not got every entry: requests wait for the ring until it has. Only
@@ -619,19 +622,29 @@ impl<FS: Filesystem> Server<'_, FS> {
         }
         self.arm_efd()?;
         self.ring.submit()?;
+        // A refused registration completes at once: take note of it before this queue counts
+        // as started, so the mount never reports rings the kernel has already given up.
+        self.backlog
+            .extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(ud, res) in &self.backlog {
+            if ud & KIND_MASK == KIND_REGISTER && res < 0 && !is_teardown(-res) {
+                self.q.stats.fell_back.store(true, Ordering::Release);
+            }
+        }
         Ok(())
     }
 
     fn serve(&mut self) -> io::Result<()> {
-        let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(2 * ENTRIES_PER_QUEUE);
+        let mut cqes: Vec<(u64, i32)> = std::mem::take(&mut self.backlog);
         loop {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e),
+            if cqes.is_empty() {
+                match self.ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => return Err(e),
+                }
+                cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             }
-            cqes.clear();
-            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             for &(ud, res) in &cqes {
                 if ud == TAG_EFD {
                     self.arm_efd()?;
@@ -652,6 +665,7 @@ impl<FS: Filesystem> Server<'_, FS> {
                     self.failed(ud, -res)?;
                 }
             }
+            cqes.clear();
             if self.q.stop.load(Ordering::Acquire) {
                 return Ok(());
             }

@@ -38,7 +38,9 @@ fn count_cpu_list(s: &str) -> Option<usize> {
 /// system). Read from the mount table, not by `stat`: that would be a request to this very
 /// connection, which may be the one that is stuck.
 pub(crate) fn abort_file(mountpoint: &std::path::Path) -> Option<std::path::PathBuf> {
-    let want = std::fs::canonicalize(mountpoint).ok()?;
+    // Made absolute without resolving it: looking at the mount's root before INIT is answered
+    // would wait on this very connection. The mount table names it as it was mounted.
+    let want = std::env::current_dir().ok()?.join(mountpoint);
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mut dev = None;
     for line in table.lines() {

@@ -3,7 +3,8 @@
 //! Prometheus metrics.
 //!
 //! Keys (a contract): `transport.kind` (`"dev_fuse"` or `"io_uring"`: what serves requests
-//! now), `transport.queues` (ring queues, one per possible CPU; 0 on `/dev/fuse`),
+//! now), `transport.queues` (ring queues set up, one per possible CPU; 0 when the mount did not
+//! ask for the rings),
 //! `transport.ring_requests` (requests served through the rings since the mount),
 //! `transport.ring_worker_replies` (of those, answered by I/O workers),
 //! `transport.ring_entries_replaced` (ring entries the kernel refused back: 0 unless something
