@@ -65,6 +65,7 @@ pub use mount::{
     mount, run, InodeStatsReader, MountFlags, MountHandle, MountOptions, DEFAULT_IO_WORKERS,
 };
 pub use transport::{
-    kernel_ring_switch, Transport, TransportReader, TransportStats, ENABLE_URING_PARAM,
+    kernel_ring_switch, BadTransport, Transport, TransportReader, TransportStats,
+    ENABLE_URING_PARAM,
 };
 pub use validate::unescape_mountinfo;

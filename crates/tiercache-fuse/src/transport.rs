@@ -46,18 +46,20 @@ impl fmt::Display for Transport {
     }
 }
 
-impl FromStr for Transport {
-    type Err = String;
+/// A transport name that is none of [`Transport::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport '{0}' (expected one of: dev-fuse, io-uring, auto)")]
+pub struct BadTransport(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for Transport {
+    type Err = BadTransport;
+
+    fn from_str(s: &str) -> Result<Self, BadTransport> {
         match s {
             "dev-fuse" => Ok(Self::DevFuse),
             "io-uring" => Ok(Self::IoUring),
             "auto" => Ok(Self::Auto),
-            _ => Err(format!(
-                "unknown transport '{s}' (expected one of: {})",
-                Self::NAMES.join(", ")
-            )),
+            _ => Err(BadTransport(s.to_owned())),
         }
     }
 }
@@ -123,7 +125,7 @@ mod tests {
         for name in Transport::NAMES {
             assert_eq!(name.parse::<Transport>().map(Transport::name), Ok(name));
         }
-        let e = "uring".parse::<Transport>().unwrap_err();
+        let e = "uring".parse::<Transport>().unwrap_err().to_string();
         assert!(e.contains("'uring'") && e.contains("io-uring"), "{e}");
     }
 

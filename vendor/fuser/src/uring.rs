@@ -254,9 +254,7 @@ impl Queue {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((slot, commit_id));
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        if tid != self.owner_tid.load(Ordering::Relaxed) {
+        if this_tid() != self.owner_tid.load(Ordering::Relaxed) {
             self.stats.worker_replies.fetch_add(1, Ordering::Relaxed);
             self.wake();
         }
@@ -287,6 +285,16 @@ impl Queue {
         // then the thread is awake anyway.
         unsafe { libc::write(self.efd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
+}
+
+thread_local! {
+    // SAFETY: gettid has no preconditions.
+    static TID: i32 = unsafe { libc::gettid() };
+}
+
+/// This thread's id, from a thread-local (a reply checks it, so no system call per request).
+fn this_tid() -> i32 {
+    TID.with(|t| *t)
 }
 
 /// Reply target of a request that arrived on the ring: one entry of one queue.
@@ -532,9 +540,7 @@ struct Server<'a, FS: Filesystem> {
 fn run_queue<FS: Filesystem>(p: PreparedQueue, dev_fd: RawFd, se: &SessionEventLoop<FS>) {
     let qid = p.q.qid;
     crate::uring_host::pin_to_cpu(usize::from(qid));
-    // SAFETY: gettid has no preconditions.
-    p.q.owner_tid
-        .store(unsafe { libc::gettid() }, Ordering::Relaxed);
+    p.q.owner_tid.store(this_tid(), Ordering::Relaxed);
     let words = (p.q.payload_len + IN_HEADER_SZ + OP_IN_SZ).div_ceil(8);
     let mut s = Server {
         ring: p.ring,

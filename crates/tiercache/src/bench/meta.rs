@@ -53,7 +53,7 @@ pub struct MetaBenchArgs {
 
 pub(crate) fn parse_transport(s: &str) -> Result<tiercache_fuse::Transport, BenchError> {
     s.parse()
-        .map_err(|e: String| BenchError::flag("transport", e))
+        .map_err(|e: tiercache_fuse::BadTransport| BenchError::flag("transport", e))
 }
 
 /// Which side of the benchmark runs.

@@ -10,6 +10,7 @@ pub mod fstab;
 pub mod list;
 pub mod mount;
 mod mount_classes;
+mod mount_serving;
 pub mod mounts;
 pub mod partition_flags;
 pub mod progress;

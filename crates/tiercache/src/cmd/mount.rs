@@ -2,6 +2,7 @@
 //! anything is mounted; then the daemon (in the background unless `--foreground`). With one
 //! path it is MOUNTPOINT, with none both come from the file (`backing`, `mountpoint`).
 
+use super::mount_serving::serving;
 use super::partition_flags::PartitionFlags;
 use crate::live::config::{
     self, ConfigFile, KernelCacheValue, MountOptions, RespawnArgs, SizeOrPercent, SizeValue,
@@ -360,13 +361,13 @@ fn remote_flags(args: &MountArgs) -> RemoteFlags {
 }
 
 /// Where a setting came from, for messages: `--flag`, or `key (FILE)` for the config file's.
-struct Source<'a> {
+pub(super) struct Source<'a> {
     config: Option<&'a Path>,
 }
 
 impl Source<'_> {
     /// `--name` when `from_flag` (or without a config file), else `name (FILE)`.
-    fn of(&self, name: &str, from_flag: bool) -> String {
+    pub(super) fn of(&self, name: &str, from_flag: bool) -> String {
         match self.config {
             Some(cfg) if !from_flag => format!("{} ({})", name.replace('-', "_"), cfg.display()),
             _ => format!("--{name}"),
@@ -663,87 +664,6 @@ fn caching(
             .map_err(|e| e.at(src.of("kernel-cache", flags.kernel_cache.is_some())))?,
     };
     Ok((emulate, backing_cache, kernel_cache))
-}
-
-/// How the mount serves: kernel cache timeouts and whose rights BACKING is asked with (the
-/// metrics address and thread counts are checked here and used as given).
-struct Serving {
-    entry_timeout: Duration,
-    attr_timeout: Duration,
-    backing_identity: tiercache_fuse::BackingIdentity,
-    transport: tiercache_fuse::Transport,
-}
-
-/// Checks `metrics`, `threads`, `io_workers`, the timeouts, `backing_identity` and
-/// `transport`.
-fn serving(
-    o: &MountOptions,
-    flags: &MountOptions,
-    src: &Source<'_>,
-) -> Result<Serving, ConfigError> {
-    if let Some(addr) = &o.metrics {
-        addr.parse::<std::net::SocketAddr>().map_err(|_| {
-            ConfigError::bad(
-                src.of("metrics", flags.metrics.is_some()),
-                format!("`{addr}` is not an address like 127.0.0.1:9477"),
-            )
-        })?;
-    }
-    if let Some(t) = o.threads {
-        if !(1..=256).contains(&t) {
-            return Err(ConfigError::bad(
-                src.of("threads", flags.threads.is_some()),
-                format!("{t} is outside 1..=256"),
-            ));
-        }
-    }
-    if let Some(n) = o.io_workers {
-        if n > 1024 {
-            return Err(ConfigError::bad(
-                src.of("io-workers", flags.io_workers.is_some()),
-                format!("{n} is outside 0..=1024"),
-            ));
-        }
-    }
-    let timeout = |secs: Option<f64>, from_flag: bool, name: &str| {
-        let secs = secs.unwrap_or(1.0);
-        if !(0.0..=86_400.0).contains(&secs) {
-            return Err(ConfigError::bad(
-                src.of(name, from_flag),
-                format!("{secs} is outside 0..=86400 seconds"),
-            ));
-        }
-        Ok(Duration::from_secs_f64(secs))
-    };
-    let entry_timeout = timeout(
-        o.entry_timeout,
-        flags.entry_timeout.is_some(),
-        "entry-timeout",
-    )?;
-    let attr_timeout = timeout(o.attr_timeout, flags.attr_timeout.is_some(), "attr-timeout")?;
-    let backing_identity = match o.backing_identity.as_deref() {
-        None | Some("auto") => tiercache_fuse::BackingIdentity::Auto,
-        Some("caller") => tiercache_fuse::BackingIdentity::Caller,
-        Some("daemon") => tiercache_fuse::BackingIdentity::Daemon,
-        Some(other) => {
-            return Err(ConfigError::bad(
-                src.of("backing-identity", flags.backing_identity.is_some()),
-                format!("`{other}` is not auto, caller or daemon"),
-            ))
-        }
-    };
-    let transport = match o.transport.as_deref() {
-        None => tiercache_fuse::Transport::default(),
-        Some(t) => t.parse().map_err(|e: String| {
-            ConfigError::bad(src.of("transport", flags.transport.is_some()), e)
-        })?,
-    };
-    Ok(Serving {
-        entry_timeout,
-        attr_timeout,
-        backing_identity,
-        transport,
-    })
 }
 
 /// The zero-copy service's settings (`None`: not served); its group needs `--zero-copy` and
